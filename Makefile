@@ -1,0 +1,36 @@
+# Every target installs what it needs and is safe to run again.
+PYTHON ?= python3
+UV := $(shell command -v uv 2>/dev/null || echo "$(PYTHON) -m uv")
+VENV := .venv
+STAMP := $(VENV)/.installed
+
+.PHONY: setup demo test clean system-deps bench-deps
+
+demo: setup
+	$(UV) run --frozen gnnssd demo --out demo_out
+
+test: setup
+	$(UV) run --frozen pytest -q
+
+setup: system-deps $(STAMP)
+
+# uv itself (from PyPI), and liburing's headers for the I/O engine when we may install them.
+system-deps:
+	@$(UV) --version >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet uv
+	@if [ ! -f /usr/include/liburing.h ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing liburing-dev"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq liburing-dev >/dev/null; \
+	  else echo "liburing-dev missing and not root: the I/O engine will use its thread-pool fallback"; fi; \
+	fi
+
+$(STAMP): pyproject.toml uv.lock $(wildcard setup.py io_engine/*.c io_engine/*.h io_engine/build_ffi.py)
+	$(UV) sync --frozen --reinstall-package gnnssd
+	@touch $@
+
+# fio is only needed by the I/O benchmark.
+bench-deps: setup
+	@command -v fio >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fio >/dev/null; }
+
+clean:
+	rm -rf $(VENV) demo_out build *.egg-info

@@ -1,0 +1,113 @@
+"""Planetoid citation graphs (Cora, CiteSeer, PubMed) in their original pickle files."""
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import scipy.sparse as sp
+
+from gnnssd.storage_format import DatasetError
+
+from .base import require_file, slice_chunks
+
+PARTS = ("x", "y", "tx", "ty", "allx", "ally", "graph")
+
+
+class PlanetoidSource:
+    """The standard Planetoid assembly: allx+tx and ally+ty stacked, test rows put back in
+    `test.index` order; CiteSeer's isolated test indices get zero rows. Train = the first
+    len(y) nodes, valid = the next 500, test = the nodes of `test.index`.
+    """
+
+    symmetric = True
+
+    def __init__(self, root: str | Path, name: str, normalize: bool = True):
+        self.root = Path(root)
+        self.name = name
+        self.normalize = normalize
+        parts = {part: self._load(part) for part in PARTS}
+        test_index = self._test_index()
+        test_sorted = np.sort(test_index)
+        tx, ty = _as_dense(parts["tx"], self._file("tx")), np.asarray(parts["ty"])
+        if test_sorted.size != tx.shape[0] or test_sorted.size == 0:
+            raise DatasetError(f"{self._file('test.index')}: {test_sorted.size} indices for "
+                               f"{tx.shape[0]} test rows in {self._file('tx')}")
+        span = test_sorted[-1] - test_sorted[0] + 1
+        if span != tx.shape[0]:  # CiteSeer: some test indices have no row: zero-fill them
+            full_x = np.zeros((span, tx.shape[1]), dtype=tx.dtype)
+            full_y = np.zeros((span, ty.shape[1]), dtype=ty.dtype)
+            full_x[test_sorted - test_sorted[0]] = tx
+            full_y[test_sorted - test_sorted[0]] = ty
+            tx, ty = full_x, full_y
+        allx = _as_dense(parts["allx"], self._file("allx"))
+        features = np.vstack([allx, tx]).astype(np.float32)
+        onehot = np.vstack([np.asarray(parts["ally"]), ty])
+        if features.shape[0] != onehot.shape[0]:
+            raise DatasetError(f"{self.root}: {features.shape[0]} feature rows but "
+                               f"{onehot.shape[0]} label rows (allx+tx vs ally+ty)")
+        features[test_index] = features[test_sorted]
+        if normalize:  # rows sum to 1, as in the reference GCN preprocessing
+            sums = features.sum(axis=1, keepdims=True)
+            features /= np.where(sums == 0, 1, sums)
+        onehot[test_index] = onehot[test_sorted]
+        self._features = features
+        self._labels = np.where(onehot.any(axis=1), onehot.argmax(axis=1), -1)
+        n_train = np.asarray(parts["y"]).shape[0]
+        self._splits = {"train": np.arange(n_train), "valid": np.arange(n_train, n_train + 500),
+                        "test": test_sorted}
+        # Nodes without a label row (CiteSeer) take class 0, as the reference assembly does.
+        self._labels[self._splits["test"][self._labels[self._splits["test"]] < 0]] = 0
+        self._graph = parts["graph"]
+        self.num_nodes = features.shape[0]
+        self.feat_dim = features.shape[1]
+
+    def _file(self, part: str) -> Path:
+        return self.root / f"ind.{self.name}.{part}"
+
+    def _load(self, part: str) -> Any:
+        path = require_file(self._file(part))
+        try:
+            with open(path, "rb") as f:
+                return pickle.load(f, encoding="latin1")
+        except Exception as exc:  # a damaged pickle can raise almost anything
+            raise DatasetError(f"{path}: not a readable Planetoid pickle ({type(exc).__name__}: "
+                               f"{exc})") from exc
+
+    def _test_index(self) -> np.ndarray:
+        path = require_file(self._file("test.index"))
+        try:
+            return np.loadtxt(path, dtype=np.int64, ndmin=1)
+        except ValueError as exc:
+            raise DatasetError(f"{path}: expected one integer node index per line ({exc})") from exc
+
+    def load_edges(self) -> tuple[np.ndarray, np.ndarray]:
+        if not isinstance(self._graph, dict):
+            raise DatasetError(f"{self._file('graph')}: expected a dict of adjacency lists, got "
+                               f"{type(self._graph).__name__}")
+        src = np.fromiter((u for u, nbrs in self._graph.items() for _ in nbrs), dtype=np.int64)
+        dst = np.fromiter((v for nbrs in self._graph.values() for v in nbrs), dtype=np.int64)
+        return src, dst
+
+    def load_labels(self) -> np.ndarray:
+        return self._labels
+
+    def load_splits(self) -> dict[str, np.ndarray]:
+        return self._splits
+
+    def feature_chunks(self, start_row: int, chunk_rows: int) -> Iterator[np.ndarray]:
+        return slice_chunks(self._features, start_row, chunk_rows)
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "planetoid", "name": self.name, "root": self.root.name,
+                "normalize": self.normalize}
+
+
+def _as_dense(matrix: Any, path: Path) -> np.ndarray:
+    if sp.issparse(matrix):
+        return matrix.toarray()
+    array = np.asarray(matrix)
+    if array.ndim != 2:
+        raise DatasetError(f"{path}: expected a 2-D matrix, got shape {array.shape}")
+    return array

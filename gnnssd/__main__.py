@@ -1,0 +1,5 @@
+import sys
+
+from gnnssd.cli import main
+
+sys.exit(main())

@@ -1,0 +1,189 @@
+"""The `gnnssd` command line: preprocess, train, eval, predict, info, verify, demo."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from gnnssd.storage_format import FEATURE_DTYPES, ORDERS, DatasetError, Store, StoreError, write_store
+
+from .config import ConfigError
+from .runtime import setup_logging
+
+
+def _source_from_args(args: argparse.Namespace) -> Any:
+    from gnnssd import datasets
+
+    if args.source == "synthetic":
+        return datasets.synthetic_source(
+            args.preset, num_nodes=args.nodes, feat_dim=args.feat_dim, num_classes=args.classes,
+            avg_degree=args.avg_degree, seed=args.seed)
+    if args.source == "planetoid":
+        return datasets.PlanetoidSource(args.root, args.name, normalize=not args.raw_features)
+    if args.source == "npz":
+        return datasets.HeterophilousSource(args.file, split=args.split)
+    if args.source == "ogb":
+        return datasets.OGBSource(args.root, split_name=args.split_name, symmetric=args.symmetric)
+    raise AssertionError(args.source)
+
+
+def _progress_bar() -> Callable[[str, int, int], None]:
+    from tqdm import tqdm
+
+    bars: dict[str, tqdm] = {}
+
+    def notify(stage: str, done: int, total: int) -> None:
+        bar = bars.get(stage)
+        if bar is None:
+            bar = bars[stage] = tqdm(total=total, desc=stage, unit="row" if total > 1 else "step",
+                                     unit_scale=True, leave=False, mininterval=1.0)
+        bar.update(done - bar.n)
+        if done >= total:
+            bar.close()
+
+    return notify
+
+
+def cmd_preprocess(args: argparse.Namespace) -> None:
+    source = _source_from_args(args)
+    out = write_store(args.out, source, order=args.order, dtype=args.dtype, progress=_progress_bar())
+    print(Store.open(out).summary())
+
+
+def _parse_overrides(pairs: list[str]) -> dict[str, Any]:
+    overrides = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise ConfigError(f"--set {pair!r}: expected KEY=VALUE, e.g. train.epochs=5")
+        overrides[key] = yaml.safe_load(value)
+    return overrides
+
+
+def _trainer(args: argparse.Namespace) -> Any:
+    from .trainer import Trainer
+
+    return Trainer(args.config, _parse_overrides(args.set))
+
+
+def cmd_train(args: argparse.Namespace) -> None:
+    trainer = _trainer(args)
+    trainer.fit(resume=args.resume)
+    best = trainer.best
+    print(f"best valid accuracy {best['valid_acc']:.4f} at epoch {best['epoch']}, "
+          f"test accuracy {best.get('test_acc', float('nan')):.4f}")
+    print(f"run directory: {trainer.run_dir} (metrics.jsonl, checkpoint.pt, config.yaml)")
+
+
+def cmd_eval(args: argparse.Namespace) -> None:
+    trainer = _trainer(args)
+    trainer.load_best()
+    result = {split: trainer.evaluate(split) for split in args.split}
+    print(json.dumps(result, indent=2))
+
+
+def cmd_predict(args: argparse.Namespace) -> None:
+    import numpy as np
+
+    trainer = _trainer(args)
+    trainer.load_best()
+    predictions = trainer.predict()
+    out = Path(args.out)
+    np.save(out, predictions)
+    print(f"wrote {len(predictions):,} predicted classes, indexed by original node ID, to {out}")
+
+
+def cmd_info(args: argparse.Namespace) -> None:
+    print(Store.open(args.store).summary())
+
+
+def cmd_verify(args: argparse.Namespace) -> None:
+    checked = Store.open(args.store).verify()
+    print(f"{args.store}: all {len(checked)} files match their checksums")
+
+
+def cmd_demo(args: argparse.Namespace) -> None:
+    from .demo import run_demo
+
+    run_demo(Path(args.out))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gnnssd", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    pre = commands.add_parser("preprocess", help="turn a dataset into a store")
+    sources = pre.add_subparsers(dest="source", required=True)
+    synthetic = sources.add_parser("synthetic", help="generated power-law graph with communities")
+    synthetic.add_argument("--preset", choices=["tiny", "small", "medium", "large"])
+    synthetic.add_argument("--nodes", type=int)
+    synthetic.add_argument("--feat-dim", type=int)
+    synthetic.add_argument("--classes", type=int)
+    synthetic.add_argument("--avg-degree", type=float)
+    synthetic.add_argument("--seed", type=int)
+    planetoid = sources.add_parser("planetoid", help="Planetoid pickles (ind.NAME.*)")
+    planetoid.add_argument("--root", required=True, help="folder holding ind.NAME.* files")
+    planetoid.add_argument("--name", required=True, help="cora, citeseer or pubmed")
+    planetoid.add_argument("--raw-features", action="store_true", help="skip row normalisation")
+    npz = sources.add_parser("npz", help="heterophilous-graphs .npz file")
+    npz.add_argument("--file", required=True)
+    npz.add_argument("--split", type=int, default=0, help="which of the ten splits")
+    ogb = sources.add_parser("ogb", help="OGB node-property raw layout (raw/, split/)")
+    ogb.add_argument("--root", required=True)
+    ogb.add_argument("--split-name", help="folder under split/ (default: the only one)")
+    ogb.add_argument("--symmetric", action="store_true", help="add reverse edges")
+    for sub in (synthetic, planetoid, npz, ogb):
+        sub.add_argument("--out", required=True, help="store directory to write")
+        sub.add_argument("--order", choices=ORDERS, default="original", help="node order on disk")
+        sub.add_argument("--dtype", choices=FEATURE_DTYPES, default="float32")
+        sub.set_defaults(func=cmd_preprocess)
+
+    for name, func, text in (("train", cmd_train, "train a model"),
+                             ("eval", cmd_eval, "evaluate the best checkpoint"),
+                             ("predict", cmd_predict, "predict every node's class")):
+        sub = commands.add_parser(name, help=text)
+        sub.add_argument("--config", required=True, help="YAML or TOML config file")
+        sub.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                         help="override a config key, e.g. train.epochs=5")
+        sub.set_defaults(func=func)
+        if name == "train":
+            sub.add_argument("--resume", action="store_true", help="continue from the checkpoint")
+        if name == "eval":
+            sub.add_argument("--split", nargs="+", default=["valid", "test"])
+        if name == "predict":
+            sub.add_argument("--out", required=True, help=".npy file for the predictions")
+
+    for name, func, text in (("info", cmd_info, "summarise a store"),
+                             ("verify", cmd_verify, "check every file of a store")):
+        sub = commands.add_parser(name, help=text)
+        sub.add_argument("store")
+        sub.set_defaults(func=func)
+
+    demo = commands.add_parser("demo", help="generate, preprocess, train and evaluate a tiny graph")
+    demo.add_argument("--out", default="demo_out")
+    demo.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    setup_logging(args.verbose)
+    try:
+        args.func(args)
+    except (ConfigError, DatasetError, StoreError, RuntimeError, OSError) as exc:
+        print(f"gnnssd: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("gnnssd: interrupted; the last checkpoint and any previous store are intact",
+              file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,195 @@
+"""The training configuration: one YAML or TOML file, validated into typed objects.
+
+Every key is checked against the dataclasses below: an unknown key, a missing
+required key or a value of the wrong type or range is a ConfigError naming the key
+(as a dotted path) and what was expected.
+"""
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A configuration key or value is wrong; the message names the key."""
+
+
+def _positive(value: Any) -> bool:
+    return value > 0
+
+
+def _non_negative(value: Any) -> bool:
+    return value >= 0
+
+
+def _check(check: typing.Callable[[Any], bool], expected: str) -> dict[str, Any]:
+    return {"check": check, "expected": expected}
+
+
+@dataclass
+class ModelConfig:
+    name: Literal["sage", "gcn", "gat"] = "sage"
+    hidden: int = field(default=256, metadata=_check(_positive, "a positive integer"))
+    layers: int = field(default=2, metadata=_check(_positive, "a positive integer"))
+    dropout: float = field(default=0.5, metadata=_check(lambda v: 0 <= v < 1, "in [0, 1)"))
+    heads: int = field(default=4, metadata=_check(_positive, "a positive integer"))
+
+
+@dataclass
+class SamplerConfig:
+    fanouts: list[int] = field(default_factory=lambda: [10, 10], metadata=_check(
+        lambda v: len(v) > 0 and all(f == -1 or f > 0 for f in v),
+        "a non-empty list of positive fanouts (-1 = all neighbours)"))
+    batch_size: int = field(default=1024, metadata=_check(_positive, "a positive integer"))
+    #: Fanouts for evaluation and prediction; default: all neighbours.
+    eval_fanouts: list[int] | None = None
+    eval_batch_size: int = field(default=4096, metadata=_check(_positive, "a positive integer"))
+
+
+@dataclass
+class TrainConfig:
+    epochs: int = field(default=10, metadata=_check(_positive, "a positive integer"))
+    lr: float = field(default=0.003, metadata=_check(_positive, "a positive number"))
+    weight_decay: float = field(default=0.0, metadata=_check(_non_negative, "non-negative"))
+    eval_every: int = field(default=1, metadata=_check(_positive, "a positive integer"))
+    progress: bool = True
+
+
+@dataclass
+class Config:
+    store: str
+    run_dir: str
+    features: Literal["memory"] = "memory"
+    seed: int = 0
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    model: ModelConfig = field(default_factory=ModelConfig)
+    sampler: SamplerConfig = field(default_factory=SamplerConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    #: Where the file was read from: relative paths inside it are relative to its folder.
+    base_dir: Path = field(default=Path("."), metadata={"internal": True})
+
+    def store_path(self) -> Path:
+        return self.base_dir / self.store
+
+    def run_path(self) -> Path:
+        return self.base_dir / self.run_dir
+
+    def validate(self) -> None:
+        n_layers = self.model.layers
+        if len(self.sampler.fanouts) != n_layers:
+            raise ConfigError(f"sampler.fanouts: {len(self.sampler.fanouts)} fanouts for "
+                              f"model.layers = {n_layers}; give one fanout per layer")
+        if self.sampler.eval_fanouts is not None and len(self.sampler.eval_fanouts) != n_layers:
+            raise ConfigError(f"sampler.eval_fanouts: {len(self.sampler.eval_fanouts)} fanouts "
+                              f"for model.layers = {n_layers}")
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data.pop("base_dir")
+        return data
+
+
+def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Config:
+    """Read a .yaml/.yml/.toml file into a Config; `overrides` are dotted keys."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such config file")
+    text = path.read_text()
+    try:
+        if path.suffix == ".toml":
+            data = tomllib.loads(text)
+        elif path.suffix in (".yaml", ".yml"):
+            data = yaml.safe_load(text) or {}
+        else:
+            raise ConfigError(f"{path}: unknown config format {path.suffix!r}; use .yaml or .toml")
+    except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{path}: not valid {path.suffix[1:].upper()}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of keys at the top level")
+    for dotted, value in (overrides or {}).items():
+        _set_dotted(data, dotted, value)
+    try:
+        config = config_from_dict(data, base_dir=path.parent)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    return config
+
+
+def config_from_dict(data: dict[str, Any], base_dir: Path = Path(".")) -> Config:
+    config = _build(Config, data, "")
+    config.base_dir = base_dir
+    config.validate()
+    return config
+
+
+def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, last = dotted.split(".")
+    for key in parents:
+        data = data.setdefault(key, {})
+    data[last] = value
+
+
+def _build(cls: type, data: Any, prefix: str) -> Any:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{prefix.rstrip('.') or 'config'}: expected a mapping, got {data!r}")
+    fields = {f.name: f for f in dataclasses.fields(cls) if not f.metadata.get("internal")}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise ConfigError(f"{prefix}{unknown[0]}: unknown key; expected one of {sorted(fields)}")
+    hints = typing.get_type_hints(cls)
+    values = {}
+    for name, f in fields.items():
+        key = prefix + name
+        if name not in data:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise ConfigError(f"{key}: required key missing")
+            continue
+        value = _convert(hints[name], data[name], key)
+        if "check" in f.metadata and value is not None and not f.metadata["check"](value):
+            raise ConfigError(f"{key}: {data[name]!r} is invalid; expected {f.metadata['expected']}")
+        values[name] = value
+    return cls(**values)
+
+
+def _convert(hint: Any, value: Any, key: str) -> Any:
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if dataclasses.is_dataclass(hint):
+        return _build(hint, value, key + ".")
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        (inner,) = [a for a in args if a is not type(None)]
+        return _convert(inner, value, key)
+    if origin is Literal:
+        if value not in args:
+            raise ConfigError(f"{key}: {value!r} is invalid; expected one of {list(args)}")
+        return value
+    if origin is list:
+        if not isinstance(value, list):
+            raise ConfigError(f"{key}: {value!r} is invalid; expected a list")
+        return [_convert(args[0], item, f"{key}[{i}]") for i, item in enumerate(value)]
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key}: {value!r} is invalid; expected true or false")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{key}: {value!r} is invalid; expected an integer")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{key}: {value!r} is invalid; expected a number")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{key}: {value!r} is invalid; expected a string")
+        return value
+    raise TypeError(f"config field {key} has unsupported type {hint}")

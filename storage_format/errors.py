@@ -1,0 +1,9 @@
+"""Errors that name what is wrong: the file, the key or value, and what was expected."""
+
+
+class StoreError(Exception):
+    """A store on disk is missing, incomplete, corrupt or of an unknown format."""
+
+
+class DatasetError(ValueError):
+    """Input data given to preprocess is malformed (shape, range, values, files)."""

@@ -1,0 +1,48 @@
+"""The store's manifest: what a complete store holds, written last and atomically."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from .errors import StoreError
+
+FORMAT_NAME = "gnnssd-store"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+FEATURES = "features.bin"
+PAGE = 4096
+
+# The store's files other than features.bin, all NumPy .npy.
+ARRAY_FILES = ("indptr", "indices", "labels", "perm", "inv", "train_idx", "valid_idx", "test_idx")
+REQUIRED_KEYS = ("format", "format_version", "num_nodes", "num_edges", "num_classes",
+                 "features", "files", "order")
+
+
+def read_manifest(store_dir: Path) -> dict[str, Any]:
+    """Load and check the manifest; a store without one is incomplete and refused."""
+    path = store_dir / MANIFEST
+    if not store_dir.is_dir():
+        raise StoreError(f"{store_dir}: no such store directory")
+    if not path.is_file():
+        partial = " (a preprocess into it did not finish)" if any(store_dir.iterdir()) else ""
+        raise StoreError(f"{path}: missing; {store_dir} is not a complete store{partial}")
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise StoreError(f"{path}: unreadable manifest: {exc}") from exc
+    if not isinstance(manifest, dict):
+        raise StoreError(f"{path}: expected a JSON object, got {type(manifest).__name__}")
+    missing = [k for k in REQUIRED_KEYS if k not in manifest]
+    if missing:
+        raise StoreError(f"{path}: missing keys {missing}")
+    if manifest["format"] != FORMAT_NAME:
+        raise StoreError(f"{path}: format {manifest['format']!r}, expected {FORMAT_NAME!r}")
+    if manifest["format_version"] != FORMAT_VERSION:
+        raise StoreError(f"{path}: format_version {manifest['format_version']}, this gnnssd "
+                         f"reads version {FORMAT_VERSION}; rerun `gnnssd preprocess`")
+    expected_files = {FEATURES, *(f"{name}.npy" for name in ARRAY_FILES)}
+    absent = sorted(expected_files - set(manifest["files"]))
+    if absent:
+        raise StoreError(f"{path}: 'files' lacks {absent}")
+    return manifest

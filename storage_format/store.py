@@ -1,0 +1,160 @@
+"""Reading a store: the manifest, the topology and metadata arrays, and the feature file."""
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .atomic import crc32_of_file
+from .errors import StoreError
+from .manifest import FEATURES, read_manifest
+
+
+class Store:
+    """A complete store directory, opened read-only.
+
+    Opening checks the manifest, every file's size, and the checksums of all files
+    except features.bin (cheap next to loading them); `verify()` also checks
+    features.bin, which may be far larger than memory.
+    """
+
+    def __init__(self, path: Path, manifest: dict[str, Any]):
+        self.path = path
+        self.manifest = manifest
+
+    @classmethod
+    def open(cls, path: str | Path, verify: bool = False) -> "Store":
+        path = Path(path)
+        store = cls(path, read_manifest(path))
+        store._check_sizes()
+        for name in store.manifest["files"]:
+            if name != FEATURES:
+                store._check_crc(name)
+        if verify:
+            store._check_crc(FEATURES)
+        return store
+
+    def verify(self) -> list[str]:
+        """Check every file's checksum; returns the names checked, raises on the first bad one."""
+        self._check_sizes()
+        for name in self.manifest["files"]:
+            self._check_crc(name)
+        return sorted(self.manifest["files"])
+
+    def _check_sizes(self) -> None:
+        for name, meta in self.manifest["files"].items():
+            file = self.path / name
+            if not file.is_file():
+                raise StoreError(f"{file}: missing from the store")
+            size = file.stat().st_size
+            if size != meta["size"]:
+                raise StoreError(f"{file}: size {size} bytes, manifest says {meta['size']} "
+                                 "(truncated or overwritten)")
+
+    def _check_crc(self, name: str) -> None:
+        file = self.path / name
+        crc = crc32_of_file(file)
+        if crc != self.manifest["files"][name]["crc32"]:
+            raise StoreError(f"{file}: checksum mismatch (crc32 {crc:#010x}, manifest "
+                             f"{self.manifest['files'][name]['crc32']:#010x}); the file is corrupt")
+
+    def _array(self, name: str) -> np.ndarray:
+        return np.load(self.path / f"{name}.npy", mmap_mode="r")
+
+    # Topology and metadata (memory-mapped .npy files).
+    @cached_property
+    def indptr(self) -> np.ndarray:
+        return self._array("indptr")
+
+    @cached_property
+    def indices(self) -> np.ndarray:
+        return self._array("indices")
+
+    @cached_property
+    def labels(self) -> np.ndarray:
+        return self._array("labels")
+
+    @cached_property
+    def perm(self) -> np.ndarray:
+        """perm[store_id] = original node ID."""
+        return self._array("perm")
+
+    @cached_property
+    def inv(self) -> np.ndarray:
+        """inv[original_id] = store node ID."""
+        return self._array("inv")
+
+    @cached_property
+    def train_idx(self) -> np.ndarray:
+        return self._array("train_idx")
+
+    @cached_property
+    def valid_idx(self) -> np.ndarray:
+        return self._array("valid_idx")
+
+    @cached_property
+    def test_idx(self) -> np.ndarray:
+        return self._array("test_idx")
+
+    def split(self, name: str) -> np.ndarray:
+        if name not in ("train", "valid", "test"):
+            raise ValueError(f"split {name!r}: expected 'train', 'valid' or 'test'")
+        return getattr(self, f"{name}_idx")
+
+    # Scalars.
+    @property
+    def num_nodes(self) -> int:
+        return int(self.manifest["num_nodes"])
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.manifest["num_edges"])
+
+    @property
+    def num_classes(self) -> int:
+        return int(self.manifest["num_classes"])
+
+    @property
+    def feat_dim(self) -> int:
+        return int(self.manifest["features"]["dim"])
+
+    @property
+    def feat_dtype(self) -> np.dtype:
+        return np.dtype(self.manifest["features"]["dtype"])
+
+    @property
+    def row_bytes(self) -> int:
+        return int(self.manifest["features"]["row_bytes"])
+
+    @property
+    def features_path(self) -> Path:
+        return self.path / FEATURES
+
+    @property
+    def feature_bytes(self) -> int:
+        """Bytes of feature rows (without the page padding at the end of the file)."""
+        return self.num_nodes * self.row_bytes
+
+    def features_memmap(self) -> np.memmap:
+        """The feature matrix (num_nodes, dim), memory-mapped: pages load on access."""
+        return np.memmap(self.features_path, dtype=self.feat_dtype, mode="r",
+                         shape=(self.num_nodes, self.feat_dim))
+
+    def summary(self) -> str:
+        m = self.manifest
+        lines = [
+            f"store        {self.path}",
+            f"name         {m.get('name', '?')}",
+            f"nodes        {self.num_nodes:,}",
+            f"edges        {self.num_edges:,} (in-edges, CSC; indices {self.indices.dtype})",
+            f"features     {self.feat_dim} x {self.feat_dtype} = {self.row_bytes} B/row, "
+            f"{self.feature_bytes / 2**20:,.1f} MiB",
+            f"classes      {self.num_classes}",
+            f"splits       train {len(self.train_idx):,} / valid {len(self.valid_idx):,} / "
+            f"test {len(self.test_idx):,}",
+            f"node order   {m['order']}",
+            f"created      {m.get('created', '?')} by gnnssd {m.get('gnnssd_version', '?')}",
+        ]
+        return "\n".join(lines)

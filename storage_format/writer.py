@@ -1,0 +1,358 @@
+"""Writing a store from a DatasetSource: streamed, validated, atomic and resumable.
+
+The store is built in a hidden sibling directory `.NAME.partial`, which is swapped
+into place only once complete (manifest last). A preprocess that dies leaves any
+previous store untouched; rerun with the same inputs and it resumes the feature
+copy from the last chunk that reached the disk.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import mmap
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from .atomic import ChecksummedWriter, atomic_write_json, crc32_of_file, fsync_dir
+from .csc import csc_from_edges, renumber_csc
+from .errors import DatasetError
+from .manifest import ARRAY_FILES, FEATURES, FORMAT_NAME, FORMAT_VERSION, MANIFEST, PAGE
+from .order import compute_order
+from .source import DatasetSource
+
+log = logging.getLogger(__name__)
+
+FEATURE_DTYPES = ("float32", "float16")
+PROGRESS = "progress.json"
+STAGED_FEATURES = "features.original-order.bin"
+CHUNK_BYTES = 16 << 20
+
+
+def write_store(out: str | Path, source: DatasetSource, order: str = "original",
+                dtype: str = "float32", progress: Callable[[str, int, int], None] | None = None,
+                ) -> Path:
+    """Preprocess `source` into the store directory `out`; returns its path."""
+    out = Path(out)
+    if dtype not in FEATURE_DTYPES:
+        raise DatasetError(f"dtype {dtype!r}: expected one of {FEATURE_DTYPES}")
+    _restore_interrupted_swap(out)
+    params = {"source": source.describe(), "order": order, "dtype": dtype}
+    partial = _open_partial_dir(out, params)
+    notify = progress or (lambda stage, done, total: None)
+
+    n = source.num_nodes
+    labels = _checked_labels(source)
+    splits = _checked_splits(source, labels)
+    num_classes = int(labels.max()) + 1 if (labels >= 0).any() else 0
+    notify("topology", 0, 1)
+    indptr, indices = _checked_csc(source)
+    perm = compute_order(order, indptr, indices, train_idx=splits["train"])
+    inv = np.empty(n, dtype=np.int64)
+    inv[perm] = np.arange(n, dtype=np.int64)
+    if order != "original":
+        indptr, indices = renumber_csc(indptr, indices, perm, inv)
+    notify("topology", 1, 1)
+
+    row_bytes = source.feat_dim * np.dtype(dtype).itemsize
+    files: dict[str, dict[str, int]] = {}
+    if order == "original":
+        files[FEATURES] = _stream_features(partial, FEATURES, source, dtype, notify)
+    else:
+        _stream_features(partial, STAGED_FEATURES, source, dtype, notify)
+        files[FEATURES] = _gather_features(partial, perm, n, row_bytes, notify)
+        (partial / STAGED_FEATURES).unlink(missing_ok=True)  # gone if a resumed run got past this
+
+    arrays = {"indptr": indptr, "indices": indices, "labels": labels[perm],
+              "perm": perm, "inv": inv,
+              **{f"{k}_idx": np.sort(inv[v]) for k, v in splits.items()}}
+    assert set(arrays) == set(ARRAY_FILES)
+    for name, array in arrays.items():
+        files[f"{name}.npy"] = _save_array(partial / f"{name}.npy", array)
+
+    manifest: dict[str, Any] = {
+        "format": FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        "name": source.name,
+        "num_nodes": n,
+        "num_edges": int(indices.shape[0]),
+        "num_classes": num_classes,
+        "features": {"file": FEATURES, "dim": source.feat_dim, "dtype": dtype,
+                     "row_bytes": row_bytes, "offset": 0, "alignment": PAGE},
+        "order": order,
+        "files": files,
+        "preprocess": params,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "gnnssd_version": _version(),
+    }
+    (partial / PROGRESS).unlink()
+    atomic_write_json(partial / MANIFEST, manifest)
+    _swap_into_place(partial, out)
+    return out
+
+
+def _version() -> str:
+    from gnnssd import __version__
+    return __version__
+
+
+# --- the partial directory, resume and the final swap -------------------------------
+
+def _partial_dir(out: Path) -> Path:
+    return out.parent / f".{out.name}.partial"
+
+
+def _old_dir(out: Path) -> Path:
+    return out.parent / f".{out.name}.old"
+
+
+def _open_partial_dir(out: Path, params: dict[str, Any]) -> Path:
+    """Reuse a partial directory left by an identical interrupted run, else start afresh."""
+    partial = _partial_dir(out)
+    progress_file = partial / PROGRESS
+    if partial.exists():
+        try:
+            same = json.loads(progress_file.read_text()).get("params") == params
+        except (OSError, ValueError):
+            same = False
+        if same:
+            log.info("resuming the interrupted preprocess in %s", partial)
+            return partial
+        shutil.rmtree(partial)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial.mkdir()
+    atomic_write_json(progress_file, {"params": params, "files": {}})
+    return partial
+
+
+def _restore_interrupted_swap(out: Path) -> None:
+    """A crash between the two renames of the swap leaves the old store at .NAME.old."""
+    old = _old_dir(out)
+    if old.exists():
+        if out.exists():
+            shutil.rmtree(old)
+        else:
+            os.rename(old, out)
+
+
+def _swap_into_place(partial: Path, out: Path) -> None:
+    old = _old_dir(out)
+    if out.exists():
+        os.rename(out, old)
+    os.rename(partial, out)
+    fsync_dir(out.parent)
+    if old.exists():
+        shutil.rmtree(old)
+
+
+def _record_progress(partial: Path, name: str, state: dict[str, int]) -> None:
+    progress = json.loads((partial / PROGRESS).read_text())
+    progress["files"][name] = state
+    atomic_write_json(partial / PROGRESS, progress)
+
+
+def _resume_state(partial: Path, name: str) -> dict[str, int]:
+    progress = json.loads((partial / PROGRESS).read_text())
+    return progress["files"].get(name, {"rows": 0, "size": 0, "crc32": 0, "done": 0})
+
+
+# --- validation ------------------------------------------------------------------------
+
+def _checked_labels(source: DatasetSource) -> np.ndarray:
+    labels = np.asarray(source.load_labels())
+    n = source.num_nodes
+    if labels.shape != (n,):
+        raise DatasetError(f"{source.name}: labels have shape {labels.shape}, expected ({n},)")
+    if labels.dtype.kind == "f":
+        if not np.all(np.isnan(labels) | (labels == np.round(labels))):
+            raise DatasetError(f"{source.name}: labels must be integers, got fractional values")
+        labels = np.where(np.isnan(labels), -1, labels)
+    elif labels.dtype.kind not in "iub":
+        raise DatasetError(f"{source.name}: labels have dtype {labels.dtype}, expected integers")
+    labels = labels.astype(np.int64)
+    bad = np.flatnonzero(labels < -1)
+    if bad.size:
+        raise DatasetError(f"{source.name}: label {labels[bad[0]]} of node {bad[0]} is out of "
+                           "range (classes are 0..C-1, -1 marks unlabelled)")
+    return labels
+
+
+def _checked_splits(source: DatasetSource, labels: np.ndarray) -> dict[str, np.ndarray]:
+    n = source.num_nodes
+    raw = source.load_splits()
+    unknown = set(raw) - {"train", "valid", "test"}
+    if unknown or "train" not in raw:
+        raise DatasetError(f"{source.name}: splits {sorted(raw)}; expected 'train' and "
+                           "optionally 'valid', 'test'")
+    splits = {}
+    owner = np.full(n, -1, dtype=np.int8)
+    for k, name in enumerate(("train", "valid", "test")):
+        ids = np.asarray(raw.get(name, np.empty(0, np.int64)))
+        if ids.ndim != 1 or (ids.size and ids.dtype.kind not in "iu"):
+            raise DatasetError(f"{source.name}: split {name!r} must be a 1-D integer array of "
+                               f"node IDs, got shape {ids.shape} dtype {ids.dtype}")
+        ids = ids.astype(np.int64)
+        out_of_range = ids[(ids < 0) | (ids >= n)]
+        if out_of_range.size:
+            raise DatasetError(f"{source.name}: split {name!r} holds node {out_of_range[0]}, "
+                               f"outside 0..{n - 1}")
+        if np.unique(ids).size != ids.size:
+            raise DatasetError(f"{source.name}: split {name!r} lists a node twice")
+        clash = ids[owner[ids] >= 0]
+        if clash.size:
+            other = ("train", "valid", "test")[owner[clash[0]]]
+            raise DatasetError(f"{source.name}: node {clash[0]} is in both split {other!r} and "
+                               f"split {name!r}; splits must not overlap")
+        owner[ids] = k
+        unlabelled = ids[labels[ids] < 0]
+        if unlabelled.size:
+            raise DatasetError(f"{source.name}: node {unlabelled[0]} of split {name!r} has no "
+                               "label (-1)")
+        splits[name] = ids
+    if splits["train"].size == 0:
+        raise DatasetError(f"{source.name}: split 'train' is empty")
+    return splits
+
+
+def _checked_csc(source: DatasetSource) -> tuple[np.ndarray, np.ndarray]:
+    n = source.num_nodes
+    src, dst = (np.asarray(a) for a in source.load_edges())
+    if src.shape != dst.shape or src.ndim != 1:
+        raise DatasetError(f"{source.name}: edge endpoint arrays have shapes {src.shape} and "
+                           f"{dst.shape}, expected two equal 1-D arrays")
+    for side, ends in (("source", src), ("destination", dst)):
+        if ends.size and ends.dtype.kind not in "iu":
+            raise DatasetError(f"{source.name}: edge {side}s have dtype {ends.dtype}, "
+                               "expected integers")
+        bad = np.flatnonzero((ends < 0) | (ends >= n))
+        if bad.size:
+            raise DatasetError(f"{source.name}: edge {bad[0]} has {side} {ends[bad[0]]}, "
+                               f"outside the node range 0..{n - 1}")
+    # int32 endpoints stay int32: the topology is the one thing preprocess holds in memory.
+    dtype = np.int32 if src.dtype == dst.dtype == np.int32 else np.int64
+    src, dst = src.astype(dtype, copy=False), dst.astype(dtype, copy=False)
+    if source.symmetric:
+        src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
+    return csc_from_edges(src, dst, n)
+
+
+def _checked_chunk(source: DatasetSource, chunk: np.ndarray, start: int,
+                   dtype: str) -> np.ndarray:
+    if chunk.ndim != 2 or chunk.shape[1] != source.feat_dim:
+        raise DatasetError(f"{source.name}: feature rows from {start} have shape {chunk.shape}, "
+                           f"expected (rows, {source.feat_dim})")
+    if chunk.dtype.kind not in "fiub":
+        raise DatasetError(f"{source.name}: features have dtype {chunk.dtype}, expected numbers")
+    converted = np.ascontiguousarray(chunk, dtype=dtype)
+    finite = np.isfinite(converted)
+    if not finite.all():
+        row, col = np.argwhere(~finite)[0]
+        value = chunk[row, col]
+        why = "does not fit float16" if np.isfinite(value) else "is not finite"
+        raise DatasetError(f"{source.name}: feature value {value} at node {start + row}, "
+                           f"column {col} {why}")
+    return converted
+
+
+# --- features --------------------------------------------------------------------------
+
+def _chunk_rows(row_bytes: int) -> int:
+    return max(1, CHUNK_BYTES // max(row_bytes, 1))
+
+
+def _open_resumable(partial: Path, name: str) -> tuple[ChecksummedWriter, int]:
+    """Open `name` for appending at the last durable chunk recorded for it."""
+    state = _resume_state(partial, name)
+    path = partial / name
+    f = open(path, "r+b" if path.exists() else "w+b")
+    f.truncate(state["size"])
+    f.seek(state["size"])
+    return ChecksummedWriter(f, state["crc32"], state["size"]), state["rows"]
+
+
+def _finish_features(partial: Path, name: str, writer: ChecksummedWriter, rows: int) -> dict[str, int]:
+    pad = -writer.size % PAGE
+    writer.write(bytes(pad))
+    writer.sync()
+    writer.file.close()
+    meta = {"size": writer.size, "crc32": writer.crc}
+    _record_progress(partial, name, {"rows": rows, **meta, "done": 1})
+    return meta
+
+
+def _stream_features(partial: Path, name: str, source: DatasetSource, dtype: str,
+                     notify: Callable[[str, int, int], None]) -> dict[str, int]:
+    n = source.num_nodes
+    state = _resume_state(partial, name)
+    if state["done"]:
+        return {"size": state["size"], "crc32": state["crc32"]}
+    writer, row = _open_resumable(partial, name)
+    chunk_rows = _chunk_rows(source.feat_dim * np.dtype(dtype).itemsize)
+    for chunk in source.feature_chunks(row, chunk_rows):
+        if row + len(chunk) > n:
+            raise DatasetError(f"{source.name}: more feature rows than the {n} nodes")
+        writer.write(_checked_chunk(source, np.asarray(chunk), row, dtype).data)
+        row += len(chunk)
+        writer.sync()
+        _record_progress(partial, name, {"rows": row, "size": writer.size,
+                                         "crc32": writer.crc, "done": 0})
+        notify("features", row, n)
+    if row != n:
+        raise DatasetError(f"{source.name}: {row} feature rows for {n} nodes")
+    return _finish_features(partial, name, writer, row)
+
+
+def _gather_features(partial: Path, perm: np.ndarray, n: int, row_bytes: int,
+                     notify: Callable[[str, int, int], None]) -> dict[str, int]:
+    """Write rows in store order, reading them from the staged original-order file.
+
+    Rows are read with pread, runs of consecutive rows at once. (Gathering through
+    mmap would be simpler, but each fault maps a whole page-cache folio, so resident
+    memory would approach the file's size.)
+    """
+    state = _resume_state(partial, FEATURES)
+    if state["done"]:
+        return {"size": state["size"], "crc32": state["crc32"]}
+    writer, row = _open_resumable(partial, FEATURES)
+    chunk_rows = _chunk_rows(row_bytes)
+    fd = os.open(partial / STAGED_FEATURES, os.O_RDONLY)
+    try:
+        while row < n:
+            ids = perm[row:row + chunk_rows]
+            writer.write(_pread_rows(fd, ids, row_bytes).data)
+            row += len(ids)
+            writer.sync()
+            _record_progress(partial, FEATURES, {"rows": row, "size": writer.size,
+                                                 "crc32": writer.crc, "done": 0})
+            notify("reorder", row, n)
+    finally:
+        os.close(fd)
+    return _finish_features(partial, FEATURES, writer, row)
+
+
+def _pread_rows(fd: int, ids: np.ndarray, row_bytes: int) -> np.ndarray:
+    """Rows `ids` of a fixed-stride file, in the order given."""
+    order = np.argsort(ids, kind="stable")
+    wanted = ids[order]
+    run_starts = np.flatnonzero(np.diff(wanted, prepend=-2) != 1)
+    run_ends = np.append(run_starts[1:], len(wanted))
+    rows = np.empty((len(ids), row_bytes), dtype=np.uint8)
+    for lo, hi in zip(run_starts.tolist(), run_ends.tolist()):
+        target = memoryview(rows[lo:hi]).cast("B")
+        if os.preadv(fd, [target], int(wanted[lo]) * row_bytes) != target.nbytes:
+            raise OSError(f"short read of staged features at row {wanted[lo]}")
+    out = np.empty_like(rows)
+    out[order] = rows
+    return out
+
+
+def _save_array(path: Path, array: np.ndarray) -> dict[str, int]:
+    with open(path, "wb") as f:
+        np.save(f, np.ascontiguousarray(array))
+        f.flush()
+        os.fsync(f.fileno())
+    return {"size": path.stat().st_size, "crc32": crc32_of_file(path)}

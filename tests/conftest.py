@@ -1,0 +1,35 @@
+"""Shared fixtures: the real datasets beside the repository and small generated stores."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared" / "datasets"
+
+
+def shared_dataset(*parts: str) -> Path:
+    path = SHARED.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"shared dataset {'/'.join(parts)} not present beside the repository")
+    return path
+
+
+@pytest.fixture(scope="session")
+def planetoid_root() -> Path:
+    return shared_dataset("planetoid")
+
+
+def random_graph_arrays(num_nodes: int = 300, num_edges: int = 2000, dim: int = 8,
+                        classes: int = 4, seed: int = 0) -> dict:
+    """A random labelled graph as plain arrays (input for ArraySource)."""
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(num_nodes)
+    return {
+        "features": rng.standard_normal((num_nodes, dim)).astype(np.float32),
+        "edges": (rng.integers(num_nodes, size=num_edges), rng.integers(num_nodes, size=num_edges)),
+        "labels": rng.integers(classes, size=num_nodes),
+        "splits": {"train": order[:100], "valid": order[100:150], "test": order[150:200]},
+    }
