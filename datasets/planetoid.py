@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import pickle
+import warnings
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -69,7 +70,9 @@ class PlanetoidSource:
     def _load(self, part: str) -> Any:
         path = require_file(self._file(part))
         try:
-            with open(path, "rb") as f:
+            with open(path, "rb") as f, warnings.catch_warnings():
+                # The 2016 pickles name scipy.sparse.csr, which SciPy now flags as deprecated.
+                warnings.simplefilter("ignore", DeprecationWarning)
                 return pickle.load(f, encoding="latin1")
         except Exception as exc:  # a damaged pickle can raise almost anything
             raise DatasetError(f"{path}: not a readable Planetoid pickle ({type(exc).__name__}: "

@@ -68,6 +68,9 @@ class Config:
     run_dir: str
     features: Literal["memory"] = "memory"
     seed: int = 0
+    #: Bit-identical reruns: one CPU thread for torch and DGL kernels, whose parallel
+    #: reductions otherwise sum in a varying order (runs then agree only to rounding).
+    deterministic: bool = False
     device: Literal["auto", "cpu", "cuda"] = "auto"
     model: ModelConfig = field(default_factory=ModelConfig)
     sampler: SamplerConfig = field(default_factory=SamplerConfig)

@@ -53,7 +53,9 @@ class MemoryLoader:
 
     def batches(self, nodes: np.ndarray, fanouts: list[int], batch_size: int,
                 shuffle: bool) -> Iterator[Batch]:
-        sampler = dgl.dataloading.NeighborSampler(fanouts)
+        # DGL's fused CSC sampler draws differently from run to run with several OpenMP
+        # threads; the unfused one repeats exactly for a given dgl.seed.
+        sampler = dgl.dataloading.NeighborSampler(fanouts, fused=False)
         ids = torch.from_numpy(np.asarray(nodes)).to(self.graph.idtype)
         loader = dgl.dataloading.DataLoader(self.graph, ids, sampler, batch_size=batch_size,
                                             shuffle=shuffle, drop_last=False)

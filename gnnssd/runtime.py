@@ -48,6 +48,12 @@ def seed_everything(seed: int) -> None:
     dgl.seed(seed)
 
 
+def use_single_thread() -> None:
+    """Make CPU kernels run in a fixed order (see Config.deterministic)."""
+    torch.set_num_threads(1)
+    dgl.utils.set_num_threads(1)
+
+
 def epoch_seed(seed: int, epoch: int) -> int:
     """The seed of one epoch: a resumed run draws exactly what an uninterrupted one would."""
     return (seed * 1_000_003 + epoch) % 2**63

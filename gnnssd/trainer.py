@@ -18,13 +18,13 @@ from .checkpoint import MetricsLog, load_checkpoint, save_checkpoint
 from .config import Config, ConfigError, load_config
 from .memory_loader import MemoryLoader
 from .models import build_model
-from .runtime import epoch_seed, seed_everything, select_device
+from .runtime import epoch_seed, seed_everything, select_device, use_single_thread
 from .timing import StageTimer
 
 log = logging.getLogger("gnnssd.trainer")
 
 # Parts of the config a resumed run must share with the run that wrote the checkpoint.
-RESUME_KEYS = ("store", "features", "seed", "model", "sampler")
+RESUME_KEYS = ("store", "features", "seed", "deterministic", "model", "sampler")
 
 
 class Trainer:
@@ -42,10 +42,12 @@ class Trainer:
         if self.store.num_classes < 2:
             raise ConfigError(f"store {cfg.store}: {self.store.num_classes} classes; need >= 2")
         self.device = select_device(cfg.device)
+        if cfg.deterministic:
+            use_single_thread()
         seed_everything(cfg.seed)
         self.timer = StageTimer()
         self.loader = MemoryLoader(self.store, self.device, self.timer)
-        self.labels = torch.from_numpy(np.asarray(self.store.labels, dtype=np.int64))
+        self.labels = torch.from_numpy(np.array(self.store.labels, dtype=np.int64))
         self.model = build_model(cfg.model, self.store.feat_dim, self.store.num_classes).to(self.device)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.train.lr,
                                           weight_decay=cfg.train.weight_decay)

@@ -1,0 +1,57 @@
+"""Config files: YAML and TOML into typed objects, errors that name the key."""
+from __future__ import annotations
+
+import pytest
+
+from gnnssd.config import ConfigError, config_from_dict, load_config
+
+BASE = {"store": "s", "run_dir": "r"}
+
+
+def test_yaml_and_toml_agree(tmp_path):
+    (tmp_path / "c.yaml").write_text("store: s\nrun_dir: r\nmodel:\n  name: gat\n  heads: 2\n"
+                                     "sampler:\n  fanouts: [5, -1]\n")
+    (tmp_path / "c.toml").write_text('store = "s"\nrun_dir = "r"\n[model]\nname = "gat"\nheads = 2\n'
+                                     "[sampler]\nfanouts = [5, -1]\n")
+    a, b = load_config(tmp_path / "c.yaml"), load_config(tmp_path / "c.toml")
+    assert a.to_dict() == b.to_dict()
+    assert a.model.name == "gat" and a.sampler.fanouts == [5, -1] and a.train.epochs == 10
+    assert a.store_path() == tmp_path / "s"
+
+
+@pytest.mark.parametrize("data, message", [
+    ({**BASE, "modle": {}}, "modle: unknown key"),
+    ({**BASE, "model": {"hiden": 3}}, "model.hiden: unknown key"),
+    ({**BASE, "model": {"hidden": 0}}, "model.hidden: 0 is invalid; expected a positive integer"),
+    ({**BASE, "model": {"hidden": "big"}}, "model.hidden: 'big' is invalid; expected an integer"),
+    ({**BASE, "model": {"name": "gin"}}, "model.name: 'gin' is invalid; expected one of"),
+    ({**BASE, "model": {"dropout": 1.5}}, r"model.dropout: 1.5 is invalid; expected in \[0, 1\)"),
+    ({**BASE, "train": {"lr": True}}, "train.lr: True is invalid; expected a number"),
+    ({**BASE, "sampler": {"fanouts": [10, 0]}}, "sampler.fanouts: .* expected a non-empty list"),
+    ({**BASE, "sampler": {"fanouts": [10, "x"]}}, r"sampler.fanouts\[1\]: 'x' is invalid"),
+    ({**BASE, "sampler": {"fanouts": [10, 10, 10]}}, "sampler.fanouts: 3 fanouts for model.layers = 2"),
+    ({**BASE, "features": "disk"}, "features: 'disk' is invalid"),
+    ({"run_dir": "r"}, "store: required key missing"),
+    ({**BASE, "model": 3}, "model: expected a mapping"),
+])
+def test_bad_values_name_the_key(data, message):
+    with pytest.raises(ConfigError, match=message):
+        config_from_dict(data)
+
+
+def test_file_errors_name_the_file(tmp_path):
+    with pytest.raises(ConfigError, match="nope.yaml: no such config file"):
+        load_config(tmp_path / "nope.yaml")
+    (tmp_path / "bad.yaml").write_text("store: [unclosed\n")
+    with pytest.raises(ConfigError, match="bad.yaml: not valid YAML"):
+        load_config(tmp_path / "bad.yaml")
+    (tmp_path / "c.yaml").write_text("store: s\nrun_dir: r\ntrain: {epochs: -1}\n")
+    with pytest.raises(ConfigError, match="c.yaml: train.epochs: -1 is invalid"):
+        load_config(tmp_path / "c.yaml")
+
+
+def test_overrides_are_validated(tmp_path):
+    (tmp_path / "c.yaml").write_text("store: s\nrun_dir: r\n")
+    assert load_config(tmp_path / "c.yaml", {"train.epochs": 3}).train.epochs == 3
+    with pytest.raises(ConfigError, match="train.epoch: unknown key"):
+        load_config(tmp_path / "c.yaml", {"train.epoch": 3})

@@ -1,0 +1,108 @@
+"""In-memory training: accuracy, determinism, checkpoints and resume, original-ID predictions."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from dgl.utils import set_num_threads
+
+from gnnssd.config import ConfigError, config_from_dict
+from gnnssd.datasets import PlanetoidSource, synthetic_source
+from gnnssd.storage_format import write_store
+from gnnssd.trainer import Trainer
+
+
+@pytest.fixture(autouse=True)
+def restore_threads():
+    """deterministic=True pins torch and DGL to one thread; give later tests theirs back."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+    set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def tiny_store(tmp_path_factory):
+    return write_store(tmp_path_factory.mktemp("tiny") / "store", synthetic_source("tiny"), order="degree")
+
+
+def _config(store, run_dir, **sections):
+    data = {"store": str(store), "run_dir": str(run_dir), "seed": 7,
+            "model": {"name": "sage", "hidden": 32, "layers": 2},
+            "sampler": {"fanouts": [5, 5], "batch_size": 256},
+            "train": {"epochs": 3, "lr": 0.01, "progress": False}}
+    for key, value in sections.items():
+        data[key] = {**data.get(key, {}), **value} if isinstance(value, dict) else value
+    return config_from_dict(data)
+
+
+def _params(trainer):
+    return {k: v.clone() for k, v in trainer.model.state_dict().items()}
+
+
+@pytest.mark.parametrize("model", ["sage", "gcn", "gat"])
+def test_each_model_learns(tiny_store, tmp_path, model):
+    trainer = Trainer(_config(tiny_store, tmp_path / "run", model={"name": model},
+                              train={"epochs": 4}))
+    history = trainer.fit()
+    assert history[-1]["train_loss"] < history[0]["train_loss"]
+    assert trainer.evaluate("test")["accuracy"] > 0.4  # 8 classes: chance is 0.125
+
+
+def test_cora_graphsage_accuracy(planetoid_root, tmp_path):
+    store = write_store(tmp_path / "cora", PlanetoidSource(planetoid_root, "cora"))
+    trainer = Trainer(_config(store, tmp_path / "run", seed=0,
+                              model={"hidden": 64}, sampler={"fanouts": [10, 10], "batch_size": 140},
+                              train={"epochs": 40, "weight_decay": 5e-4}))
+    trainer.fit()
+    assert trainer.evaluate("test")["accuracy"] >= 0.75
+
+
+def test_same_seed_same_run(tiny_store, tmp_path):
+    a = Trainer(_config(tiny_store, tmp_path / "a", deterministic=True))
+    b = Trainer(_config(tiny_store, tmp_path / "b", deterministic=True))
+    ha, hb = a.fit(), b.fit()
+    assert [r["train_loss"] for r in ha] == [r["train_loss"] for r in hb]
+    for k, v in _params(a).items():
+        torch.testing.assert_close(v, _params(b)[k], rtol=0, atol=0)
+
+
+def test_resume_equals_uninterrupted_run(tiny_store, tmp_path):
+    straight = Trainer(_config(tiny_store, tmp_path / "straight", deterministic=True,
+                               train={"epochs": 4}))
+    straight.fit()
+    first = Trainer(_config(tiny_store, tmp_path / "split", deterministic=True, train={"epochs": 2}))
+    first.fit()
+    resumed = Trainer(_config(tiny_store, tmp_path / "split", deterministic=True,
+                              train={"epochs": 4}))
+    resumed.fit(resume=True)
+    for k, v in _params(straight).items():
+        torch.testing.assert_close(v, _params(resumed)[k], rtol=0, atol=0)
+    epochs = [r["epoch"] for r in resumed.metrics.read()]
+    assert epochs == [1, 2, 3, 4]
+
+
+def test_existing_checkpoint_needs_resume(tiny_store, tmp_path):
+    Trainer(_config(tiny_store, tmp_path / "run", train={"epochs": 1})).fit()
+    with pytest.raises(RuntimeError, match="holds a checkpoint of epoch 1; pass --resume"):
+        Trainer(_config(tiny_store, tmp_path / "run", train={"epochs": 2})).fit()
+
+
+def test_resume_with_other_model_is_refused(tiny_store, tmp_path):
+    Trainer(_config(tiny_store, tmp_path / "run", train={"epochs": 1})).fit()
+    other = Trainer(_config(tiny_store, tmp_path / "run", model={"hidden": 16}, train={"epochs": 2}))
+    with pytest.raises(ConfigError, match="model: the checkpoint .* was trained with"):
+        other.fit(resume=True)
+
+
+def test_predictions_are_in_original_ids(tiny_store, tmp_path):
+    """Scored against the generator's labels (original IDs), predictions match evaluate()."""
+    trainer = Trainer(_config(tiny_store, tmp_path / "run"))
+    trainer.fit()
+    source = synthetic_source("tiny")
+    test_original = source.load_splits()["test"]
+    predicted = trainer.predict(test_original)
+    accuracy = np.mean(predicted == source.load_labels()[test_original])
+    assert accuracy == pytest.approx(trainer.evaluate("test")["accuracy"], abs=1e-6)
+    everything = trainer.predict()
+    np.testing.assert_array_equal(everything[test_original], predicted)
