@@ -19,7 +19,7 @@ import numpy as np
 from gnnssd.storage_format import DatasetError
 
 FEATURE_BLOCK = 1 << 16  # rows generated per RNG stream: fixes the output whatever the chunking
-EDGE_BLOCK = 1 << 23
+EDGE_BLOCK = 1 << 20  # edges drawn per step: bounds the temporaries to ~50 MiB
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import yaml
 from gnnssd.storage_format import FEATURE_DTYPES, ORDERS, DatasetError, Store, StoreError, write_store
 
 from .config import ConfigError
-from .runtime import setup_logging
+from .logs import setup_logging
 
 
 def _source_from_args(args: argparse.Namespace) -> Any:

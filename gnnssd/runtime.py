@@ -1,4 +1,4 @@
-"""Process-wide set-up shared by every command: logging, device choice, seeding."""
+"""Process-wide set-up for training: device choice, seeding, thread counts."""
 from __future__ import annotations
 
 import logging
@@ -13,11 +13,6 @@ log = logging.getLogger("gnnssd")
 
 # DGL warns on every DataLoader that CPU affinity is off; it is a tuning hint, not a fault.
 warnings.filterwarnings("ignore", message="Dataloader CPU affinity opt is not enabled")
-
-
-def setup_logging(verbose: bool = False) -> None:
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
 
 
 def _dgl_has_cuda() -> bool:

@@ -16,43 +16,59 @@ def index_dtype(num_nodes: int) -> np.dtype:
 
 
 @numba.njit(cache=True)
-def _fill_csc(src, dst, indptr, indices):
+def _fill_csc(src, dst, symmetric, indptr, indices):
     cursor = indptr[:-1].copy()
     for e in range(src.shape[0]):
-        d = dst[e]
-        indices[cursor[d]] = src[e]
+        s, d = src[e], dst[e]
+        indices[cursor[d]] = s
         cursor[d] += 1
+        if symmetric:
+            indices[cursor[s]] = d
+            cursor[s] += 1
 
 
 @numba.njit(parallel=True, cache=True)
-def _sort_and_dedupe_rows(indptr, indices, dedupe, keep):
-    """Sort each node's sources; mark duplicates (keep[e] = False) when `dedupe`."""
-    n = indptr.shape[0] - 1
-    for v in numba.prange(n):
-        lo, hi = indptr[v], indptr[v + 1]
-        indices[lo:hi] = np.sort(indices[lo:hi])
-        if dedupe:
-            for e in range(lo + 1, hi):
-                if indices[e] == indices[e - 1]:
-                    keep[e] = False
+def _sort_rows(indptr, indices):
+    for v in numba.prange(indptr.shape[0] - 1):
+        indices[indptr[v]:indptr[v + 1]] = np.sort(indices[indptr[v]:indptr[v + 1]])
 
 
-def csc_from_edges(src: np.ndarray, dst: np.ndarray, num_nodes: int,
+@numba.njit(cache=True)
+def _drop_repeats(indptr, indices):
+    """Remove repeated sources within each (sorted) row, compacting in place."""
+    out = 0
+    start = indptr[0]
+    for v in range(indptr.shape[0] - 1):
+        end = indptr[v + 1]
+        for e in range(start, end):
+            if e == start or indices[e] != indices[e - 1]:
+                indices[out] = indices[e]
+                out += 1
+        start = end
+        indptr[v + 1] = out
+    return out
+
+
+def csc_from_edges(src: np.ndarray, dst: np.ndarray, num_nodes: int, symmetric: bool = False,
                    dedupe: bool = True) -> tuple[np.ndarray, np.ndarray]:
-    """Counting-sort edges (src -> dst) by destination: O(E) time, no E-sized sort keys."""
+    """Counting-sort edges (src -> dst, and dst -> src if `symmetric`) by destination.
+
+    O(E) time, and no memory beyond the output: no E-sized sort keys, no copy of the
+    edge list for the reverse direction, duplicates squeezed out in place.
+    """
     counts = np.bincount(dst, minlength=num_nodes).astype(np.int64)
+    if symmetric:
+        counts += np.bincount(src, minlength=num_nodes)
     indptr = np.zeros(num_nodes + 1, dtype=np.int64)
     np.cumsum(counts, out=indptr[1:])
-    indices = np.empty(src.shape[0], dtype=index_dtype(num_nodes))
-    _fill_csc(src, dst, indptr, indices)
-    keep = np.ones(indices.shape[0], dtype=np.bool_)
-    _sort_and_dedupe_rows(indptr, indices, dedupe, keep)
-    if not keep.all():
-        row_of_edge = np.repeat(np.arange(num_nodes), np.diff(indptr))
-        kept_per_row = np.bincount(row_of_edge[keep], minlength=num_nodes)
-        indptr = np.zeros(num_nodes + 1, dtype=np.int64)
-        np.cumsum(kept_per_row, out=indptr[1:])
-        indices = indices[keep]
+    del counts
+    indices = np.empty(int(indptr[-1]), dtype=index_dtype(num_nodes))
+    _fill_csc(src, dst, symmetric, indptr, indices)
+    _sort_rows(indptr, indices)
+    if dedupe:
+        kept = _drop_repeats(indptr, indices)
+        if kept < indices.shape[0]:
+            indices = indices[:kept].copy()
     return indptr, indices
 
 

@@ -235,9 +235,7 @@ def _checked_csc(source: DatasetSource) -> tuple[np.ndarray, np.ndarray]:
     # int32 endpoints stay int32: the topology is the one thing preprocess holds in memory.
     dtype = np.int32 if src.dtype == dst.dtype == np.int32 else np.int64
     src, dst = src.astype(dtype, copy=False), dst.astype(dtype, copy=False)
-    if source.symmetric:
-        src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
-    return csc_from_edges(src, dst, n)
+    return csc_from_edges(src, dst, n, symmetric=source.symmetric)
 
 
 def _checked_chunk(source: DatasetSource, chunk: np.ndarray, start: int,

@@ -1,0 +1,11 @@
+"""MP-DFG compiler: DGL-style message/reduce layers run as fused message passing.
+
+>>> layer = gnnssd.compiler.compile(GATConvUDF(16, 8, num_heads=4))
+>>> out = layer(block, feat); layer.explain()
+"""
+from .api import CompiledLayer, compile, pipeline
+from .errors import CaptureError
+from .layers import GATConvUDF, GraphConvUDF, SAGEConvUDF
+
+__all__ = ["compile", "CompiledLayer", "pipeline", "CaptureError", "SAGEConvUDF",
+           "GraphConvUDF", "GATConvUDF"]

@@ -1,0 +1,1 @@
+"""Fused CPU kernels for patterns DGL has no single kernel for."""
