@@ -24,7 +24,7 @@ system-deps:
 	  else echo "liburing-dev missing and not root: the I/O engine will use its thread-pool fallback"; fi; \
 	fi
 
-$(STAMP): pyproject.toml uv.lock $(wildcard setup.py io_engine/*.c io_engine/*.h io_engine/build_ffi.py)
+$(STAMP): pyproject.toml uv.lock setup.py io_engine/build_ffi.py $(wildcard io_engine/csrc/*)
 	$(UV) sync --frozen --reinstall-package gnnssd
 	@touch $@
 

@@ -1,0 +1,5 @@
+"""gnnssd.io_engine: batched O_DIRECT reads through io_uring (C, via cffi), with a C
+thread-pool fallback, and fixed-stride row readers built on them."""
+from .engine import Engine, EngineFile, Handle, alloc
+
+__all__ = ["Engine", "EngineFile", "Handle", "alloc"]

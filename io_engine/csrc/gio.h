@@ -1,0 +1,81 @@
+/* gnnssd io_engine: public C API.
+ *
+ * This header is also the cffi cdef (build_ffi.py feeds it to cdef with the preprocessor
+ * lines removed), so it holds plain declarations only: no macros, no inline code.
+ *
+ * Model: an engine owns worker threads (one io_uring driver per ring, or a pool of pread
+ * threads). A batch is a whole array of reads handed over at once; the workers claim its
+ * requests, resubmit short reads, and the last completion wakes the waiters. Every entry
+ * point is thread safe: the request queue and each batch have their own lock.
+ */
+#ifndef GIO_H
+#define GIO_H
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct gio_engine gio_engine;
+typedef struct gio_batch gio_batch;
+
+enum {
+    GIO_BACKEND_AUTO = 0,
+    GIO_BACKEND_URING = 1,
+    GIO_BACKEND_THREADS = 2
+};
+
+enum {
+    GIO_FLAG_SQPOLL = 1,
+    GIO_FLAG_IOPOLL = 2
+};
+
+/* 1 when the library was built with liburing, else 0. */
+int gio_have_uring(void);
+
+/* Start an engine. backend is a GIO_BACKEND_*; AUTO tries io_uring and falls back to
+ * threads. queue_depth is the number of reads in flight per ring; threads is the pool
+ * size of the thread backend. On failure returns NULL and sets *err (errno) and *uring_err
+ * (the io_uring set-up error when that is what failed, else 0). */
+gio_engine *gio_engine_new(int backend, int queue_depth, int rings, int threads, int flags,
+                           int *err, int *uring_err);
+int gio_engine_backend(const gio_engine *eng);
+/* Cancel every queued read, wait for those in flight, stop the workers, free the engine. */
+void gio_engine_free(gio_engine *eng);
+
+/* Open path read-only (O_DIRECT when direct != 0). Returns the fd or -1 with *err set.
+ * *size is the file size; *offset_align / *mem_align the alignment O_DIRECT needs
+ * (1 when not direct). */
+int gio_open(const char *path, int direct, int64_t *size, int *offset_align, int *mem_align,
+             int *err);
+
+/* Queue n reads: request i reads lengths[i] bytes at offsets[i] of fd into buf + dests[i].
+ * The arrays and buf must stay alive until the batch is done. Bytes past file_size (the
+ * tail of the last block) are zero-filled. Returns NULL when out of memory. */
+gio_batch *gio_submit(gio_engine *eng, int fd, int64_t file_size, const int64_t *offsets,
+                      const int64_t *lengths, const int64_t *dests, uint8_t *buf, size_t n);
+/* Wait up to timeout_ms (-1: forever) for the batch; 1 when done, 0 on timeout. */
+int gio_batch_wait(gio_batch *b, int timeout_ms);
+int gio_batch_done(gio_batch *b);
+/* Drop the requests not yet started; those in flight still complete. */
+void gio_batch_cancel(gio_batch *b);
+int gio_batch_cancelled(gio_batch *b);
+/* errno of the first failed request (0 if none) and that request's index. */
+int gio_batch_error(gio_batch *b, size_t *index);
+/* Free a done batch (a batch still running is left alone rather than freed under a worker). */
+void gio_batch_free(gio_batch *b);
+
+/* Plan the page-aligned reads covering fixed-stride rows: row r spans
+ * [base + r*row_bytes, base + (r+1)*row_bytes). Rows are visited in order[] (NULL: as
+ * given); with max_gap >= 0 consecutive visited rows share one extent while the gap
+ * between their pages is at most max_gap bytes and the extent stays within max_extent.
+ * Writes n_ext extents (file offset, length, scratch offset packed back to back) and for
+ * the i-th visited row its scratch offset row_src[i] and extent index row_ext[i].
+ * All output arrays need room for n entries. Returns n_ext. */
+size_t gio_rows_plan(const int64_t *rows, const int64_t *order, size_t n, int64_t row_bytes,
+                     int64_t base, int64_t page, int64_t max_gap, int64_t max_extent,
+                     int64_t *ext_off, int64_t *ext_len, int64_t *ext_dst, int64_t *row_src,
+                     int64_t *row_ext);
+/* out[order[i]] = scratch[row_src[i] - scratch_base : + row_bytes] for i < n
+ * (order NULL: out[i]). */
+void gio_rows_copy(const uint8_t *scratch, int64_t scratch_base, const int64_t *row_src,
+                   const int64_t *order, size_t n, int64_t row_bytes, uint8_t *out);
+
+#endif
