@@ -42,3 +42,23 @@ def slice_chunks(array: np.ndarray, start_row: int, chunk_rows: int) -> Iterator
             del chunk
         else:
             yield np.asarray(array[lo:hi])
+
+
+class InMemoryTables:
+    """The load_* and feature_chunks methods of a source whose arrays are all loaded.
+
+    Subclasses set `_features`, `_labels` and `_splits` (and implement load_edges).
+    """
+
+    _features: np.ndarray
+    _labels: np.ndarray
+    _splits: dict[str, np.ndarray]
+
+    def load_labels(self) -> np.ndarray:
+        return self._labels
+
+    def load_splits(self) -> dict[str, np.ndarray]:
+        return self._splits
+
+    def feature_chunks(self, start_row: int, chunk_rows: int) -> Iterator[np.ndarray]:
+        return slice_chunks(self._features, start_row, chunk_rows)

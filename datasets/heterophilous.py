@@ -3,18 +3,18 @@ from __future__ import annotations
 
 import zipfile
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
 from gnnssd.storage_format import DatasetError
 
-from .base import require_file, slice_chunks
+from .base import InMemoryTables, require_file
 
 KEYS = ("node_features", "node_labels", "edges", "train_masks", "val_masks", "test_masks")
 
 
-class HeterophilousSource:
+class HeterophilousSource(InMemoryTables):
     """Edges are listed once per undirected edge (made symmetric by the store); the file
     holds ten standard splits as (10, N) masks, of which `split` picks one.
     """
@@ -42,7 +42,7 @@ class HeterophilousSource:
         self._edges = arrays["edges"]
         if self._edges.ndim != 2 or self._edges.shape[1] != 2:
             raise DatasetError(f"{self.path}: edges has shape {self._edges.shape}, expected (E, 2)")
-        self._masks = {}
+        self._splits = {}
         for name, key in (("train", "train_masks"), ("valid", "val_masks"), ("test", "test_masks")):
             masks = arrays[key]
             if masks.ndim != 2 or masks.shape[1] != self.num_nodes:
@@ -51,19 +51,10 @@ class HeterophilousSource:
             if not 0 <= split < masks.shape[0]:
                 raise DatasetError(f"{self.path}: split {split} requested, file has splits "
                                    f"0..{masks.shape[0] - 1}")
-            self._masks[name] = np.flatnonzero(masks[split])
+            self._splits[name] = np.flatnonzero(masks[split])
 
     def load_edges(self) -> tuple[np.ndarray, np.ndarray]:
         return self._edges[:, 0], self._edges[:, 1]
-
-    def load_labels(self) -> np.ndarray:
-        return self._labels
-
-    def load_splits(self) -> dict[str, np.ndarray]:
-        return self._masks
-
-    def feature_chunks(self, start_row: int, chunk_rows: int) -> Iterator[np.ndarray]:
-        return slice_chunks(self._features, start_row, chunk_rows)
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "npz", "file": self.path.name, "split": self.split}

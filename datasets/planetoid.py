@@ -4,19 +4,19 @@ from __future__ import annotations
 import pickle
 import warnings
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
 from gnnssd.storage_format import DatasetError
 
-from .base import require_file, slice_chunks
+from .base import InMemoryTables, require_file
 
 PARTS = ("x", "y", "tx", "ty", "allx", "ally", "graph")
 
 
-class PlanetoidSource:
+class PlanetoidSource(InMemoryTables):
     """The standard Planetoid assembly: allx+tx and ally+ty stacked, test rows put back in
     `test.index` order; CiteSeer's isolated test indices get zero rows. Train = the first
     len(y) nodes, valid = the next 500, test = the nodes of `test.index`.
@@ -92,15 +92,6 @@ class PlanetoidSource:
         src = np.fromiter((u for u, nbrs in self._graph.items() for _ in nbrs), dtype=np.int64)
         dst = np.fromiter((v for nbrs in self._graph.values() for v in nbrs), dtype=np.int64)
         return src, dst
-
-    def load_labels(self) -> np.ndarray:
-        return self._labels
-
-    def load_splits(self) -> dict[str, np.ndarray]:
-        return self._splits
-
-    def feature_chunks(self, start_row: int, chunk_rows: int) -> Iterator[np.ndarray]:
-        return slice_chunks(self._features, start_row, chunk_rows)
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "planetoid", "name": self.name, "root": self.root.name,

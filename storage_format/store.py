@@ -12,6 +12,14 @@ from .errors import StoreError
 from .manifest import FEATURES, read_manifest
 
 
+def _array_file(name: str, doc: str) -> cached_property:
+    def load(self: "Store") -> np.ndarray:
+        return np.load(self.path / f"{name}.npy", mmap_mode="r")
+
+    load.__doc__ = doc
+    return cached_property(load)
+
+
 class Store:
     """A complete store directory, opened read-only.
 
@@ -60,43 +68,15 @@ class Store:
             raise StoreError(f"{file}: checksum mismatch (crc32 {crc:#010x}, manifest "
                              f"{self.manifest['files'][name]['crc32']:#010x}); the file is corrupt")
 
-    def _array(self, name: str) -> np.ndarray:
-        return np.load(self.path / f"{name}.npy", mmap_mode="r")
-
-    # Topology and metadata (memory-mapped .npy files).
-    @cached_property
-    def indptr(self) -> np.ndarray:
-        return self._array("indptr")
-
-    @cached_property
-    def indices(self) -> np.ndarray:
-        return self._array("indices")
-
-    @cached_property
-    def labels(self) -> np.ndarray:
-        return self._array("labels")
-
-    @cached_property
-    def perm(self) -> np.ndarray:
-        """perm[store_id] = original node ID."""
-        return self._array("perm")
-
-    @cached_property
-    def inv(self) -> np.ndarray:
-        """inv[original_id] = store node ID."""
-        return self._array("inv")
-
-    @cached_property
-    def train_idx(self) -> np.ndarray:
-        return self._array("train_idx")
-
-    @cached_property
-    def valid_idx(self) -> np.ndarray:
-        return self._array("valid_idx")
-
-    @cached_property
-    def test_idx(self) -> np.ndarray:
-        return self._array("test_idx")
+    # Topology and metadata: memory-mapped .npy files, opened on first use.
+    indptr = _array_file("indptr", "CSC offsets: node v's sources are indices[indptr[v]:indptr[v+1]].")
+    indices = _array_file("indices", "CSC sources (in-neighbours), sorted within each node.")
+    labels = _array_file("labels", "Class per store node (-1: unlabelled).")
+    perm = _array_file("perm", "perm[store_id] = original node ID.")
+    inv = _array_file("inv", "inv[original_id] = store node ID.")
+    train_idx = _array_file("train_idx", "Training nodes (store IDs, sorted).")
+    valid_idx = _array_file("valid_idx", "Validation nodes (store IDs, sorted).")
+    test_idx = _array_file("test_idx", "Test nodes (store IDs, sorted).")
 
     def split(self, name: str) -> np.ndarray:
         if name not in ("train", "valid", "test"):
