@@ -1,0 +1,90 @@
+"""Calibrate the read planner's cost model on the actual drive.
+
+Measures, with O_DIRECT through the same I/O path the loader uses, random reads of several
+request sizes at queue depth (request rate and bandwidth per size) and sequential write
+bandwidth; fits `CostModel` (fixed cost per request + bytes at the large-read bandwidth)
+and stores it with the raw table as calibration.json in the store directory.
+"""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .direct_io import DirectIO
+from .readplan import PAGE, CostModel
+
+CALIBRATION_FILE = "calibration.json"
+SIZES = (4096, 16384, 65536, 262144, 1 << 20)
+
+
+def measure_reads(io: DirectIO, path: str | Path, size: int, seconds: float, seed: int = 0) -> dict:
+    """Random aligned reads of `size` bytes at the io's queue depth, for about `seconds`,
+    in sorted batches of at least 8 MiB."""
+    f = io.open(path)
+    try:
+        slots = f.size // size
+        if slots < 1:
+            raise ValueError(f"{path} is smaller than one {size}-byte request")
+        rng = np.random.default_rng(seed)
+        batch = max(io.queue_depth * 4, (8 << 20) // size)
+        buf = io.alloc(io.queue_depth * size)
+        dest = (np.arange(batch) % io.queue_depth) * size  # slots reused: the data is not kept
+        lengths = np.full(batch, size, np.int64)
+        io.read_extents(f, np.sort(rng.integers(0, slots, batch)) * size, lengths, buf, dest)  # warm-up
+        count, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            # sorted, as plans issue their requests (lets the block layer merge neighbours)
+            io.read_extents(f, np.sort(rng.integers(0, slots, batch)) * size, lengths, buf, dest)
+            count += batch
+        elapsed = time.perf_counter() - start
+    finally:
+        io.close(f)
+    return {"size": size, "requests_per_s": count / elapsed, "bytes_per_s": count * size / elapsed}
+
+
+def measure_write(directory: str | Path, nbytes: int = 256 << 20, chunk: int = 1 << 20) -> float:
+    """Sequential buffered write + fsync bandwidth (how repack writes blocks), bytes/s."""
+    path = Path(directory) / ".gnnssd_calibration_write.tmp"
+    data = os.urandom(chunk)
+    start = time.perf_counter()
+    try:
+        with open(path, "wb") as f:
+            for _ in range(nbytes // chunk):
+                f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        return nbytes / (time.perf_counter() - start)
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def calibrate(store_dir: str | Path, seconds: float = 1.0, queue_depth: int = 64, features: str = "features.bin") -> CostModel:
+    """Measure the drive under `store_dir`, save calibration.json there, return the model."""
+    store_dir = Path(store_dir)
+    io = DirectIO(queue_depth=queue_depth)
+    size = os.path.getsize(store_dir / features)
+    try:
+        table = [measure_reads(io, store_dir / features, s, seconds) for s in SIZES if s <= size]
+    finally:
+        io.shutdown()
+    read_bw = max(t["bytes_per_s"] for t in table)
+    small = table[0]
+    model = CostModel(
+        request_s=max(1.0 / small["requests_per_s"] - small["size"] / read_bw, 0.0),
+        read_bw=read_bw,
+        write_bw=measure_write(store_dir),
+    )
+    model.save(
+        store_dir / CALIBRATION_FILE,
+        {"reads": table, "queue_depth": queue_depth, "backend": io.backend, "page": PAGE},
+    )
+    return model
+
+
+def load_model(store_dir: str | Path) -> CostModel:
+    """The store's calibrated model, or DESIGN.md's development drive when not calibrated."""
+    path = Path(store_dir) / CALIBRATION_FILE
+    return CostModel.load(path) if path.exists() else CostModel.default()

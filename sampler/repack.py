@@ -1,0 +1,89 @@
+"""Repack: one sequential pass over features.bin writes compact blocks for a window.
+
+For each mega-batch of the window that the read planner gave a block, its read rows are
+written back to back (ascending row order, i.e. its buffer slot order) into its own file,
+padded to a page, so the loader reads it with a few large sequential requests straight
+into the buffer. Blocks live only while their window is trained: `remove` deletes them.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import numpy as np
+
+from .direct_io import DirectIO
+from .loader import copy_rows, iter_rows
+from .plan import MegaBatchPlan
+from .readplan import CostModel, block_bytes, windows
+
+
+def repack(
+    io: DirectIO,
+    features_path: str | Path,
+    row_bytes: int,
+    plans: list[MegaBatchPlan],
+    scan_offsets: np.ndarray,
+    scan_lengths: np.ndarray,
+    block_dir: str | Path,
+    staging_bytes: int = 32 << 20,
+) -> int:
+    """Write the block files of the window's block plans; returns bytes written."""
+    blocks = [p for p in plans if p.read is not None and p.read.strategy == "block"]
+    if not blocks:
+        return 0
+    block_dir = Path(block_dir)
+    block_dir.mkdir(parents=True, exist_ok=True)
+    union = np.unique(np.concatenate([p.read_rows for p in blocks]))
+    staging = io.alloc(max(staging_bytes, 2 * int(scan_lengths.max())))
+    outs = [open(block_dir / p.read.block, "wb") for p in blocks]
+    f = io.open(features_path)
+    written = 0
+    try:
+        for lo, hi, pos in iter_rows(io, f, union, row_bytes, scan_offsets, scan_lengths, staging):
+            for p, out in zip(blocks, outs):
+                rows = p.read_rows
+                a, b = np.searchsorted(rows, [union[lo], union[hi - 1] + 1]) if hi > lo else (0, 0)
+                if b > a:
+                    chunk = np.empty((b - a, row_bytes), np.uint8)
+                    copy_rows(staging, pos[np.searchsorted(union[lo:hi], rows[a:b])], row_bytes, chunk)
+                    out.write(chunk.data)
+        for p, out in zip(blocks, outs):
+            pad = block_bytes(p.num_read, row_bytes) - p.num_read * row_bytes
+            out.write(bytes(pad))
+            out.flush()
+            os.fsync(out.fileno())
+            # the loader reads with O_DIRECT; drop the written pages so nothing is served from cache
+            os.posix_fadvise(out.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+            written += block_bytes(p.num_read, row_bytes)
+    finally:
+        for out in outs:
+            out.close()
+        io.close(f)
+    return written
+
+
+def remove(plans: list[MegaBatchPlan], block_dir: str | Path) -> None:
+    """Delete the block files of a trained window."""
+    for p in plans:
+        if p.read is not None and p.read.strategy == "block":
+            (Path(block_dir) / p.read.block).unlink(missing_ok=True)
+
+
+def repacked_windows(
+    plans: Iterable[MegaBatchPlan],
+    io: DirectIO,
+    features_path: str | Path,
+    row_bytes: int,
+    model: CostModel,
+    disk_budget: int,
+    block_dir: str | Path,
+) -> Iterator[list[MegaBatchPlan]]:
+    """Plans grouped into windows with their reads planned and their blocks written.
+
+    Run it in a PlanWorker of depth 2 and `remove` each window once trained: at most two
+    windows of blocks (each within half the budget) are then on disk."""
+    for window, scan_offsets, scan_lengths in windows(plans, row_bytes, model, disk_budget):
+        repack(io, features_path, row_bytes, window, scan_offsets, scan_lengths, block_dir)
+        yield window

@@ -1,0 +1,181 @@
+"""Uniform neighbour sampling without replacement on a CSC graph, in numba.
+
+Randomness is counter-based: every (seed, mini-batch, layer, node) has its own stream, so
+the result does not depend on thread count or schedule, and one mini-batch can be
+re-sampled on its own. Sampling is parallel over destination nodes; relabelling (dedup
+into block-local IDs) is parallel over mini-batches, each thread using its own node-sized
+map, as DGL's fused sampler does.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numba as nb
+import numpy as np
+
+from .blocks import MFGs
+
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_FLOYD_MAX = 32  # above this fanout, reservoir sampling (O(degree)) beats Floyd (O(k^2))
+
+
+@nb.njit(inline="always")
+def _mix(x):
+    """splitmix64 finaliser: a bijective 64-bit hash."""
+    x = (x ^ (x >> np.uint64(30))) * _M1
+    x = (x ^ (x >> np.uint64(27))) * _M2
+    return x ^ (x >> np.uint64(31))
+
+
+@nb.njit(inline="always")
+def _stream(seed, batch, layer, node):
+    h = _mix(np.uint64(seed) + _GOLDEN)
+    h = _mix(h ^ np.uint64(batch))
+    h = _mix(h ^ np.uint64(layer))
+    return _mix(h ^ np.uint64(node))
+
+
+@nb.njit(inline="always")
+def _below(state, j, n):
+    """Draw number j of stream `state`, uniform in [0, n) (n < 2**32)."""
+    r = _mix(state + np.uint64(j) * _GOLDEN)
+    return np.int64(((r >> np.uint64(32)) * np.uint64(n)) >> np.uint64(32))
+
+
+@nb.njit(parallel=True, cache=True, nogil=True)
+def _sample_hop(indptr, indices, dst, dst_batch, fanout, seed, layer):
+    """Sample in-neighbours of every node in `dst`; returns (ptr, sampled node IDs)."""
+    n = dst.shape[0]
+    ptr = np.empty(n + 1, np.int64)
+    ptr[0] = 0
+    for i in range(n):
+        d = indptr[dst[i] + 1] - indptr[dst[i]]
+        ptr[i + 1] = ptr[i] + (d if fanout < 0 or fanout >= d else fanout)
+    out = np.empty(ptr[n], np.int64)
+    for i in nb.prange(n):
+        v = dst[i]
+        start = indptr[v]
+        d = indptr[v + 1] - start
+        o = ptr[i]
+        k = ptr[i + 1] - o
+        if k == d:
+            for j in range(d):
+                out[o + j] = indices[start + j]
+            continue
+        state = _stream(seed, dst_batch[i], layer, v)
+        if k <= _FLOYD_MAX:  # Floyd's algorithm: k draws, each position chosen once
+            for j in range(d - k, d):
+                t = _below(state, j, j + 1)
+                q = o + j - (d - k)
+                for s in range(o, q):
+                    if out[s] == t:
+                        t = j
+                        break
+                out[q] = t
+        else:  # reservoir sampling (algorithm R)
+            for j in range(k):
+                out[o + j] = j
+            for j in range(k, d):
+                t = _below(state, j, j + 1)
+                if t < k:
+                    out[o + t] = j
+        for j in range(o, o + k):
+            out[j] = indices[start + out[j]]
+    return ptr, out
+
+
+@nb.njit(parallel=True, cache=True, nogil=True)
+def _relabel(nodes, node_ptr, eptr, nbrs, maps):
+    """Per mini-batch: append new sampled nodes after the current ones, local edge IDs.
+
+    Returns (new node_ptr, new nodes, local edge src, local edge dst)."""
+    nbatch = node_ptr.shape[0] - 1
+    ub = np.empty(nbatch + 1, np.int64)
+    ub[0] = 0
+    for b in range(nbatch):
+        ub[b + 1] = ub[b] + (node_ptr[b + 1] - node_ptr[b]) + (eptr[node_ptr[b + 1]] - eptr[node_ptr[b]])
+    scratch = np.empty(ub[nbatch], np.int64)
+    counts = np.empty(nbatch, np.int64)
+    esrc = np.empty(nbrs.shape[0], np.int32)
+    edst = np.empty(nbrs.shape[0], np.int32)
+    for b in nb.prange(nbatch):
+        m = maps[nb.get_thread_id()]
+        base = ub[b]
+        n = 0
+        for i in range(node_ptr[b], node_ptr[b + 1]):
+            m[nodes[i]] = n
+            scratch[base + n] = nodes[i]
+            n += 1
+        for i in range(node_ptr[b], node_ptr[b + 1]):
+            for e in range(eptr[i], eptr[i + 1]):
+                u = nbrs[e]
+                p = m[u]
+                if p < 0:
+                    p = n
+                    m[u] = n
+                    scratch[base + n] = u
+                    n += 1
+                esrc[e] = p
+                edst[e] = i - node_ptr[b]
+        for j in range(n):
+            m[scratch[base + j]] = -1
+        counts[b] = n
+    new_ptr = np.empty(nbatch + 1, np.int64)
+    new_ptr[0] = 0
+    for b in range(nbatch):
+        new_ptr[b + 1] = new_ptr[b] + counts[b]
+    new_nodes = np.empty(new_ptr[nbatch], np.int64)
+    for b in nb.prange(nbatch):
+        new_nodes[new_ptr[b] : new_ptr[b + 1]] = scratch[ub[b] : ub[b] + counts[b]]
+    return new_ptr, new_nodes, esrc, edst
+
+
+class NeighborSampler:
+    """Samples the blocks of many mini-batches at once on one CSC graph.
+
+    fanouts[i] is the fanout of block i (input layer first, as in DGL); -1 takes all
+    in-neighbours. Holds one node-sized int32 map per numba thread for relabelling.
+    """
+
+    def __init__(self, indptr: np.ndarray, indices: np.ndarray, fanouts: Sequence[int]):
+        self.indptr = np.ascontiguousarray(indptr, dtype=np.int64)
+        self.indices = np.ascontiguousarray(indices)
+        self.fanouts = tuple(int(f) for f in fanouts)
+        num_nodes = len(self.indptr) - 1
+        self._maps = np.full((nb.config.NUMBA_NUM_THREADS, num_nodes), -1, np.int32)
+
+    def sample(self, seeds: np.ndarray, seed: int, batch_id: int = 0) -> MFGs:
+        """Blocks of one mini-batch; `seeds` must be unique."""
+        return self.sample_many(seeds, np.array([0, len(seeds)]), seed, batch_id)[0]
+
+    def sample_many(self, seeds: np.ndarray, batch_ptr: np.ndarray, seed: int, first_batch_id: int = 0) -> list[MFGs]:
+        """Blocks of the mini-batches seeds[batch_ptr[b]:batch_ptr[b+1]], IDs first_batch_id + b."""
+        seed = int(seed) & 0x7FFFFFFFFFFFFFFF
+        nodes = np.ascontiguousarray(seeds, dtype=np.int64)
+        node_ptr = np.asarray(batch_ptr, dtype=np.int64)
+        nbatch = len(node_ptr) - 1
+        batch_ids = np.arange(first_batch_id, first_batch_id + nbatch, dtype=np.int64)
+        hops = []  # output layer first
+        for layer in reversed(range(len(self.fanouts))):
+            dst_batch = np.repeat(batch_ids, np.diff(node_ptr))
+            eptr, nbrs = _sample_hop(self.indptr, self.indices, nodes, dst_batch, self.fanouts[layer], seed, layer)
+            new_ptr, new_nodes, esrc, edst = _relabel(nodes, node_ptr, eptr, nbrs, self._maps)
+            hops.append((node_ptr, new_ptr, eptr[node_ptr], esrc, edst))
+            nodes, node_ptr = new_nodes, new_ptr
+        hops.reverse()
+        out = []
+        for b in range(nbatch):
+            edges = [(esrc[e[b] : e[b + 1]], edst[e[b] : e[b + 1]]) for _, _, e, esrc, edst in hops]
+            out.append(
+                MFGs(
+                    nodes=nodes[node_ptr[b] : node_ptr[b + 1]].copy(),
+                    num_src=np.array([sp[b + 1] - sp[b] for _, sp, _, _, _ in hops], np.int64),
+                    num_dst=np.array([dp[b + 1] - dp[b] for dp, _, _, _, _ in hops], np.int64),
+                    edge_ptr=np.concatenate([[0], np.cumsum([len(s) for s, _ in edges])]).astype(np.int64),
+                    edge_src=np.concatenate([s for s, _ in edges]),
+                    edge_dst=np.concatenate([d for _, d in edges]),
+                )
+            )
+        return out

@@ -1,0 +1,84 @@
+"""Background planning: run a plan pipeline in a thread, ahead of use, through a bounded queue.
+
+A thread suffices: the sampling and copy kernels are numba with nogil, so planning overlaps
+training. Plans can be written to disk as they are made (`saving`) and replayed later
+(`replay`).
+"""
+from __future__ import annotations
+
+import queue
+import threading
+from pathlib import Path
+from typing import Generic, Iterable, Iterator, TypeVar
+
+from .plan import MegaBatchPlan, load_plan, save_plan
+
+T = TypeVar("T")
+_DONE = object()
+
+
+class PlanWorker(Generic[T]):
+    """Iterates `source` in a background thread.
+
+    At most `depth` items exist at once: the one the consumer holds (until it asks for the
+    next), those queued and the one being made. With repack windows as items and depth 2,
+    the next window is repacked while the current one trains, and no more.
+    """
+
+    def __init__(self, source: Iterable[T], depth: int = 2):
+        self._queue: queue.Queue = queue.Queue()
+        self._slots = threading.Semaphore(depth)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(iter(source),), daemon=True, name="gnnssd-planner")
+        self._thread.start()
+
+    def _run(self, source: Iterator[T]) -> None:
+        try:
+            while True:
+                while not self._slots.acquire(timeout=0.1):
+                    if self._stop.is_set():
+                        return
+                if self._stop.is_set():
+                    return
+                item = next(source, _DONE)
+                self._queue.put(item)
+                if item is _DONE:
+                    return
+        except BaseException as e:  # handed to the consumer, raised there
+            self._queue.put(e)
+
+    def __iter__(self) -> Iterator[T]:
+        while True:
+            item = self._queue.get()
+            if item is _DONE:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+            self._slots.release()  # the consumer is done with item
+
+    def close(self) -> None:
+        """Stop the worker (it finishes the item in progress) and wait for it."""
+        self._stop.set()
+        self._thread.join()
+
+    def __enter__(self) -> "PlanWorker[T]":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def saving(plans: Iterable[MegaBatchPlan], directory: str | Path) -> Iterator[MegaBatchPlan]:
+    """Pass plans through, writing each to directory/plan_e{epoch}_m{index}.npz."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    for p in plans:
+        save_plan(p, directory / f"plan_e{p.epoch:05d}_m{p.index:06d}.npz")
+        yield p
+
+
+def replay(directory: str | Path) -> Iterator[MegaBatchPlan]:
+    """Saved plans in training order."""
+    for path in sorted(Path(directory).glob("plan_e*_m*.npz")):
+        yield load_plan(path)

@@ -1,0 +1,68 @@
+"""Read planner: extents cover exactly the needed rows; the per-row baseline; window choice."""
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gnnssd.sampler.readplan import CostModel, block_bytes, choose_window, per_row_requests, plan_extents, read_stats
+
+
+def _row_pages(rows, row_bytes, page=4096):
+    return {p for r in rows for p in range(r * row_bytes // page, ((r + 1) * row_bytes - 1) // page + 1)}
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    rows=st.lists(st.integers(0, 20000), min_size=1, max_size=300, unique=True),
+    row_bytes=st.sampled_from([4, 96, 512, 1000, 4096, 6000]),
+    request_us=st.floats(0.0, 100.0),
+    max_request=st.sampled_from([4096, 16384, 1 << 20]),
+)
+def test_extents_cover_exactly_the_needed_rows(rows, row_bytes, request_us, max_request):
+    rows = np.sort(np.array(rows, np.int64))
+    model = CostModel(request_s=request_us * 1e-6, read_bw=1e9, write_bw=1e9, max_request=max_request)
+    offsets, lengths, pages = plan_extents(rows, row_bytes, model)
+    assert np.all(offsets % 4096 == 0) and np.all(lengths % 4096 == 0) and np.all(lengths > 0)
+    assert np.all(offsets[1:] >= offsets[:-1] + lengths[:-1])  # sorted, disjoint
+    assert np.all(lengths <= model.max_extent(row_bytes))
+    assert pages == len(_row_pages(rows, row_bytes))
+    starts, ends = rows * row_bytes, (rows + 1) * row_bytes
+    e = np.searchsorted(offsets, starts, "right") - 1
+    assert np.all(e >= 0) and np.all(ends <= offsets[e] + lengths[e])  # each row inside one extent
+    assert set(e.tolist()) == set(range(len(offsets)))  # no extent without a needed row
+    runs = plan_extents(rows, row_bytes, model, merge=False)
+    assert runs[2] == pages and runs[1].sum() == pages * 4096
+    if model.max_request >= 1 << 20:
+        assert len(offsets) <= len(runs[0])  # merging only removes requests
+    if model.gap_pages == 0:  # without gap merging only touched pages are read
+        assert lengths.sum() == pages * 4096
+
+
+def test_per_row_requests_one_page_per_row():
+    rows = np.array([0, 1, 7, 8, 100])
+    off, ln = per_row_requests(rows, 512)
+    assert np.array_equal(off, [0, 0, 0, 4096, 49152]) and np.all(ln == 4096)
+    off, ln = per_row_requests(np.array([1]), 3000)  # a row straddling two pages
+    assert off[0] == 0 and ln[0] == 8192
+
+
+class _Plan:
+    def __init__(self, rows, index):
+        self.read_rows, self.num_read, self.epoch, self.index, self.read = rows, len(rows), 0, index, None
+
+
+def test_window_choice_follows_the_model_and_the_disk_budget():
+    rng = np.random.default_rng(0)
+    plans = [_Plan(np.sort(rng.choice(1_000_000, 20_000, replace=False)), i) for i in range(4)]
+    slow_requests = CostModel(request_s=50e-6, read_bw=1e9, write_bw=1e9)
+    each = block_bytes(20_000, 512)
+    scan_off, scan_len = choose_window(plans, 512, slow_requests, disk_budget=2 * each)
+    assert [p.read.strategy for p in plans].count("block") == 2  # the budget holds two blocks
+    assert scan_len.sum() > 0
+    for p in plans:
+        st = read_stats(p, 512)
+        assert st["useful_bytes"] == 20_000 * 512 and st["read_amplification"] == st["bytes_read"] / st["useful_bytes"]
+        if p.read.strategy == "block":  # exactly the rows, padded to a page
+            assert st["bytes_read"] == block_bytes(20_000, 512)
+    free_requests = CostModel(request_s=0.0, read_bw=1e9, write_bw=1e9)
+    scan_off, scan_len = choose_window(plans, 512, free_requests, disk_budget=10 * each)
+    assert all(p.read.strategy == "pages" for p in plans) and len(scan_len) == 0
