@@ -106,6 +106,13 @@ def cmd_verify(args: argparse.Namespace) -> None:
     print(f"{args.store}: all {len(checked)} files match their checksums")
 
 
+def cmd_calibrate(args: argparse.Namespace) -> None:
+    from gnnssd.sampler.calibration import calibrate
+
+    model = calibrate(args.store, seconds=args.seconds)
+    print(f"{args.store}: {model}")
+
+
 def cmd_demo(args: argparse.Namespace) -> None:
     from .demo import run_demo
 
@@ -163,6 +170,12 @@ def build_parser() -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=text)
         sub.add_argument("store")
         sub.set_defaults(func=func)
+
+    calibrate = commands.add_parser("calibrate", help="measure the drive under a store "
+                                    "(request cost, read/write bandwidth) for the read planner")
+    calibrate.add_argument("store")
+    calibrate.add_argument("--seconds", type=float, default=1.0, help="per measurement")
+    calibrate.set_defaults(func=cmd_calibrate)
 
     demo = commands.add_parser("demo", help="generate, preprocess, train and evaluate a tiny graph")
     demo.add_argument("--out", default="demo_out")

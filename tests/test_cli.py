@@ -41,6 +41,13 @@ def test_info_and_verify(cora_run):
     assert "all 9 files match their checksums" in gnnssd("verify", folder / "cora").stdout
 
 
+def test_calibrate_writes_the_drive_model(cora_run):
+    folder, _ = cora_run
+    out = gnnssd("calibrate", folder / "cora", "--seconds", "0.2").stdout
+    model = json.loads((folder / "cora" / "calibration.json").read_text())
+    assert model["model"]["read_bw"] > 0 and model["model"]["request_s"] > 0 and "CostModel" in out
+
+
 def test_train_eval_predict(cora_run):
     folder, config = cora_run
     out = gnnssd("train", "--config", config).stdout

@@ -16,7 +16,7 @@ from gnnssd.storage_format.csc import csc_from_edges, renumber_csc
 from .conftest import random_graph_arrays
 
 
-@pytest.mark.parametrize("order", ["original", "degree"])
+@pytest.mark.parametrize("order", ["original", "degree", "locality"])
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_round_trip_matches_input(tmp_path, order, dtype):
     data = random_graph_arrays()
