@@ -53,6 +53,34 @@ class SamplerConfig:
     eval_batch_size: int = field(default=4096, metadata=_check(_positive, "a positive integer"))
 
 
+def _size(value: Any) -> bool:
+    from .budget import parse_bytes
+    try:
+        parse_bytes(value)
+    except ValueError:
+        return False
+    return True
+
+
+SIZE = _check(_size, "a size: bytes, or a number with B/KiB/MiB/GiB/TiB or KB/MB/GB/TB")
+
+
+@dataclass
+class SSDConfig:
+    """`features: ssd`: what the out-of-core pipeline may use."""
+
+    #: Hot cache + mega-batch buffers + queues together, e.g. "1.25GiB".
+    memory_budget: int | str = field(default="1GiB", metadata=SIZE)
+    #: Mini-batches per mega-batch (M); a group whose rows overflow a buffer is split.
+    mega_batch: int = field(default=16, metadata=_check(_positive, "a positive integer"))
+    #: Share of the budget (after queues) for the hot cache; the rest is two buffers.
+    hot_fraction: float = field(default=0.4, metadata=_check(lambda v: 0 <= v < 1, "in [0, 1)"))
+    #: Disk space for compact blocks repacked ahead of training; 0 = extents only.
+    block_budget: int | str = field(default=0, metadata=SIZE)
+    queue_depth: int = field(default=128, metadata=_check(_positive, "a positive integer"))
+    io_backend: Literal["auto", "io_uring", "threads"] = "auto"
+
+
 @dataclass
 class TrainConfig:
     epochs: int = field(default=10, metadata=_check(_positive, "a positive integer"))
@@ -66,7 +94,7 @@ class TrainConfig:
 class Config:
     store: str
     run_dir: str
-    features: Literal["memory"] = "memory"
+    features: Literal["memory", "ssd"] = "memory"
     seed: int = 0
     #: Bit-identical reruns: one CPU thread for torch and DGL kernels, whose parallel
     #: reductions otherwise sum in a varying order (runs then agree only to rounding).
@@ -75,6 +103,7 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    ssd: SSDConfig = field(default_factory=SSDConfig)
     #: Where the file was read from: relative paths inside it are relative to its folder.
     base_dir: Path = field(default=Path("."), metadata={"internal": True})
 
@@ -169,8 +198,13 @@ def _convert(hint: Any, value: Any, key: str) -> Any:
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
             return None
-        (inner,) = [a for a in args if a is not type(None)]
-        return _convert(inner, value, key)
+        options = [a for a in args if a is not type(None)]
+        for option in options[:-1]:
+            try:
+                return _convert(option, value, key)
+            except ConfigError:
+                pass
+        return _convert(options[-1], value, key)
     if origin is Literal:
         if value not in args:
             raise ConfigError(f"{key}: {value!r} is invalid; expected one of {list(args)}")

@@ -3,7 +3,7 @@
 One module per job: sampling (numba neighbour sampling), blocks (compact MFGs and their
 DGLBlocks), plan (mega-batch plans, save/load), worker (background planning), readplan
 (cost model, extents, strategy choice), repack (compact blocks), loader (executing plans),
-direct_io (the one adapter to gnnssd.io_engine or pread), calibration, order.
+direct_io (the one adapter to gnnssd.io_engine), calibration, order.
 """
 from .blocks import MFGs, to_dgl_blocks
 from .calibration import calibrate, load_model

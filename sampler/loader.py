@@ -116,14 +116,17 @@ class MegaBatchLoader:
         self._cur = nxt
         return out[: len(plan.rows)].view(self.dtype)
 
-    def gather(self, plan: MegaBatchPlan, i: int) -> np.ndarray:
-        """Input features of mini-batch i of the plan last loaded, in block source order."""
+    def gather(self, plan: MegaBatchPlan, i: int, buffer: np.ndarray) -> np.ndarray:
+        """Input features of mini-batch i of `plan`, in block source order.
+
+        `buffer` is what `load(plan)` returned: explicit, because the next plan may be
+        loading into the other buffer while this one is gathered from.
+        """
         idx = plan.gather[i]
-        buf = self._rows_view(self._cur).view(self.dtype)
         hot = idx < plan.num_hot
         out = np.empty((len(idx), self.feat_dim), self.dtype)
         out[hot] = self.hot[idx[hot]]
-        out[~hot] = buf[idx[~hot] - plan.num_hot]
+        out[~hot] = buffer[idx[~hot] - plan.num_hot]
         return out
 
     def close(self) -> None:

@@ -149,7 +149,11 @@ def build_megabatch(
 
 
 class Planner:
-    """Samples and plans the mega-batches of one or more epochs (pure function of the seed)."""
+    """Samples and plans the mega-batches of one or more epochs (pure function of the seed).
+
+    With `max_rows`, a group of M mini-batches whose buffer rows would exceed it is split
+    in halves (recursively) so every plan fits a buffer of `max_rows` rows.
+    """
 
     def __init__(
         self,
@@ -158,11 +162,13 @@ class Planner:
         train_idx: np.ndarray,
         config: PlanConfig,
         hot_rows: np.ndarray | None = None,
+        max_rows: int | None = None,
     ):
         self.config = config
         self.train_idx = np.asarray(train_idx, dtype=np.int64)
         self.hot_rows = np.sort(np.asarray(hot_rows if hot_rows is not None else [], dtype=np.int64))
         self.sampler = NeighborSampler(indptr, indices, config.fanouts)
+        self.max_rows = max_rows
 
     def plans(self, epochs: Iterable[int]) -> Iterator[MegaBatchPlan]:
         """Mega-batch plans in training order; carry-over continues across epochs."""
@@ -170,13 +176,28 @@ class Planner:
         prev = None
         for epoch in epochs:
             batches = minibatch_seeds(self.train_idx, cfg, epoch)
-            for index, start in enumerate(range(0, len(batches), cfg.mega_batch)):
+            index = 0
+            for start in range(0, len(batches), cfg.mega_batch):
                 group = batches[start : start + cfg.mega_batch]
                 ptr = np.concatenate([[0], np.cumsum([len(b) for b in group])])
                 mfgs = self.sampler.sample_many(np.concatenate(group), ptr, cfg.seed, (epoch << 32) + start)
-                plan = build_megabatch(mfgs, self.hot_rows, None if prev is None else prev.rows, epoch, index)
-                prev = plan
-                yield plan
+                for plan in self._fitting(mfgs, prev, epoch, index):
+                    prev = plan
+                    index += 1
+                    yield plan
+
+    def _fitting(self, mfgs: list[MFGs], prev: MegaBatchPlan | None, epoch: int, index: int) -> list[MegaBatchPlan]:
+        plan = build_megabatch(mfgs, self.hot_rows, None if prev is None else prev.rows, epoch, index)
+        if self.max_rows is None or len(plan.rows) <= self.max_rows:
+            return [plan]
+        if len(mfgs) == 1:
+            raise ValueError(
+                f"one mini-batch needs {len(plan.rows)} buffer rows beyond the hot cache, the buffer "
+                f"holds {self.max_rows}: raise the memory budget or lower batch size or fanouts"
+            )
+        half = len(mfgs) // 2
+        first = self._fitting(mfgs[:half], prev, epoch, index)
+        return first + self._fitting(mfgs[half:], first[-1], epoch, index + len(first))
 
 
 def save_plan(plan: MegaBatchPlan, path: str | Path) -> None:

@@ -104,7 +104,7 @@ def test_worker_forwards_errors():
         list(worker)
 
 
-@pytest.mark.parametrize("backend", ["auto", "pread"])  # io_engine when built; the pread fallback
+@pytest.mark.parametrize("backend", ["io_uring", "threads"])  # both engine backends
 @pytest.mark.parametrize("disk_budget", [0, 1 << 30])  # pages only; blocks wherever the model likes
 def test_reads_through_real_file(graph, tmp_path, disk_budget, backend):
     feats, hot = graph[4], graph[3]
@@ -126,7 +126,7 @@ def test_reads_through_real_file(graph, tmp_path, disk_budget, backend):
             buffer = loader.load(p)
             assert np.array_equal(buffer, feats[p.rows])
             for i, m in enumerate(p.minibatches):
-                assert np.array_equal(loader.gather(p, i), feats[m.input_nodes])
+                assert np.array_equal(loader.gather(p, i, buffer), feats[m.input_nodes])
         remove(window, tmp_path / "blocks")
     assert strategies == {"pages"} if disk_budget == 0 else "block" in strategies
     assert not any((tmp_path / "blocks").glob("*.bin"))
@@ -166,9 +166,9 @@ def test_repacked_windows_pipeline(graph, tmp_path):
             for p in window:
                 strategies.append(p.read.strategy)
                 loader = loader or MegaBatchLoader(io, path, DIM, np.float32, hot, 20000, model, blocks)
-                loader.load(p)
+                buffer = loader.load(p)
                 for i, m in enumerate(p.minibatches):
-                    assert np.array_equal(loader.gather(p, i), feats[m.input_nodes])
+                    assert np.array_equal(loader.gather(p, i, buffer), feats[m.input_nodes])
             remove(window, blocks)
     assert "block" in strategies
     loader.close()
