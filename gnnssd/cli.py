@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 import yaml
 
-from gnnssd.storage_format import FEATURE_DTYPES, ORDERS, DatasetError, Store, StoreError, write_store
+from gnnssd.storage_format import FEATURE_DTYPES, ORDERS, Store, StoreError, write_store
 
 from .config import ConfigError
 from .logs import setup_logging
@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(args.verbose)
     try:
         args.func(args)
-    except (ConfigError, DatasetError, StoreError, RuntimeError, OSError) as exc:
+    except (ValueError, StoreError, RuntimeError, OSError) as exc:  # ConfigError, DatasetError too
         print(f"gnnssd: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

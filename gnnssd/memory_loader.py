@@ -52,7 +52,9 @@ class MemoryLoader:
         self.timer = timer
 
     def batches(self, nodes: np.ndarray, fanouts: list[int], batch_size: int,
-                shuffle: bool) -> Iterator[Batch]:
+                shuffle: bool, epoch: int = 0) -> Iterator[Batch]:
+        """Mini-batches of `nodes`; the shuffle follows torch's RNG (seeded per epoch by
+        the trainer), so `epoch` is not needed here."""
         # DGL's fused CSC sampler draws differently from run to run with several OpenMP
         # threads; the unfused one repeats exactly for a given dgl.seed.
         sampler = dgl.dataloading.NeighborSampler(fanouts, fused=False)
@@ -72,3 +74,6 @@ class MemoryLoader:
                 x = x.to(self.device, non_blocking=True)
                 blocks = [b.to(self.device) for b in blocks]
             yield Batch(blocks, x, output_nodes.long())
+
+    def close(self) -> None:
+        """Nothing to release: everything is in memory."""

@@ -17,6 +17,7 @@ from gnnssd.storage_format import Store
 from .checkpoint import MetricsLog, load_checkpoint, save_checkpoint
 from .config import Config, ConfigError, load_config
 from .memory_loader import MemoryLoader
+from .ssd_loader import SSDLoader
 from .models import build_model
 from .runtime import epoch_seed, seed_everything, select_device, use_single_thread
 from .timing import StageTimer
@@ -46,7 +47,7 @@ class Trainer:
             use_single_thread()
         seed_everything(cfg.seed)
         self.timer = StageTimer()
-        self.loader = MemoryLoader(self.store, self.device, self.timer)
+        self.loader = self._make_loader()
         self.labels = torch.from_numpy(np.array(self.store.labels, dtype=np.int64))
         self.model = build_model(cfg.model, self.store.feat_dim, self.store.num_classes).to(self.device)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.train.lr,
@@ -54,6 +55,15 @@ class Trainer:
         self.epochs_done = 0
         self.best: dict[str, Any] = {"valid_acc": -1.0, "epoch": 0, "state": None}
         self.metrics = MetricsLog(self.run_dir)
+
+    def _make_loader(self) -> MemoryLoader | SSDLoader:
+        if self.config.features == "ssd":
+            return SSDLoader(self.store, self.config, self.device, self.timer, self.run_dir / "blocks")
+        return MemoryLoader(self.store, self.device, self.timer)
+
+    def close(self) -> None:
+        """Release the loader's files, buffers and I/O threads."""
+        self.loader.close()
 
     # --- training ----------------------------------------------------------------------
 
@@ -92,10 +102,13 @@ class Trainer:
         self.model.train()
         start = time.perf_counter()
         self.timer.take()
+        if isinstance(self.loader, SSDLoader):
+            self.loader.io_counts.reset()
         loss_sum, correct, seen = 0.0, 0, 0
         train_idx = np.asarray(self.store.train_idx)
         n_batches = -(-len(train_idx) // cfg.sampler.batch_size)
-        batches = self.loader.batches(train_idx, cfg.sampler.fanouts, cfg.sampler.batch_size, shuffle=True)
+        batches = self.loader.batches(train_idx, cfg.sampler.fanouts, cfg.sampler.batch_size,
+                                      shuffle=True, epoch=epoch)
         for batch in tqdm(batches, total=n_batches, desc=f"epoch {epoch}", leave=False,
                           disable=not cfg.train.progress, mininterval=1.0):
             with self.timer.stage("compute"):
@@ -108,9 +121,12 @@ class Trainer:
             loss_sum += loss.item() * len(y)
             correct += int((logits.argmax(1) == y).sum())
             seen += len(y)
-        return {"epoch": epoch, "train_loss": loss_sum / seen, "train_acc": correct / seen,
-                "epoch_s": round(time.perf_counter() - start, 4), "stages_s": self.timer.take(),
-                "batches": n_batches}
+        record = {"epoch": epoch, "train_loss": loss_sum / seen, "train_acc": correct / seen,
+                  "epoch_s": round(time.perf_counter() - start, 4), "stages_s": self.timer.take(),
+                  "batches": n_batches}
+        if isinstance(self.loader, SSDLoader):
+            record["io"] = self.loader.io_counts.take()
+        return record
 
     def _evaluate_epoch(self, epoch: int) -> dict[str, Any]:
         scores = {f"{split}_acc": self.evaluate(split)["accuracy"] for split in ("valid", "test")}

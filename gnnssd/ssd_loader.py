@@ -1,0 +1,179 @@
+"""`features: ssd`: mini-batches whose input features stream from the SSD.
+
+Three stages overlap, each a thread with a bounded hand-off:
+  plan   sample an epoch's mini-batches, group them into mega-batches, plan each one's
+         reads (and repack compact blocks when a block budget is given);
+  read   fill the next mega-batch buffer through the io_engine while the current one
+         trains (two buffers: the one trained on, the one being filled);
+  train  (the caller) gather each mini-batch's rows from [hot cache | buffer], build
+         DGL blocks, run the model.
+The hot cache holds the rows sampling reaches most often for the whole run.
+"""
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import torch
+
+from gnnssd.sampler import (DirectIO, MegaBatchLoader, MegaBatchPlan, PlanConfig, Planner, PlanWorker,
+                            hotness, load_model, remove, repack, to_dgl_blocks, windows)
+from gnnssd.sampler.readplan import pages_plan
+from gnnssd.storage_format import Store
+
+from .budget import MemoryBudget, format_bytes, parse_bytes
+from .config import Config, ConfigError
+from .memory_loader import Batch
+from .timing import StageTimer
+
+log = logging.getLogger("gnnssd.ssd")
+
+STAGING_BYTES = 32 << 20  # the loader's page-read staging area, counted as queue memory
+QUEUE_BYTES = STAGING_BYTES + (16 << 20)  # staging + plans and gathered batches in flight
+
+
+class IOCounters:
+    """Bytes and requests the pipeline sent to the disk since the last `take`."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.bytes_read = self.bytes_written = self.requests = 0
+
+    def take(self) -> dict[str, int]:
+        counts = {"bytes_read": self.bytes_read, "bytes_written": self.bytes_written,
+                  "requests": self.requests}
+        self.reset()
+        return counts
+
+
+class SSDLoader:
+    def __init__(self, store: Store, config: Config, device: torch.device, timer: StageTimer,
+                 block_dir: Path):
+        ssd = config.ssd
+        self.store, self.config, self.device, self.timer = store, config, device, timer
+        self.io_counts = IOCounters()
+        self.model = load_model(store.path)
+        self.block_budget = parse_bytes(ssd.block_budget)
+        self.block_dir = block_dir
+        shutil.rmtree(block_dir, ignore_errors=True)  # blocks of an interrupted run are stale
+        total = parse_bytes(ssd.memory_budget)
+        row_bytes = store.row_bytes
+        usable = max(total - QUEUE_BYTES, 0)
+        buffer_rows = int(usable * (1 - ssd.hot_fraction)) // (2 * row_bytes)
+        try:
+            self.budget = MemoryBudget.split(total, row_bytes, hot_rows=min(store.num_nodes, usable // row_bytes),
+                                             buffer_rows=max(buffer_rows, 1), prefetch_depth=1,
+                                             queue_bytes=QUEUE_BYTES)
+        except ValueError as exc:
+            raise ConfigError(f"ssd.memory_budget: {exc}") from None
+        self.hot_rows = self._hot_rows(self.budget.hot_rows)
+        log.info(self.budget.describe())
+        self.io = DirectIO(queue_depth=ssd.queue_depth, backend=ssd.io_backend)
+        log.info("features from %s through the %s backend; %s of hot rows loaded",
+                 store.features_path, self.io.backend, format_bytes(len(self.hot_rows) * row_bytes))
+        with timer.stage("read"):
+            self.loader = MegaBatchLoader(self.io, store.features_path, store.feat_dim, store.feat_dtype,
+                                          self.hot_rows, self.budget.buffer_rows, self.model,
+                                          block_dir, staging_bytes=STAGING_BYTES)
+        self.io_counts.bytes_read += len(self.hot_rows) * row_bytes
+
+    def _hot_rows(self, count: int) -> np.ndarray:
+        """The `count` rows sampling reaches most; the front of the file when the store's
+        order already put the hottest rows first (one sequential read)."""
+        if count == 0:
+            return np.empty(0, np.int64)
+        if self.store.manifest["order"] in ("degree", "locality"):
+            return np.arange(count, dtype=np.int64)
+        heat = hotness(self.store.indptr, self.store.indices, self.config.sampler.fanouts,
+                       np.asarray(self.store.train_idx))
+        return np.sort(np.argsort(-heat, kind="stable")[:count]).astype(np.int64)
+
+    def batches(self, nodes: np.ndarray, fanouts: list[int], batch_size: int, shuffle: bool,
+                epoch: int = 0) -> Iterator[Batch]:
+        """The mini-batches of `nodes` for one epoch (seeded by the config seed and `epoch`).
+
+        The planner permutes `nodes` either way; `shuffle` only matters to memory mode.
+        """
+        cfg = PlanConfig(batch_size=batch_size, fanouts=tuple(fanouts), mega_batch=self.config.ssd.mega_batch,
+                         seed=self.config.seed)
+        planner = Planner(self.store.indptr, self.store.indices, nodes, cfg, self.hot_rows,
+                          max_rows=self.budget.buffer_rows)
+        planned = PlanWorker(self._planned_windows(planner.plans([epoch])), depth=2)
+        loaded = PlanWorker(self._loaded(planned), depth=2)
+        try:
+            pending = iter(loaded)
+            while True:
+                start = time.perf_counter()
+                item = next(pending, None)
+                self.timer.add("wait", time.perf_counter() - start)
+                if item is None:
+                    return
+                plan, buffer = item
+                yield from self._minibatches(plan, buffer)
+        finally:
+            loaded.close()
+            planned.close()
+            shutil.rmtree(self.block_dir, ignore_errors=True)
+
+    def _planned_windows(self, plans: Iterator[MegaBatchPlan]) -> Iterator[list[MegaBatchPlan]]:
+        """Plan stage: windows of plans with reads planned and blocks repacked."""
+        if self.block_budget == 0:
+            for plan in _timed(plans, self.timer, "plan"):
+                plan.read = pages_plan(plan.read_rows, self.store.row_bytes, self.model)
+                yield [plan]
+            return
+        self.block_dir.mkdir(parents=True, exist_ok=True)
+        for window, scan_offsets, scan_lengths in _timed(
+                windows(plans, self.store.row_bytes, self.model, self.block_budget), self.timer, "plan"):
+            with self.timer.stage("repack"):
+                written = repack(self.io, self.store.features_path, self.store.row_bytes, window,
+                                 scan_offsets, scan_lengths, self.block_dir, staging_bytes=STAGING_BYTES)
+            self.io_counts.bytes_read += int(scan_lengths.sum())
+            self.io_counts.requests += len(scan_lengths)
+            self.io_counts.bytes_written += written
+            yield window
+
+    def _loaded(self, windows_: PlanWorker) -> Iterator[tuple[MegaBatchPlan, np.ndarray]]:
+        """Read stage: each plan's buffer filled; block files deleted once read."""
+        for window in windows_:
+            for plan in window:
+                with self.timer.stage("read"):
+                    buffer = self.loader.load(plan)
+                self.io_counts.bytes_read += plan.read.nbytes
+                self.io_counts.requests += len(plan.read.offsets)
+                remove([plan], self.block_dir)
+                yield plan, buffer
+
+    def _minibatches(self, plan: MegaBatchPlan, buffer: np.ndarray) -> Iterator[Batch]:
+        for i, mfgs in enumerate(plan.minibatches):
+            with self.timer.stage("gather"):
+                x = torch.from_numpy(self.loader.gather(plan, i, buffer))
+                if x.dtype != torch.float32:
+                    x = x.float()
+                blocks = to_dgl_blocks(mfgs)
+            with self.timer.stage("transfer"):
+                if self.device.type == "cuda":
+                    x = x.pin_memory().to(self.device, non_blocking=True)
+                    blocks = [b.to(self.device) for b in blocks]
+            yield Batch(blocks, x, torch.from_numpy(mfgs.seeds))
+
+    def close(self) -> None:
+        self.loader.close()
+        self.io.shutdown()
+
+
+def _timed(items: Iterator, timer: StageTimer, stage: str) -> Iterator:
+    """Charge the time spent producing each item of `items` to `stage`."""
+    while True:
+        start = time.perf_counter()
+        item = next(items, None)
+        timer.add(stage, time.perf_counter() - start)
+        if item is None:
+            return
+        yield item
