@@ -1,0 +1,116 @@
+"""One memory budget for the out-of-core trainer, split between its three consumers.
+
+Policy (in this order, because each part can give way less than the next):
+
+1. Mega-batch buffers: `prefetch_depth + 1` buffers of `buffer_rows` rows each (the one
+   being trained on plus the ones being filled ahead). Training cannot run without them,
+   so they are taken first, in full.
+2. Queue slack: `queue_bytes` for everything else in flight (the I/O staging area and the
+   queues of planned mini-batches). Also taken in full.
+3. Hot cache: what is left, up to the `hot_rows` wanted. It is an optimisation: a smaller
+   hot cache only means more reads, so it shrinks instead of failing. Bytes the hot
+   cache does not want are reported as `spare`.
+
+A budget that cannot hold 1 and 2 is refused with a ValueError that names the largest
+mega-batch buffer that would fit and the smallest budget that would hold this one.
+The caller's plan decides `buffer_rows` (the unique cold rows of its largest mega-batch,
+which depend on the hot cache), so a caller that changes the hot cache re-plans and
+splits again.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from decimal import Decimal
+
+UNITS = {"": 1, "b": 1,
+         "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
+         "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)\s*$", re.IGNORECASE)
+ACCEPTED = "a non-negative integer of bytes or a number with a unit: B, KiB, MiB, GiB, TiB " \
+           "(powers of 1024) or KB, MB, GB, TB (powers of 1000), e.g. '1.25GiB' or '512MiB'"
+DEFAULT_QUEUE_BYTES = 64 << 20
+
+
+def parse_bytes(value: int | str) -> int:
+    """A size in bytes from an int or a string such as '1.25GiB', '512MiB' or '2GB'
+    (rounded down to whole bytes)."""
+    if isinstance(value, bool):
+        raise ValueError(f"size {value!r}: expected {ACCEPTED}")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(f"size {value!r} is negative; expected {ACCEPTED}")
+        return value
+    match = _SIZE.match(value) if isinstance(value, str) else None
+    unit = match.group(2).lower() if match else None
+    if match is None or unit not in UNITS:
+        raise ValueError(f"size {value!r}: expected {ACCEPTED}")
+    return int(Decimal(match.group(1)) * UNITS[unit])
+
+
+def format_bytes(n: int | float) -> str:
+    """n bytes in the largest binary unit that keeps the number >= 1, e.g. '1.25 GiB'."""
+    for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(n) >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{int(n)} B"
+
+
+@dataclass(frozen=True)
+class MemoryBudget:
+    """How `total` bytes are split (see the module docstring for the policy)."""
+
+    total: int
+    row_bytes: int
+    hot_rows: int           # rows the hot cache gets (may be fewer than wanted)
+    hot_rows_wanted: int
+    buffer_rows: int        # rows per mega-batch buffer
+    buffers: int            # prefetch_depth + 1
+    queue_bytes: int
+
+    @classmethod
+    def split(cls, total: int | str, row_bytes: int, hot_rows: int, buffer_rows: int,
+              prefetch_depth: int = 1, queue_bytes: int = DEFAULT_QUEUE_BYTES) -> MemoryBudget:
+        """Split `total` (bytes, or a size string) or raise a ValueError saying what fits."""
+        total = parse_bytes(total)
+        for name, value, least in (("row_bytes", row_bytes, 1), ("hot_rows", hot_rows, 0),
+                                   ("buffer_rows", buffer_rows, 1),
+                                   ("prefetch_depth", prefetch_depth, 0),
+                                   ("queue_bytes", queue_bytes, 0)):
+            if value < least:
+                raise ValueError(f"{name} = {value}; expected at least {least}")
+        buffers = prefetch_depth + 1
+        needed = buffers * buffer_rows * row_bytes + queue_bytes
+        if needed > total:
+            largest = max(0, (total - queue_bytes) // (buffers * row_bytes))
+            raise ValueError(
+                f"memory_budget {format_bytes(total)} cannot hold {buffers} mega-batch buffers "
+                f"of {buffer_rows:,} rows x {row_bytes} B ({format_bytes(buffers * buffer_rows * row_bytes)}) "
+                f"plus {format_bytes(queue_bytes)} of queues: the largest mega-batch buffer that "
+                f"fits is {largest:,} rows (use fewer mini-batches per mega-batch or a lower "
+                f"prefetch depth), or raise memory_budget to at least {format_bytes(needed)} "
+                f"({needed} bytes)")
+        granted = min(hot_rows, (total - needed) // row_bytes)
+        return cls(total, row_bytes, granted, hot_rows, buffer_rows, buffers, queue_bytes)
+
+    @property
+    def hot_bytes(self) -> int:
+        return self.hot_rows * self.row_bytes
+
+    @property
+    def buffer_bytes(self) -> int:
+        """Bytes of all mega-batch buffers together."""
+        return self.buffers * self.buffer_rows * self.row_bytes
+
+    @property
+    def spare_bytes(self) -> int:
+        return self.total - self.hot_bytes - self.buffer_bytes - self.queue_bytes
+
+    def describe(self) -> str:
+        """One line for the log: the split the trainer runs with."""
+        shrunk = (f" of {self.hot_rows_wanted:,} wanted" if self.hot_rows < self.hot_rows_wanted
+                  else "")
+        return (f"memory_budget {format_bytes(self.total)}: hot cache {format_bytes(self.hot_bytes)} "
+                f"({self.hot_rows:,} rows{shrunk}), {self.buffers} mega-batch buffers x "
+                f"{format_bytes(self.buffer_rows * self.row_bytes)} ({self.buffer_rows:,} rows), "
+                f"queues {format_bytes(self.queue_bytes)}, spare {format_bytes(self.spare_bytes)}")

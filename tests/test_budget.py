@@ -1,0 +1,67 @@
+"""Sizes parse as documented; the budget split follows its policy and refusals say what fits."""
+from __future__ import annotations
+
+import pytest
+
+from gnnssd.budget import MemoryBudget, format_bytes, parse_bytes
+
+MiB, GiB = 1 << 20, 1 << 30
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("1.25GiB", 1.25 * GiB), ("512MiB", 512 * MiB), ("2GB", 2 * 10**9), ("2 gb", 2 * 10**9),
+    ("100", 100), ("7B", 7), ("0.5KiB", 512), (".5MiB", MiB // 2), (4096, 4096), (0, 0),
+])
+def test_parse_bytes(text: str | int, expected: float) -> None:
+    assert parse_bytes(text) == int(expected)
+
+
+@pytest.mark.parametrize("bad", ["", "GiB", "1.2.3GiB", "2 GiB/s", "12 parsecs", "-1GiB", -5, True, 1.5])
+def test_parse_bytes_refuses_with_accepted_forms(bad: object) -> None:
+    with pytest.raises(ValueError) as err:
+        parse_bytes(bad)  # type: ignore[arg-type]
+    assert repr(bad) in str(err.value) and "GiB" in str(err.value)
+
+
+def test_format_bytes() -> None:
+    assert format_bytes(1.25 * GiB) == "1.25 GiB"
+    assert format_bytes(300) == "300 B"
+
+
+def test_split_gives_buffers_and_queues_first_then_hot_cache() -> None:
+    b = MemoryBudget.split("1GiB", row_bytes=512, hot_rows=10**7, buffer_rows=100_000,
+                           prefetch_depth=2, queue_bytes=64 * MiB)
+    assert b.buffers == 3 and b.buffer_bytes == 3 * 100_000 * 512
+    assert b.queue_bytes == 64 * MiB
+    assert b.hot_rows == (GiB - b.buffer_bytes - 64 * MiB) // 512 < 10**7
+    assert 0 <= b.spare_bytes < 512
+    assert b.hot_bytes + b.buffer_bytes + b.queue_bytes + b.spare_bytes == GiB
+    assert "of 10,000,000 wanted" in b.describe()
+
+
+def test_split_leaves_spare_when_hot_cache_wants_less() -> None:
+    b = MemoryBudget.split(GiB, row_bytes=512, hot_rows=1000, buffer_rows=1000)
+    assert b.hot_rows == 1000 and b.buffers == 2
+    assert b.spare_bytes == GiB - 1000 * 512 - 2 * 1000 * 512 - b.queue_bytes
+    assert "wanted" not in b.describe()
+
+
+def test_split_refusal_names_largest_buffer_and_smallest_budget() -> None:
+    with pytest.raises(ValueError) as err:
+        MemoryBudget.split("256MiB", row_bytes=512, hot_rows=0, buffer_rows=400_000,
+                           prefetch_depth=1, queue_bytes=64 * MiB)
+    message = str(err.value)
+    largest = (256 * MiB - 64 * MiB) // (2 * 512)
+    assert f"largest mega-batch buffer that fits is {largest:,} rows" in message
+    assert f"at least {format_bytes(2 * 400_000 * 512 + 64 * MiB)}" in message
+    # the largest buffer it names does fit
+    MemoryBudget.split("256MiB", row_bytes=512, hot_rows=0, buffer_rows=largest, queue_bytes=64 * MiB)
+
+
+@pytest.mark.parametrize("key, kwargs", [("row_bytes", {"row_bytes": 0}),
+                                         ("buffer_rows", {"buffer_rows": 0}),
+                                         ("prefetch_depth", {"prefetch_depth": -1})])
+def test_split_rejects_nonsense(key: str, kwargs: dict) -> None:
+    args = {"row_bytes": 512, "hot_rows": 0, "buffer_rows": 10, **kwargs}
+    with pytest.raises(ValueError, match=key):
+        MemoryBudget.split(GiB, **args)
