@@ -32,8 +32,14 @@ from .timing import StageTimer
 
 log = logging.getLogger("gnnssd.ssd")
 
-STAGING_BYTES = 32 << 20  # the loader's page-read staging area, counted as queue memory
-QUEUE_BYTES = STAGING_BYTES + (16 << 20)  # staging + plans and gathered batches in flight
+MIN_STAGING, MAX_STAGING = 4 << 20, 32 << 20
+PLANS_IN_FLIGHT_BYTES = 8 << 20  # plans and gathered batches queued between the stages
+
+
+def staging_bytes(budget: int) -> int:
+    """The page-read staging area (double-buffered chunks of extents): 1/16 of the budget,
+    within [4, 32] MiB (it must hold two 1 MiB extents; more only batches reads larger)."""
+    return min(MAX_STAGING, max(MIN_STAGING, budget // 16))
 
 
 class IOCounters:
@@ -63,13 +69,15 @@ class SSDLoader:
         self.block_dir = block_dir
         shutil.rmtree(block_dir, ignore_errors=True)  # blocks of an interrupted run are stale
         total = parse_bytes(ssd.memory_budget)
+        self.staging_bytes = staging_bytes(total)
+        queue_bytes = self.staging_bytes + PLANS_IN_FLIGHT_BYTES
         row_bytes = store.row_bytes
-        usable = max(total - QUEUE_BYTES, 0)
+        usable = max(total - queue_bytes, 0)
         buffer_rows = int(usable * (1 - ssd.hot_fraction)) // (2 * row_bytes)
         try:
             self.budget = MemoryBudget.split(total, row_bytes, hot_rows=min(store.num_nodes, usable // row_bytes),
                                              buffer_rows=max(buffer_rows, 1), prefetch_depth=1,
-                                             queue_bytes=QUEUE_BYTES)
+                                             queue_bytes=queue_bytes)
         except ValueError as exc:
             raise ConfigError(f"ssd.memory_budget: {exc}") from None
         self.hot_rows = self._hot_rows(self.budget.hot_rows)
@@ -80,7 +88,7 @@ class SSDLoader:
         with timer.stage("read"):
             self.loader = MegaBatchLoader(self.io, store.features_path, store.feat_dim, store.feat_dtype,
                                           self.hot_rows, self.budget.buffer_rows, self.model,
-                                          block_dir, staging_bytes=STAGING_BYTES)
+                                          block_dir, staging_bytes=self.staging_bytes)
         self.io_counts.bytes_read += len(self.hot_rows) * row_bytes
 
     def _hot_rows(self, count: int) -> np.ndarray:
@@ -133,7 +141,7 @@ class SSDLoader:
                 windows(plans, self.store.row_bytes, self.model, self.block_budget), self.timer, "plan"):
             with self.timer.stage("repack"):
                 written = repack(self.io, self.store.features_path, self.store.row_bytes, window,
-                                 scan_offsets, scan_lengths, self.block_dir, staging_bytes=STAGING_BYTES)
+                                 scan_offsets, scan_lengths, self.block_dir, staging_bytes=self.staging_bytes)
             self.io_counts.bytes_read += int(scan_lengths.sum())
             self.io_counts.requests += len(scan_lengths)
             self.io_counts.bytes_written += written

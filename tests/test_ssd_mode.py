@@ -35,10 +35,10 @@ def _config(store, run_dir, **ssd):
         "model": {"name": "sage", "hidden": 32},
         "sampler": {"fanouts": [5, 5], "batch_size": 200, "eval_fanouts": [5, 5], "eval_batch_size": 200},
         "train": {"epochs": 2, "lr": 0.01, "progress": False},
-        "ssd": {"memory_budget": "50MiB", "mega_batch": 4, "hot_fraction": 0.3, **ssd}})
+        "ssd": {"memory_budget": "16MiB", "mega_batch": 4, "hot_fraction": 0.3, **ssd}})
 
 
-@pytest.mark.parametrize("block_budget", [0, "2MiB"])
+@pytest.mark.parametrize("block_budget", [0, "8MiB"])
 def test_batches_carry_the_features_on_disk(small_store, tmp_path, block_budget):
     """Every mini-batch's x equals the store's rows for its input nodes (plain memmap read)."""
     trainer = Trainer(_config(small_store, tmp_path / "run", block_budget=block_budget))
@@ -98,11 +98,11 @@ def test_stale_blocks_are_cleared(small_store, tmp_path):
 
 def test_budget_too_small_is_refused(small_store, tmp_path):
     with pytest.raises(ConfigError, match="ssd.memory_budget: memory_budget .* cannot hold"):
-        Trainer(_config(small_store, tmp_path / "run", memory_budget="40MiB"))
+        Trainer(_config(small_store, tmp_path / "run", memory_budget="12MiB"))
 
 
 def test_minibatch_larger_than_buffer_is_refused(small_store, tmp_path):
-    trainer = Trainer(_config(small_store, tmp_path / "run", memory_budget="48.2MiB"))
+    trainer = Trainer(_config(small_store, tmp_path / "run", memory_budget="12.2MiB"))
     with pytest.raises(ValueError, match="one mini-batch needs .* buffer rows .* raise the memory budget"):
         trainer.fit()
     trainer.close()

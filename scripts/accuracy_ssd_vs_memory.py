@@ -1,0 +1,81 @@
+"""Same config and seeds, `features: memory` vs `features: ssd`: mean test accuracy.
+
+The ssd runs get a memory budget well under what the whole pipeline would take for the
+features, so rows really come through the hot cache, the buffers and the disk.
+Prints a table and writes {"rows": [...]} with --json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+from pathlib import Path
+
+from gnnssd.config import config_from_dict
+from gnnssd.datasets import HeterophilousSource, PlanetoidSource
+from gnnssd.storage_format import Store, write_store
+from gnnssd.trainer import Trainer
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "datasets"
+
+DATASETS = {
+    "cora": {
+        "source": lambda: PlanetoidSource(SHARED / "planetoid", "cora"),
+        "model": {"name": "sage", "hidden": 64, "layers": 2},
+        "sampler": {"fanouts": [10, 10], "batch_size": 140, "eval_fanouts": [10, 10], "eval_batch_size": 500},
+        "train": {"epochs": 50, "lr": 0.01, "weight_decay": 5e-4},
+        "ssd": {"memory_budget": "24MiB", "hot_fraction": 0.25, "mega_batch": 1},
+    },
+    "tolokers": {
+        "source": lambda: HeterophilousSource(SHARED / "heterophilous" / "tolokers.npz", split=0),
+        "model": {"name": "sage", "hidden": 64, "layers": 2},
+        "sampler": {"fanouts": [10, 10], "batch_size": 512, "eval_fanouts": [10, 10], "eval_batch_size": 512},
+        "train": {"epochs": 20, "lr": 0.01},
+        "ssd": {"memory_budget": "13MiB", "hot_fraction": 0.2, "mega_batch": 2},
+    },
+}
+
+
+def run(store: Path, run_dir: Path, spec: dict, features: str, seed: int, epochs: int | None) -> float:
+    train = dict(spec["train"], progress=False, **({"epochs": epochs} if epochs else {}))
+    config = config_from_dict({"store": str(store), "run_dir": str(run_dir), "features": features,
+                               "seed": seed, "model": spec["model"], "sampler": spec["sampler"],
+                               "train": train, "ssd": spec["ssd"]})
+    trainer = Trainer(config)
+    trainer.fit()
+    accuracy = trainer.evaluate("test")["accuracy"]
+    trainer.close()
+    return accuracy
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="fewer epochs")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory() as work:
+        for name, spec in DATASETS.items():
+            store = write_store(Path(work) / name, spec["source"]())
+            feature_mib = Store.open(store).feature_bytes / 2**20
+            accuracy = {mode: [run(store, Path(work) / f"{name}-{mode}-{s}", spec, mode, s,
+                                   5 if args.quick else None) for s in range(args.seeds)]
+                        for mode in ("memory", "ssd")}
+            means = {mode: statistics.mean(v) for mode, v in accuracy.items()}
+            rows.append({"dataset": name, "feature_mib": round(feature_mib, 2),
+                         "ssd_budget": spec["ssd"]["memory_budget"], "seeds": args.seeds,
+                         "memory_acc": accuracy["memory"], "ssd_acc": accuracy["ssd"],
+                         "memory_mean": means["memory"], "ssd_mean": means["ssd"],
+                         "difference_points": 100 * (means["ssd"] - means["memory"])})
+    print(f"{'dataset':10} {'features':>9} {'budget':>7} {'memory mean':>12} {'ssd mean':>9} {'ssd-mem (pts)':>14}")
+    for r in rows:
+        print(f"{r['dataset']:10} {r['feature_mib']:>7.2f}Mi {r['ssd_budget']:>7} {r['memory_mean']:>12.4f} "
+              f"{r['ssd_mean']:>9.4f} {r['difference_points']:>14.2f}")
+    if args.json:
+        args.json.write_text(json.dumps({"rows": rows}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
