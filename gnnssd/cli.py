@@ -106,6 +106,13 @@ def cmd_verify(args: argparse.Namespace) -> None:
     print(f"{args.store}: all {len(checked)} files match their checksums")
 
 
+def cmd_report(args: argparse.Namespace) -> None:
+    from .report import render_report
+
+    for path in render_report(args.run_dir):
+        print(path)
+
+
 def cmd_calibrate(args: argparse.Namespace) -> None:
     from gnnssd.sampler.calibration import calibrate
 
@@ -170,6 +177,10 @@ def build_parser() -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=text)
         sub.add_argument("store")
         sub.set_defaults(func=func)
+
+    report = commands.add_parser("report", help="plot a run's metrics as PNG files")
+    report.add_argument("run_dir")
+    report.set_defaults(func=cmd_report)
 
     calibrate = commands.add_parser("calibrate", help="measure the drive under a store "
                                     "(request cost, read/write bandwidth) for the read planner")
