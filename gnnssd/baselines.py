@@ -1,0 +1,177 @@
+"""The loaders gnnssd is measured against (scripts/bench_train.py), beside `memory`.
+
+- `MmapLoader`: DGL's sampler, features indexed out of a NumPy memmap of features.bin:
+  what most users do today. Every missing page is a synchronous fault.
+- `PerRowLoader`: DGL's sampler, each input row not in an LRU cache read as its own page
+  with O_DIRECT through the io_engine: the Ginex / GraphBolt DiskBasedFeature way.
+
+Both sample exactly as `MemoryLoader` does (they share its `SampledLoader` base), so for
+the same `dgl.seed` (and one thread) they yield the same blocks and the same `x`.
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+import dgl
+import numba as nb
+import numpy as np
+import torch
+
+from gnnssd.io_engine import Engine
+from gnnssd.storage_format import Store
+
+from .memory_loader import SampledLoader
+from .timing import StageTimer
+
+
+class MmapLoader(SampledLoader):
+    """Features indexed out of `store.features_memmap()`. The page faults happen inside
+    the indexing, so reading and gathering are one stage: "read"."""
+
+    def __init__(self, store: Store, device: torch.device, timer: StageTimer):
+        super().__init__(store, device, timer)
+        self.features = store.features_memmap()
+
+    def _inputs(self, rows: np.ndarray) -> torch.Tensor:
+        with self.timer.stage("read"):
+            return self._as_float32(np.asarray(self.features[rows]))
+
+
+class LRUCache:
+    """An exact LRU over `capacity` slots (a doubly linked list in arrays, updated by numba):
+    `access(rows)` applies the rows in order, one access each, as an OrderedDict with
+    move-to-end on a hit and insert (evicting the least recently used) on a miss would.
+
+    The index `slot_of` holds one int32 per node (4 bytes x num_nodes, outside the
+    capacity, like the topology)."""
+
+    def __init__(self, capacity: int, num_nodes: int):
+        self.capacity = capacity
+        self.slot_of = np.full(num_nodes, -1, dtype=np.int32)
+        self.key = np.full(capacity, -1, dtype=np.int64)
+        self.prev = np.full(capacity, -1, dtype=np.int64)
+        self.next = np.full(capacity, -1, dtype=np.int64)
+        self.state = np.array([-1, -1, 0], dtype=np.int64)  # head (most recent), tail, size
+        self.hits = 0
+        self.misses = 0
+
+    def access(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(slot, hit) per row; a missed row's slot is where it now lives (-1 with capacity 0)."""
+        rows = np.ascontiguousarray(rows, dtype=np.int64)
+        slots = np.empty(len(rows), dtype=np.int64)
+        hit = np.empty(len(rows), dtype=np.bool_)
+        n_hits = _lru_access(rows, self.slot_of, self.key, self.prev, self.next, self.state,
+                             slots, hit)
+        self.hits += n_hits
+        self.misses += len(rows) - n_hits
+        return slots, hit
+
+    def keys(self) -> list[int]:
+        """Cached rows, least recently used first."""
+        out, slot = [], int(self.state[1])
+        while slot >= 0:
+            out.append(int(self.key[slot]))
+            slot = int(self.prev[slot])
+        return out
+
+
+@nb.njit(cache=True)
+def _lru_access(rows, slot_of, key, prev, nxt, state, slots, hit):
+    head, tail, size = state[0], state[1], state[2]
+    capacity = key.shape[0]
+    n_hits = 0
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        s = slot_of[r]
+        if s >= 0:
+            hit[i] = True
+            n_hits += 1
+            if s != head:  # unlink, then push at the head
+                p, q = prev[s], nxt[s]
+                nxt[p] = q
+                if q >= 0:
+                    prev[q] = p
+                else:
+                    tail = p
+                prev[s] = -1
+                nxt[s] = head
+                prev[head] = s
+                head = s
+        else:
+            hit[i] = False
+            if capacity == 0:
+                s = -1
+            else:
+                if size < capacity:
+                    s = size
+                    size += 1
+                else:  # evict the tail
+                    s = tail
+                    slot_of[key[s]] = -1
+                    tail = prev[s]
+                    if tail >= 0:
+                        nxt[tail] = -1
+                    else:
+                        head = -1
+                key[s] = r
+                slot_of[r] = s
+                prev[s] = -1
+                nxt[s] = head
+                if head >= 0:
+                    prev[head] = s
+                head = s
+                if tail < 0:
+                    tail = s
+        slots[i] = s
+    state[0], state[1], state[2] = head, tail, size
+    return n_hits
+
+
+class PerRowLoader(SampledLoader):
+    """Rows missing from an LRU cache of `budget_bytes` read one page each (O_DIRECT,
+    `Engine.read_rows`); stages "read" (the engine) and "gather" (cache bookkeeping and
+    copies). `close()` (or a with-block) closes the engine."""
+
+    def __init__(self, store: Store, device: torch.device, timer: StageTimer,
+                 budget_bytes: int, engine: Engine | None = None):
+        super().__init__(store, device, timer)
+        self.row_bytes = store.row_bytes
+        self.cache = LRUCache(budget_bytes // self.row_bytes, store.num_nodes)
+        self.data = np.empty((self.cache.capacity, self.row_bytes), dtype=np.uint8)
+        self.engine = engine or Engine()
+        self.file = self.engine.open(store.features_path)
+        self.rows_read = 0
+
+    def _inputs(self, rows: np.ndarray) -> torch.Tensor:
+        with self.timer.stage("gather"):
+            slots, hit = self.cache.access(rows)
+            raw = np.empty((len(rows), self.row_bytes), dtype=np.uint8)
+            raw[hit] = self.data[slots[hit]]  # before misses may overwrite those slots
+            missed = np.flatnonzero(~hit)
+        with self.timer.stage("read"):
+            fresh = self.engine.read_rows(self.file, rows[missed], self.row_bytes)
+        with self.timer.stage("gather"):
+            raw[missed] = fresh
+            self._keep(slots[missed], fresh)
+            self.rows_read += len(missed)
+            return self._as_float32(raw.view(self.store.feat_dtype))
+
+    def _keep(self, slots: np.ndarray, fresh: np.ndarray) -> None:
+        """Store the rows just read in their cache slots. With more rows in a batch than
+        the cache holds, a slot can be reused within the batch: its last row wins, as in
+        the LRU."""
+        kept = np.flatnonzero(slots >= 0)
+        if len(slots) > self.cache.capacity:
+            _, last_first = np.unique(slots[kept][::-1], return_index=True)
+            kept = kept[len(kept) - 1 - last_first]
+        self.data[slots[kept]] = fresh[kept]
+
+    def close(self) -> None:
+        self.file.close()
+        self.engine.close()
+
+    def __enter__(self) -> PerRowLoader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

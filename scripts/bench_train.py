@@ -1,0 +1,417 @@
+#!/usr/bin/env python3
+"""Training-loop benchmark: four ways to feed the same GNN from the same store, in one run.
+
+Systems: `memory` (features in RAM, DGL's sampler: the reference, unlimited memory),
+`mmap` (DGL's sampler, features indexed out of a NumPy memmap: what most users do),
+`per-row` (DGL's sampler, each row missing from an LRU cache of the budget read as its own
+O_DIRECT page through the io_engine: the Ginex / GraphBolt way) and `gnnssd` (`features:
+ssd`; see run_gnnssd). Same store, model (3-layer GraphSAGE, hidden 256, fanouts
+15,10,5, batch 1024), seed and number of mini-batches for every system. Regimes:
+`end-to-end` (forward, backward and step per mini-batch) and `loader-only` (the inputs
+materialised and touched, no model: the regime of a fast GPU).
+
+Each (system, regime) runs in a fresh subprocess, so peak RSS (ru_maxrss) is its own;
+bytes read are /proc/self/io read_bytes over the mini-batch loop (reads that reached
+storage, i.e. missed the page cache); setup (building the graph, loading features for
+`memory`) is measured apart. Before each run the page cache is dropped (as root). With
+--limit-page-cache, runs other than `memory` happen beside a helper process that holds
+all of MemAvailable but budget + headroom (mlocked if permitted, else touched), with
+oom_score_adj 1000 so the kernel kills it first; it is stopped after each run. Do not use
+that flag on a machine others are using: it takes their memory.
+
+DGL's sampler draws neighbours racily with several threads, so the systems get the same
+seed nodes per mini-batch but not bit-identical neighbour draws (statistically alike).
+
+    python scripts/bench_train.py [--quick] [--json PATH] [--store DIR | --work DIR]
+        [--budget SIZE] [--batches N] [--limit-page-cache] [--systems ...] [--regimes ...]
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import mmap
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from gnnssd.baselines import MmapLoader, PerRowLoader
+from gnnssd.budget import format_bytes, parse_bytes
+from gnnssd.config import ModelConfig
+from gnnssd.datasets import synthetic_source
+from gnnssd.memory_loader import Batch, MemoryLoader
+from gnnssd.models import build_model
+from gnnssd.runtime import seed_everything
+from gnnssd.storage_format import ORDERS, Store, write_store
+from gnnssd.timing import StageTimer
+
+SYSTEMS = ("memory", "mmap", "per-row", "gnnssd")
+REGIMES = ("end-to-end", "loader-only")
+MODEL = ModelConfig(name="sage", hidden=256, layers=3, dropout=0.5)
+FANOUTS = [15, 10, 5]
+BATCH_SIZE = 1024
+LR = 0.003
+PAGE = 4096
+GiB = 1 << 30
+RUNTIME_ALLOWANCE = int(1.5 * GiB)  # beyond budget + topology, in the RSS target
+CPU = torch.device("cpu")
+
+
+@dataclass
+class Measured:
+    """What one system did over the mini-batch loop."""
+    seconds: float
+    batches: int
+    bytes_read: int
+    stages_s: dict[str, float]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+# --- the gnnssd hook ---------------------------------------------------------------------
+
+def run_gnnssd(store: Store, budget: int, batches: int, regime: str) -> Measured:
+    """HOOK (to be filled in with `features: ssd`): train (or, loader-only, just load)
+    `batches` mini-batches of `store` with FANOUTS, BATCH_SIZE and MODEL in `budget`
+    bytes, seeded like the others, and return what `consume` measures. If the ssd
+    loader yields `Batch`es, this is `consume(mini_batches(...), make_step(regime, store),
+    timer)` as in run_baseline."""
+    raise NotImplementedError("features: ssd is not built yet")
+
+
+# --- the shared loop ---------------------------------------------------------------------
+
+def storage_bytes_read() -> int:
+    """Bytes this process has caused to be read from storage (past the page cache)."""
+    for line in Path("/proc/self/io").read_text().splitlines():
+        if line.startswith("read_bytes:"):
+            return int(line.split()[1])
+    raise RuntimeError("/proc/self/io has no read_bytes line")
+
+
+def mini_batches(loader: Any, store: Store, n: int) -> Iterator[Batch]:
+    """The first n training mini-batches, epoch after epoch (shuffled), from a loader with
+    MemoryLoader's `batches` interface."""
+    train_idx = np.array(store.train_idx)  # writable: torch warns on read-only memmaps
+    while True:
+        for batch in loader.batches(train_idx, FANOUTS, BATCH_SIZE, shuffle=True):
+            yield batch
+            n -= 1
+            if n == 0:
+                return
+
+
+def make_step(regime: str, store: Store) -> Callable[[Batch], None]:
+    """What each mini-batch is for: a training step (end-to-end) or touching x."""
+    if regime == "loader-only":
+        return lambda batch: float(batch.x.sum())
+    labels = torch.from_numpy(np.array(store.labels, dtype=np.int64))
+    model = build_model(MODEL, store.feat_dim, store.num_classes)
+    optimizer = torch.optim.Adam(model.parameters(), lr=LR)
+
+    def train(batch: Batch) -> None:
+        loss = F.cross_entropy(model(batch.blocks, batch.x), labels[batch.output_nodes])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+    return train
+
+
+def consume(batches: Iterator[Batch], step: Callable[[Batch], None],
+            timer: StageTimer) -> Measured:
+    """Run `step` on every batch; wall time, storage reads and the stage breakdown (the
+    loader's stages plus "compute")."""
+    timer.take()
+    read0, start, n = storage_bytes_read(), time.perf_counter(), 0
+    for batch in batches:
+        with timer.stage("compute"):
+            step(batch)
+        n += 1
+    return Measured(time.perf_counter() - start, n, storage_bytes_read() - read0, timer.take())
+
+
+def run_baseline(system: str, store: Store, budget: int, batches: int, regime: str) -> Measured:
+    timer = StageTimer()
+    if system == "memory":
+        loader = MemoryLoader(store, CPU, timer)
+    elif system == "mmap":
+        loader = MmapLoader(store, CPU, timer)
+    else:
+        loader = PerRowLoader(store, CPU, timer, budget)
+    step = make_step(regime, store)
+    measured = consume(mini_batches(loader, store, batches), step, timer)
+    if isinstance(loader, PerRowLoader):
+        cache = loader.cache
+        measured.extra = {"cache_rows": cache.capacity, "cache_hits": cache.hits,
+                          "cache_misses": cache.misses, "pages_read": loader.rows_read}
+        loader.close()
+    return measured
+
+
+def child(spec: dict[str, Any]) -> dict[str, Any]:
+    """One (system, regime) in this fresh process; returns its row."""
+    start, read0 = time.perf_counter(), storage_bytes_read()
+    store = Store.open(spec["store"])
+    seed_everything(spec["seed"])
+    system, regime = spec["system"], spec["regime"]
+    row: dict[str, Any] = {"system": system, "regime": regime}
+    try:
+        if system == "gnnssd":
+            measured = run_gnnssd(store, spec["budget"], spec["batches"], regime)
+        else:
+            measured = run_baseline(system, store, spec["budget"], spec["batches"], regime)
+    except NotImplementedError as exc:
+        return {**row, "status": f"not run: {exc}"}
+    total_s = time.perf_counter() - start
+    return {**row, "status": "ok", "batches": measured.batches,
+            "seconds": round(measured.seconds, 3),
+            "batches_per_s": round(measured.batches / measured.seconds, 3),
+            "bytes_read": measured.bytes_read,
+            "setup_bytes_read": storage_bytes_read() - read0 - measured.bytes_read,
+            "setup_s": round(total_s - measured.seconds, 3),
+            "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            "stages_s": measured.stages_s, **measured.extra}
+
+
+# --- the page cache ----------------------------------------------------------------------
+
+def drop_caches() -> str:
+    os.sync()
+    try:
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+        return "dropped"
+    except OSError as exc:
+        return f"not dropped ({exc.strerror}: needs root)"
+
+
+def mem_available() -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError("/proc/meminfo has no MemAvailable line")
+
+
+def hold_memory(keep_free: int) -> None:
+    """The page-cache limiter (runs as `--hold BYTES`): take all of MemAvailable but
+    keep_free as anonymous memory (mlock, else touch every page), be the OOM killer's
+    first choice, and keep it until the parent closes stdin. Measured here, after this
+    process's own imports, so that they come out of the held part."""
+    Path("/proc/self/oom_score_adj").write_text("1000\n")
+    nbytes = max(PAGE, mem_available() - keep_free)
+    buf = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    libc = ctypes.CDLL(None, use_errno=True)
+    address = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    locked = libc.mlock(ctypes.c_void_p(address), ctypes.c_size_t(nbytes)) == 0
+    if not locked:
+        np.frombuffer(buf, dtype=np.uint8)[::PAGE] = 1
+    print(json.dumps({"held": nbytes, "locked": locked}), flush=True)
+    sys.stdin.read()
+
+
+class PageCacheLimit:
+    """A running hold_memory helper for the duration of a with-block."""
+
+    def __init__(self, keep_free: int):
+        self.proc = subprocess.Popen([sys.executable, __file__, "--hold", str(keep_free)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline() if self.proc.stdout else ""
+        if not line:
+            raise RuntimeError(f"the page-cache limiter exited ({self.proc.wait()}) before "
+                               f"holding all but {format_bytes(keep_free)}")
+        held = json.loads(line)
+        self.held, self.locked = held["held"], held["locked"]
+
+    def describe(self) -> str:
+        how = "mlocked" if self.locked else "touched (mlock refused)"
+        return f"limited: helper held {format_bytes(self.held)} ({how})"
+
+    def __enter__(self) -> PageCacheLimit:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.killed = self.proc.poll() is not None  # only the OOM killer ends it early
+        if self.proc.stdin:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+# --- the harness -------------------------------------------------------------------------
+
+def topology_bytes(store: Store) -> int:
+    """The CSC as DGL holds it (int64 indptr and indices)."""
+    return (store.num_nodes + 1 + store.num_edges) * 8
+
+
+def open_or_make_store(args: argparse.Namespace) -> Store:
+    if args.store:
+        return Store.open(args.store)
+    path = args.work / f"synthetic-{args.preset}-{args.order}"
+    if not (path / "manifest.json").exists():
+        print(f"writing the {args.preset} synthetic store to {path} (order {args.order})",
+              flush=True)
+        write_store(path, synthetic_source(args.preset), order=args.order)
+    return Store.open(path)
+
+
+def run_one(spec: dict[str, Any]) -> dict[str, Any]:
+    proc = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)],
+                          stdout=subprocess.PIPE, text=True)
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        return {"system": spec["system"], "regime": spec["regime"],
+                "status": f"failed (exit {proc.returncode}; see stderr above)"}
+    return json.loads(lines[-1])
+
+
+def bench(args: argparse.Namespace, store: Store, budget: int) -> list[dict[str, Any]]:
+    rows = []
+    keep_free = budget + args.headroom
+    for regime in args.regimes:
+        for system in args.systems:
+            caches = drop_caches()
+            spec = {"system": system, "regime": regime, "store": str(store.path),
+                    "budget": budget, "batches": args.batches, "seed": args.seed}
+            if args.limit_page_cache and system != "memory":
+                with PageCacheLimit(keep_free) as limit:
+                    row = run_one(spec)
+                page_cache = limit.describe() + (" -- killed by the OOM killer during the run"
+                                                 if limit.killed else "")
+            else:
+                row = run_one(spec)
+                page_cache = "not limited"
+            row.update(page_cache=page_cache, page_cache_dropped=caches)
+            rows.append(row)
+            print(_fmt(row), flush=True)
+    for row in rows:
+        reference = next((r for r in rows if r["system"] == "memory"
+                          and r["regime"] == row["regime"] and r["status"] == "ok"), None)
+        if row["status"] == "ok" and reference is not None:
+            row["ratio_to_memory"] = round(row["seconds"] / reference["seconds"], 3)
+    return rows
+
+
+def targets(rows: list[dict[str, Any]], budget: int, store: Store) -> list[dict[str, Any]]:
+    """The issue's targets, each with its measured value (None when a row is missing)."""
+    def get(system: str, regime: str, key: str) -> float | None:
+        row = next((r for r in rows if (r["system"], r["regime"]) == (system, regime)), None)
+        return row.get(key) if row and row["status"] == "ok" else None
+
+    def ratio(a: float | None, b: float | None) -> float | None:
+        return None if a is None or b is None else round(a / b, 3)
+
+    rss_limit = budget + topology_bytes(store) + RUNTIME_ALLOWANCE
+    gn_rss = [get("gnnssd", r, "peak_rss_bytes") for r in REGIMES]
+    checks = [
+        ("end-to-end time, gnnssd / memory", get("gnnssd", "end-to-end", "ratio_to_memory"), "<=", 1.15),
+        ("loader-only throughput, gnnssd / memory",
+         ratio(get("gnnssd", "loader-only", "batches_per_s"), get("memory", "loader-only", "batches_per_s")),
+         ">=", 0.8),
+    ]
+    for regime in REGIMES:
+        for other, factor in (("mmap", 5.0), ("per-row", 3.0)):
+            checks.append((f"{regime} throughput, gnnssd / {other}",
+                           ratio(get("gnnssd", regime, "batches_per_s"), get(other, regime, "batches_per_s")),
+                           ">=", factor))
+    checks.append(("gnnssd peak RSS, bytes", max(gn_rss) if None not in gn_rss else None, "<=", rss_limit))
+    return [{"target": name, "value": value, "want": f"{op} {limit}",
+             "met": None if value is None else (value <= limit if op == "<=" else value >= limit)}
+            for name, value, op, limit in checks]
+
+
+def _fmt(row: dict[str, Any]) -> str:
+    head = f"{row['system']:<8} {row['regime']:<12}"
+    if row["status"] != "ok":
+        return f"{head} {row['status']}"
+    ratio = row.get("ratio_to_memory")
+    stages = " ".join(f"{k} {v:.1f}" for k, v in row["stages_s"].items())
+    return (f"{head} {row['batches_per_s']:>9.3f} {'-' if ratio is None else f'{ratio:.2f}':>7} "
+            f"{format_bytes(row['bytes_read']):>10} {format_bytes(row['peak_rss_bytes']):>10}  {stages}")
+
+
+HEADER = (f"{'system':<8} {'regime':<12} {'batches/s':>9} {'x mem':>7} {'read':>10} "
+          f"{'peak RSS':>10}  stages (s)")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true",
+                   help="medium preset, budget 1/8 of its features, 6 mini-batches")
+    p.add_argument("--json", type=Path, default=Path("bench_out/bench_train.json"),
+                   help="where to write {'rows': [...]} (default: %(default)s)")
+    p.add_argument("--store", type=Path, help="an existing store (default: make one in --work)")
+    p.add_argument("--work", type=Path, default=Path("bench_out/work"),
+                   help="where the synthetic store is made or reused (default: %(default)s)")
+    p.add_argument("--preset", help="synthetic preset (default large, --quick medium)")
+    p.add_argument("--order", choices=ORDERS, default="degree",
+                   help="node order of a store made here (default: %(default)s, hot rows first)")
+    p.add_argument("--budget", help="memory budget, e.g. 1.25GiB (default 1.25GiB; --quick: "
+                                    "1/8 of the store's features)")
+    p.add_argument("--batches", type=int, help="mini-batches per run (default 100, --quick 6)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
+    p.add_argument("--regimes", nargs="+", choices=REGIMES, default=list(REGIMES))
+    p.add_argument("--limit-page-cache", action="store_true",
+                   help="hold all but budget + headroom of memory during mmap/per-row/gnnssd runs")
+    p.add_argument("--headroom", help="memory left beside the budget for the process itself "
+                                      "(default: topology + 1.5 GiB)")
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    p.add_argument("--hold", type=int, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.hold is not None:
+        hold_memory(args.hold)
+        return 0
+    if args.child:
+        print(json.dumps(child(json.loads(args.child))), flush=True)
+        return 0
+
+    args.preset = args.preset or ("medium" if args.quick else "large")
+    args.batches = args.batches or (6 if args.quick else 100)
+    store = open_or_make_store(args)
+    budget = parse_bytes(args.budget) if args.budget else (
+        store.feature_bytes // 8 if args.quick else parse_bytes("1.25GiB"))
+    args.headroom = (parse_bytes(args.headroom) if args.headroom
+                     else topology_bytes(store) + RUNTIME_ALLOWANCE)
+    print(f"store {store.path}: {store.num_nodes:,} nodes, features "
+          f"{format_bytes(store.feature_bytes)} = {store.feature_bytes / budget:.1f}x the budget "
+          f"of {format_bytes(budget)}; {args.batches} mini-batches per run", flush=True)
+    if store.feature_bytes < 8 * budget:
+        print("note: the features are less than 8x the budget", flush=True)
+    print(HEADER, flush=True)
+    rows = bench(args, store, budget)
+    print("\n" + HEADER)
+    for row in rows:
+        print(_fmt(row))
+    checks = targets(rows, budget, store)
+    for c in checks:
+        verdict = {True: "met", False: "MISSED", None: "n/a"}[c["met"]]
+        print(f"target {c['target']}: {c['value']} (want {c['want']}): {verdict}")
+    print(f"(RSS limit: budget + topology + 1.5 GiB = "
+          f"{format_bytes(budget + topology_bytes(store) + RUNTIME_ALLOWANCE)})")
+    meta = {"store": str(store.path), "nodes": store.num_nodes, "feature_bytes": store.feature_bytes,
+            "budget_bytes": budget, "topology_bytes": topology_bytes(store),
+            "batches": args.batches, "seed": args.seed, "fanouts": FANOUTS, "batch_size": BATCH_SIZE,
+            "model": asdict(MODEL), "limit_page_cache": args.limit_page_cache,
+            "headroom_bytes": args.headroom, "kernel": platform.release(), "cpus": os.cpu_count(),
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps({"rows": rows, "targets": checks, "meta": meta}, indent=2))
+    print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

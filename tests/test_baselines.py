@@ -1,0 +1,110 @@
+"""The bench's baseline loaders give MemoryLoader's inputs; the LRU is an exact LRU."""
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from dgl.utils import set_num_threads
+
+from gnnssd.baselines import LRUCache, MmapLoader, PerRowLoader
+from gnnssd.datasets import synthetic_source
+from gnnssd.memory_loader import MemoryLoader
+from gnnssd.runtime import seed_everything, use_single_thread
+from gnnssd.storage_format import Store, write_store
+from gnnssd.timing import StageTimer
+
+CPU = torch.device("cpu")
+FANOUTS = [5, 3]
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """DGL's sampler draws repeatably for a dgl.seed only on one thread (with several,
+    the draws race); give later tests their threads back."""
+    threads = torch.get_num_threads()
+    use_single_thread()
+    yield
+    torch.set_num_threads(threads)
+    set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Store:
+    path = write_store(tmp_path_factory.mktemp("baselines") / "tiny", synthetic_source("tiny"))
+    try:
+        os.close(os.open(Path(path) / "features.bin", os.O_RDONLY | os.O_DIRECT))
+    except OSError:
+        pytest.skip("the test directory refuses O_DIRECT (tmpfs?)")
+    return Store.open(path)
+
+
+def _inputs(loader, store: Store, seed: int = 3) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    seed_everything(seed)  # the shuffle and DGL's sampler draw from several RNGs
+    return [(b.x, b.output_nodes)
+            for b in loader.batches(np.asarray(store.train_idx), FANOUTS, 256, shuffle=True)]
+
+
+def test_mmap_and_per_row_inputs_equal_memory_mode(store: Store) -> None:
+    reference = _inputs(MemoryLoader(store, CPU, StageTimer()), store)
+    timer = StageTimer()
+    # a cache far smaller than one batch's inputs: hits, misses and evictions all happen
+    with PerRowLoader(store, CPU, timer, budget_bytes=300 * store.row_bytes) as per_row:
+        for name, loader in (("mmap", MmapLoader(store, CPU, timer)), ("per-row", per_row)):
+            got = _inputs(loader, store)
+            assert len(got) == len(reference), name
+            for (x, out), (x_ref, out_ref) in zip(got, reference):
+                assert torch.equal(out, out_ref), name
+                assert x.dtype == torch.float32 and torch.equal(x, x_ref), name
+        assert per_row.cache.hits > 0 and per_row.cache.misses > 0
+        assert per_row.rows_read == per_row.cache.misses
+    assert {"sample", "read", "gather", "transfer"} <= set(timer.take())
+
+
+def test_per_row_second_epoch_hits_when_everything_fits(store: Store) -> None:
+    with PerRowLoader(store, CPU, StageTimer(), budget_bytes=store.feature_bytes) as loader:
+        first = _inputs(loader, store)
+        read = loader.rows_read
+        assert _inputs(loader, store)[0][0].equal(first[0][0])
+        assert loader.rows_read == read  # all rows cached after the first pass
+
+
+def _reference_lru(capacity: int, batches: list[np.ndarray]) -> tuple[list[int], list[int]]:
+    cache: OrderedDict[int, None] = OrderedDict()
+    hits = []
+    for rows in batches:
+        n = 0
+        for r in rows.tolist():
+            if r in cache:
+                cache.move_to_end(r)
+                n += 1
+            elif capacity:
+                cache[r] = None
+                if len(cache) > capacity:
+                    cache.popitem(last=False)
+        hits.append(n)
+    return hits, list(cache)
+
+
+@pytest.mark.parametrize("capacity", [0, 1, 7, 64, 500])
+def test_lru_matches_ordered_dict(capacity: int) -> None:
+    rng = np.random.default_rng(capacity)
+    # skewed, unique within a batch (as a mini-batch's input nodes are)
+    batches = [np.unique(rng.zipf(1.3, size=rng.integers(1, 120)) % 300) for _ in range(40)]
+    batches = [rng.permutation(b) for b in batches]
+    lru = LRUCache(capacity, 300)
+    hits = []
+    for rows in batches:
+        slots, hit = lru.access(rows)
+        hits.append(int(hit.sum()))
+        assert ((slots >= 0) | (capacity == 0)).all()
+    ref_hits, ref_keys = _reference_lru(capacity, batches)
+    assert hits == ref_hits
+    assert lru.keys() == ref_keys
+    assert lru.hits == sum(ref_hits) and lru.hits + lru.misses == sum(map(len, batches))
+    # every cached row's slot points back at it
+    for r in ref_keys:
+        assert lru.key[lru.slot_of[r]] == r
