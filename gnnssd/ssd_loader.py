@@ -20,7 +20,8 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from gnnssd.sampler import (DirectIO, MegaBatchLoader, MegaBatchPlan, PlanConfig, Planner, PlanWorker,
+from gnnssd.sampler import (DirectIO, MegaBatchLoader, MegaBatchPlan, NeighborSampler, PlanConfig, Planner,
+                            PlanWorker,
                             hotness, load_model, remove, repack, to_dgl_blocks, windows)
 from gnnssd.sampler.readplan import pages_plan
 from gnnssd.storage_format import Store
@@ -73,7 +74,11 @@ class SSDLoader:
         queue_bytes = self.staging_bytes + PLANS_IN_FLIGHT_BYTES
         row_bytes = store.row_bytes
         usable = max(total - queue_bytes, 0)
-        buffer_rows = int(usable * (1 - ssd.hot_fraction)) // (2 * row_bytes)
+        # Two buffers take (1 - hot_fraction) of what is left, or more when one sampled
+        # mini-batch (with a margin) needs more; the hot cache gets the rest.
+        buffer_rows = max(int(usable * (1 - ssd.hot_fraction)) // (2 * row_bytes),
+                          int(1.25 * self._rows_per_minibatch()))
+        buffer_rows = min(buffer_rows, usable // (2 * row_bytes))
         try:
             self.budget = MemoryBudget.split(total, row_bytes, hot_rows=min(store.num_nodes, usable // row_bytes),
                                              buffer_rows=max(buffer_rows, 1), prefetch_depth=1,
@@ -90,6 +95,14 @@ class SSDLoader:
                                           self.hot_rows, self.budget.buffer_rows, self.model,
                                           block_dir, staging_bytes=self.staging_bytes)
         self.io_counts.bytes_read += len(self.hot_rows) * row_bytes
+
+    def _rows_per_minibatch(self) -> int:
+        """Input rows of one sampled training mini-batch (an estimate of buffer need)."""
+        train = np.asarray(self.store.train_idx)
+        seeds = np.random.default_rng(self.config.seed).choice(
+            train, min(len(train), self.config.sampler.batch_size), replace=False)
+        sampler = NeighborSampler(self.store.indptr, self.store.indices, self.config.sampler.fanouts)
+        return len(sampler.sample(np.sort(seeds), self.config.seed).input_nodes)
 
     def _hot_rows(self, count: int) -> np.ndarray:
         """The `count` rows sampling reaches most; the front of the file when the store's

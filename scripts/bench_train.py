@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import itertools
 import json
 import mmap
 import os
@@ -47,11 +48,12 @@ import torch.nn.functional as F
 
 from gnnssd.baselines import MmapLoader, PerRowLoader
 from gnnssd.budget import format_bytes, parse_bytes
-from gnnssd.config import ModelConfig
+from gnnssd.config import ModelConfig, config_from_dict
 from gnnssd.datasets import synthetic_source
 from gnnssd.memory_loader import Batch, MemoryLoader
 from gnnssd.models import build_model
 from gnnssd.runtime import seed_everything
+from gnnssd.ssd_loader import SSDLoader
 from gnnssd.storage_format import ORDERS, Store, write_store
 from gnnssd.timing import StageTimer
 
@@ -79,13 +81,23 @@ class Measured:
 
 # --- the gnnssd hook ---------------------------------------------------------------------
 
-def run_gnnssd(store: Store, budget: int, batches: int, regime: str) -> Measured:
-    """HOOK (to be filled in with `features: ssd`): train (or, loader-only, just load)
-    `batches` mini-batches of `store` with FANOUTS, BATCH_SIZE and MODEL in `budget`
-    bytes, seeded like the others, and return what `consume` measures. If the ssd
-    loader yields `Batch`es, this is `consume(mini_batches(...), make_step(regime, store),
-    timer)` as in run_baseline."""
-    raise NotImplementedError("features: ssd is not built yet")
+def run_gnnssd(store: Store, budget: int, batches: int, regime: str, block_budget: int,
+               mega_batch: int) -> Measured:
+    """`features: ssd`: the planner, the io_engine and the hot cache in `budget` bytes,
+    compact blocks repacked within `block_budget` bytes of disk beside the store."""
+    timer = StageTimer()
+    config = config_from_dict({
+        "store": str(store.path), "run_dir": str(store.path.parent / "bench-train-run"),
+        "features": "ssd", "model": {"layers": MODEL.layers},
+        "sampler": {"fanouts": FANOUTS, "batch_size": BATCH_SIZE},
+        "ssd": {"memory_budget": budget, "block_budget": block_budget, "mega_batch": mega_batch}})
+    loader = SSDLoader(store, config, CPU, timer, store.path.parent / "bench-train-blocks")
+    setup_io = loader.io_counts.take()
+    measured = consume(mini_batches(loader, store, batches), make_step(regime, store), timer)
+    measured.extra = {"pipeline_io": loader.io_counts.take(), "hot_cache_load": setup_io,
+                      "budget_split": loader.budget.describe()}
+    loader.close()
+    return measured
 
 
 # --- the shared loop ---------------------------------------------------------------------
@@ -102,8 +114,8 @@ def mini_batches(loader: Any, store: Store, n: int) -> Iterator[Batch]:
     """The first n training mini-batches, epoch after epoch (shuffled), from a loader with
     MemoryLoader's `batches` interface."""
     train_idx = np.array(store.train_idx)  # writable: torch warns on read-only memmaps
-    while True:
-        for batch in loader.batches(train_idx, FANOUTS, BATCH_SIZE, shuffle=True):
+    for epoch in itertools.count(1):
+        for batch in loader.batches(train_idx, FANOUTS, BATCH_SIZE, shuffle=True, epoch=epoch):
             yield batch
             n -= 1
             if n == 0:
@@ -167,7 +179,8 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     row: dict[str, Any] = {"system": system, "regime": regime}
     try:
         if system == "gnnssd":
-            measured = run_gnnssd(store, spec["budget"], spec["batches"], regime)
+            measured = run_gnnssd(store, spec["budget"], spec["batches"], regime,
+                                  spec["block_budget"], spec["mega_batch"])
         else:
             measured = run_baseline(system, store, spec["budget"], spec["batches"], regime)
     except NotImplementedError as exc:
@@ -284,7 +297,8 @@ def bench(args: argparse.Namespace, store: Store, budget: int) -> list[dict[str,
         for system in args.systems:
             caches = drop_caches()
             spec = {"system": system, "regime": regime, "store": str(store.path),
-                    "budget": budget, "batches": args.batches, "seed": args.seed}
+                    "budget": budget, "batches": args.batches, "seed": args.seed,
+                    "block_budget": args.block_budget, "mega_batch": args.mega_batch}
             if args.limit_page_cache and system != "memory":
                 with PageCacheLimit(keep_free) as limit:
                     row = run_one(spec)
@@ -362,6 +376,10 @@ def main() -> int:
                                     "1/8 of the store's features)")
     p.add_argument("--batches", type=int, help="mini-batches per run (default 100, --quick 6)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--block-budget", default="0",
+                   help="gnnssd: disk space for compact blocks (default 0: extents only)")
+    p.add_argument("--mega-batch", type=int, default=16,
+                   help="gnnssd: mini-batches per mega-batch (split to fit the buffers)")
     p.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
     p.add_argument("--regimes", nargs="+", choices=REGIMES, default=list(REGIMES))
     p.add_argument("--limit-page-cache", action="store_true",
@@ -383,6 +401,7 @@ def main() -> int:
     store = open_or_make_store(args)
     budget = parse_bytes(args.budget) if args.budget else (
         store.feature_bytes // 8 if args.quick else parse_bytes("1.25GiB"))
+    args.block_budget = parse_bytes(args.block_budget)
     args.headroom = (parse_bytes(args.headroom) if args.headroom
                      else topology_bytes(store) + RUNTIME_ALLOWANCE)
     print(f"store {store.path}: {store.num_nodes:,} nodes, features "
