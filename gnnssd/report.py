@@ -1,7 +1,8 @@
 """`gnnssd report RUN_DIR`: a run's metrics.jsonl as PNG plots, for looking instead of reading.
 
 Plots (in RUN_DIR/report/): loss and accuracy per epoch; the per-epoch stage breakdown
-(stacked, with the time no stage accounts for as "other"); and, when the records carry
+(foreground stages stacked, with the time no stage accounts for as "other", and the ssd
+pipeline's background stages beside them); and, when the records carry
 I/O counters (`io`: {"bytes_read", "bytes_written", "requests"} per epoch), the read
 throughput over the run's time. Figures are drawn with matplotlib's Agg canvas directly,
 so nothing touches pyplot's global backend or needs a display.
@@ -93,22 +94,39 @@ def _loss_accuracy(records: list[dict[str, Any]]) -> Figure:
     return fig
 
 
+# Stages that run in background threads of the ssd pipeline, overlapping the others.
+BACKGROUND = ("plan", "repack", "read")
+
+
 def _stages(records: list[dict[str, Any]]) -> Figure:
+    """Foreground stages stacked (they add up to the epoch, the rest is "other");
+    background stages, which overlap them, as bars of their own beside each epoch."""
     fig = Figure(figsize=(8, 4.5), layout="constrained")
     ax = fig.subplots()
     epochs = [r["epoch"] for r in records]
     names: list[str] = []
     for r in records:  # stages in order of first appearance
         names += [k for k in r["stages_s"] if k not in names]
+    foreground = [n for n in names if n not in BACKGROUND]
+    background = [n for n in names if n in BACKGROUND]
+    width = 0.4 if background else 0.8
+    left = [e - width / 2 if background else e for e in epochs]
     bottom = [0.0] * len(records)
-    for name in names:
+    for name in foreground:
         heights = [float(r["stages_s"].get(name, 0.0)) for r in records]
-        ax.bar(epochs, heights, bottom=bottom, label=name)
+        ax.bar(left, heights, width, bottom=bottom, label=name)
         bottom = [b + h for b, h in zip(bottom, heights)]
     other = [max(0.0, r["epoch_s"] - b) for r, b in zip(records, bottom)]
     if any(other):
-        ax.bar(epochs, other, bottom=bottom, label="other", color="lightgrey")
-    ax.set(title="time per epoch by stage", xlabel="epoch", ylabel="seconds")
+        ax.bar(left, other, width, bottom=bottom, label="other", color="lightgrey")
+    bottom = [0.0] * len(records)
+    for name in background:
+        heights = [float(r["stages_s"].get(name, 0.0)) for r in records]
+        ax.bar([e + width / 2 for e in epochs], heights, width, bottom=bottom, hatch="//",
+               alpha=0.6, label=f"{name} (background)")
+        bottom = [b + h for b, h in zip(bottom, heights)]
+    ax.set(title="time per epoch by stage (hatched: overlapped background work)",
+           xlabel="epoch", ylabel="seconds")
     ax.legend()
     ax.grid(alpha=0.3, axis="y")
     return fig
