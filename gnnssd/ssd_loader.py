@@ -35,6 +35,7 @@ log = logging.getLogger("gnnssd.ssd")
 
 MIN_STAGING, MAX_STAGING = 4 << 20, 32 << 20
 PLANS_IN_FLIGHT_BYTES = 8 << 20  # plans and gathered batches queued between the stages
+MINIBATCH_MARGIN = 1.5  # buffer rows per sampled mini-batch's input rows: batches vary
 
 
 def staging_bytes(budget: int) -> int:
@@ -74,11 +75,17 @@ class SSDLoader:
         queue_bytes = self.staging_bytes + PLANS_IN_FLIGHT_BYTES
         row_bytes = store.row_bytes
         usable = max(total - queue_bytes, 0)
-        # Two buffers take (1 - hot_fraction) of what is left, or more when one sampled
-        # mini-batch (with a margin) needs more; the hot cache gets the rest.
-        buffer_rows = max(int(usable * (1 - ssd.hot_fraction)) // (2 * row_bytes),
-                          int(1.25 * self._rows_per_minibatch()))
-        buffer_rows = min(buffer_rows, usable // (2 * row_bytes))
+        # Two buffers take (1 - hot_fraction) of what is left, or more when sampled
+        # mini-batches (with a margin) need more; the hot cache gets the rest.
+        needed = int(MINIBATCH_MARGIN * self._rows_per_minibatch())
+        if 2 * needed * row_bytes > usable:
+            least = 2 * needed * row_bytes + queue_bytes
+            raise ConfigError(
+                f"ssd.memory_budget: {format_bytes(total)} is too small: a mini-batch reads up to "
+                f"~{needed:,} rows of {row_bytes} B (with margin), and two buffers of that plus "
+                f"{format_bytes(queue_bytes)} of queues need at least {format_bytes(least)}; raise "
+                "memory_budget or lower sampler.batch_size / fanouts (eval ones too)")
+        buffer_rows = max(int(usable * (1 - ssd.hot_fraction)) // (2 * row_bytes), needed)
         try:
             self.budget = MemoryBudget.split(total, row_bytes, hot_rows=min(store.num_nodes, usable // row_bytes),
                                              buffer_rows=max(buffer_rows, 1), prefetch_depth=1,
@@ -97,12 +104,22 @@ class SSDLoader:
         self.io_counts.bytes_read += len(self.hot_rows) * row_bytes
 
     def _rows_per_minibatch(self) -> int:
-        """Input rows of one sampled training mini-batch (an estimate of buffer need)."""
-        train = np.asarray(self.store.train_idx)
-        seeds = np.random.default_rng(self.config.seed).choice(
-            train, min(len(train), self.config.sampler.batch_size), replace=False)
-        sampler = NeighborSampler(self.store.indptr, self.store.indices, self.config.sampler.fanouts)
-        return len(sampler.sample(np.sort(seeds), self.config.seed).input_nodes)
+        """Most input rows among a few sampled mini-batches, with the training and with the
+        evaluation settings: what a buffer must hold at the least."""
+        sampler_cfg = self.config.sampler
+        layers = len(sampler_cfg.fanouts)
+        settings = [(sampler_cfg.fanouts, sampler_cfg.batch_size),
+                    (sampler_cfg.eval_fanouts or [-1] * layers, sampler_cfg.eval_batch_size)]
+        rng = np.random.default_rng(self.config.seed)
+        most = 0
+        for fanouts, batch_size in settings:
+            sampler = NeighborSampler(self.store.indptr, self.store.indices, fanouts)
+            for nodes in (self.store.train_idx, self.store.valid_idx, self.store.test_idx):
+                nodes = np.asarray(nodes)
+                if len(nodes):
+                    seeds = np.sort(rng.choice(nodes, min(len(nodes), batch_size), replace=False))
+                    most = max(most, len(sampler.sample(seeds, self.config.seed).input_nodes))
+        return most
 
     def _hot_rows(self, count: int) -> np.ndarray:
         """The `count` rows sampling reaches most; the front of the file when the store's

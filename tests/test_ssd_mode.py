@@ -9,6 +9,7 @@ from dgl.utils import set_num_threads
 
 from gnnssd.config import ConfigError, config_from_dict
 from gnnssd.datasets import synthetic_source
+from gnnssd.sampler import PlanConfig, Planner
 from gnnssd.storage_format import Store, write_store
 from gnnssd.trainer import Trainer
 
@@ -97,12 +98,33 @@ def test_stale_blocks_are_cleared(small_store, tmp_path):
 
 
 def test_budget_too_small_is_refused(small_store, tmp_path):
-    with pytest.raises(ConfigError, match="ssd.memory_budget: memory_budget .* cannot hold"):
-        Trainer(_config(small_store, tmp_path / "run", memory_budget="12MiB"))
+    with pytest.raises(ConfigError, match=r"ssd.memory_budget: .* is too small: a mini-batch reads "
+                                          r"up to ~[\d,]+ rows .* need at least"):
+        Trainer(_config(small_store, tmp_path / "run", memory_budget="12.2MiB"))
 
 
-def test_minibatch_larger_than_buffer_is_refused(small_store, tmp_path):
-    trainer = Trainer(_config(small_store, tmp_path / "run", memory_budget="12.2MiB"))
+def test_planner_splits_mega_batches_to_fit_the_buffer(small_store):
+    store = Store.open(small_store)
+    features = store.features_memmap()
+    config = PlanConfig(batch_size=200, fanouts=(5, 5), mega_batch=8, seed=1)
+    hot = np.arange(500)
+    unbounded = list(Planner(store.indptr, store.indices, store.train_idx, config, hot).plans([1]))
+    limit = max(len(p.rows) for p in unbounded) // 3
+    bounded = list(Planner(store.indptr, store.indices, store.train_idx, config, hot,
+                           max_rows=limit).plans([1]))
+    assert len(bounded) > len(unbounded) and all(len(p.rows) <= limit for p in bounded)
+    # Same mini-batches in the same order, each reconstructed exactly from [hot | buffer].
+    flat = [m for p in bounded for m in p.minibatches]
+    assert all(a.equals(b) for a, b in zip(flat, (m for p in unbounded for m in p.minibatches)))
+    previous = None
+    for plan in bounded:
+        buffer = np.empty((len(plan.rows), store.feat_dim), np.float32)
+        buffer[:plan.num_read] = features[plan.read_rows]
+        if plan.num_read < len(plan.rows):
+            buffer[plan.num_read:] = previous[plan.carry_src]
+        table = np.concatenate([features[hot], buffer])
+        for mfgs, index in zip(plan.minibatches, plan.gather):
+            np.testing.assert_array_equal(table[index], features[mfgs.input_nodes])
+        previous = buffer
     with pytest.raises(ValueError, match="one mini-batch needs .* buffer rows .* raise the memory budget"):
-        trainer.fit()
-    trainer.close()
+        list(Planner(store.indptr, store.indices, store.train_idx, config, hot, max_rows=10).plans([1]))
