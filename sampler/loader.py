@@ -54,8 +54,10 @@ def iter_rows(io: DirectIO, f, rows: np.ndarray, row_bytes: int, offsets: np.nda
         handle, dest = pending
         pending = submit(k + 1) if k + 1 < len(chunks) else None
         handle.wait()
+        # A chunk's rows start before the next chunk's first extent: a row starting on a
+        # page two extents share (see plan_extents) belongs to the later one.
         lo = int(np.searchsorted(starts, offsets[a]))
-        hi = int(np.searchsorted(starts, offsets[b - 1] + lengths[b - 1]))
+        hi = int(np.searchsorted(starts, offsets[b])) if b < len(offsets) else len(starts)
         e = np.searchsorted(offsets[a:b], starts[lo:hi], "right") - 1
         yield lo, hi, dest[e] + starts[lo:hi] - offsets[a:b][e]
 

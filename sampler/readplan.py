@@ -101,7 +101,12 @@ def _extents(rows, row_bytes, page, gap_pages, max_pages):
         p1 = ((rows[i] + 1) * row_bytes - 1) // page + 1
         if m > 0 and p0 < end[m - 1]:  # shares a page with the previous row
             pages += max(0, p1 - end[m - 1])
-            end[m - 1] = max(end[m - 1], p1)
+            if p1 - start[m - 1] <= max_pages:
+                end[m - 1] = max(end[m - 1], p1)
+            else:  # past the request limit: a new extent, re-reading the shared page
+                start[m] = p0
+                end[m] = p1
+                m += 1
         elif m > 0 and p0 - end[m - 1] <= gap_pages and p1 - start[m - 1] <= max_pages:
             pages += p1 - p0
             end[m - 1] = p1
@@ -115,6 +120,9 @@ def _extents(rows, row_bytes, page, gap_pages, max_pages):
 
 def plan_extents(rows: np.ndarray, row_bytes: int, model: CostModel, merge: bool = True) -> tuple[np.ndarray, np.ndarray, int]:
     """Page-aligned extents covering sorted `rows`: (offsets, lengths, distinct pages).
+
+    Extents are sorted; two overlap (by one page) only where a row straddling the request
+    limit starts a new extent on the page its predecessor ends on.
 
     merge=False gives one request per page run without gap merging or length limit."""
     rows = np.ascontiguousarray(rows, dtype=np.int64)
