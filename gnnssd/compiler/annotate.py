@@ -83,6 +83,9 @@ def _check_gather(node: fx.Node, whole: bool) -> None:
 def _join(node: fx.Node) -> Space:
     spaces = {a.meta["space"] for a in node.all_input_nodes} - _ROWLESS
     if op_name(node) in _SHAPE_QUERIES or node.target is getattr:
+        if Space.MAILBOX in spaces and node.args[1:] != ("dtype",):
+            raise CaptureError(f"{node.format_node()} reads the shape of a mailbox (its "
+                               "degree bucket), which has no edge-wise equivalent")
         return Space.SCALAR
     if not spaces:
         return Space.PARAM

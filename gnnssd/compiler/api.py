@@ -8,7 +8,7 @@ passes consult. Whatever cannot be captured runs as plain DGL, with a warning.
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import dgl
 import torch
@@ -58,7 +58,6 @@ class Program:
     optimised: str = ""
     module: fx.GraphModule | None = None
     fallback_reason: str | None = None
-    notes: list = field(default_factory=list)
 
 
 class CompiledLayer(nn.Module):
@@ -79,8 +78,12 @@ class CompiledLayer(nn.Module):
         """The original (uncompiled) layer."""
         return self._layer
 
+    def train(self, mode: bool = True) -> "CompiledLayer":
+        self._layer.train(mode)  # the layer's own flag, which its forward may read
+        return super().train(mode)
+
     def _trace_entry(self, graph, feat_src, feat_dst):
-        return trace_layer(self, graph, feat_src, feat_dst)
+        return trace_layer(self._layer, graph, feat_src, feat_dst)
 
     def forward(self, graph: dgl.DGLGraph, feat):
         pair = isinstance(feat, tuple)
@@ -98,7 +101,7 @@ class CompiledLayer(nn.Module):
             if len(graph.canonical_etypes) != 1 or not is_block and len(graph.ntypes) != 1:
                 raise CaptureError("only homogeneous graphs and blocks with one edge type "
                                    "are supported")
-            gm = capture(self, self._layer, is_block, pair)
+            gm = capture(self, is_block, pair)
             annotate(gm.graph)
             program.captured = format_mpdfg(gm.graph)
             run_passes(gm, MAILBOX_PASSES)

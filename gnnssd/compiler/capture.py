@@ -153,6 +153,10 @@ def _check_dict(out, what: str) -> dict:
 class _Tracer(fx.Tracer):
     traced_func_name = "_trace_entry"
 
+    def __init__(self, is_block: bool, pair: bool):
+        super().__init__()
+        self.is_block, self.pair = is_block, pair
+
     def create_node(self, kind, target, args, kwargs, name=None, type_expr=None):
         node = super().create_node(kind, target, args, kwargs, name, type_expr)
         if kind in ("call_function", "call_method") and is_inplace(node):
@@ -160,19 +164,14 @@ class _Tracer(fx.Tracer):
         return node
 
 
-def capture(root: nn.Module, layer: nn.Module, is_block: bool, pair: bool) -> fx.GraphModule:
-    """Trace ``layer.forward(graph, feat)`` into an MP-DFG owned by ``root``.
+def capture(root: nn.Module, is_block: bool, pair: bool) -> fx.GraphModule:
+    """Trace ``root._trace_entry(graph, feat_src, feat_dst)`` into an MP-DFG.
 
-    ``root`` holds the layer's submodules and parameters under the same names, so
-    the program's ``get_attr``/``call_module`` nodes resolve to the very same objects.
-    It must define ``_trace_entry(graph, feat_src, feat_dst)`` calling ``trace_layer``.
+    ``_trace_entry`` hands its arguments to :func:`trace_layer` together with the
+    layer. ``root`` holds the layer's submodules and parameters under the same names,
+    so the program's ``get_attr``/``call_module`` nodes resolve to the same objects.
     """
-    tracer = _Tracer()
-    root._capture_spec = (tracer, layer, is_block, pair)
-    try:
-        graph = tracer.trace(root)
-    finally:
-        del root._capture_spec
+    graph = _Tracer(is_block, pair).trace(root)
     whole = not is_block
     spaces = [Space.GRAPH, Space.NODE if whole else Space.SRC,
               Space.NODE if whole else Space.DST]
@@ -182,8 +181,8 @@ def capture(root: nn.Module, layer: nn.Module, is_block: bool, pair: bool) -> fx
     return fx.GraphModule(root, graph)
 
 
-def trace_layer(root: nn.Module, graph_proxy, feat_src, feat_dst):
-    """Body of ``root._trace_entry`` while capturing: run the layer symbolically."""
-    tracer, layer, is_block, pair = root._capture_spec
-    graph = SymbolicGraph(tracer, graph_proxy, is_block)
-    return layer.forward(graph, (feat_src, feat_dst) if pair else feat_src)
+def trace_layer(layer: nn.Module, graph_proxy: fx.Proxy, feat_src, feat_dst):
+    """Run ``layer.forward`` on a symbolic graph (called from ``root._trace_entry``)."""
+    tracer = graph_proxy.tracer
+    graph = SymbolicGraph(tracer, graph_proxy, tracer.is_block)
+    return layer.forward(graph, (feat_src, feat_dst) if tracer.pair else feat_src)

@@ -3,6 +3,8 @@
 Each mirrors a ``dgl.nn`` layer's constructor and parameter names, so
 ``Layer.from_dgl(conv)`` copies a dgl.nn layer's parameters one to one. Run as is they
 are plain DGL (degree-bucketed UDFs); ``gnnssd.compiler.compile`` makes them fast.
+``allow_zero_in_degree`` is accepted for signature parity only: destinations without
+in-edges always aggregate zero (where dgl.nn raises unless it is True).
 """
 from __future__ import annotations
 

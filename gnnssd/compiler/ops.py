@@ -91,15 +91,15 @@ def fused_attention(g: dgl.DGLGraph, el: torch.Tensor, er: torch.Tensor, z: torc
                     slope: float) -> torch.Tensor:
     """``sum_u softmax_u(leaky_relu(el[u] + er[v])) * z[u]`` per destination v.
 
-    One pass per destination with the numba kernel on CPU; elsewhere the same maths
-    through ``dgl.ops``.
+    One pass per destination with the numba kernel for float32/float64 on CPU;
+    elsewhere the same maths through ``dgl.ops``.
     """
     from .kernels.attention import attention_aggregate
 
     heads = z.shape[1] if z.dim() == 3 else 1
     el2, er2 = el.reshape(el.shape[0], heads), er.reshape(er.shape[0], heads)
     z3 = z.reshape(z.shape[0], heads, -1)
-    if z.device.type == "cpu":
+    if z.device.type == "cpu" and z.dtype in (torch.float32, torch.float64):
         out = attention_aggregate(g, el2, er2, z3, slope)
     else:
         s = torch.nn.functional.leaky_relu(dgl.ops.u_add_v(g, el2, er2), slope)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import operator
 
-import torch
 from torch import fx, nn
 
 ELEMENTWISE = {
@@ -25,6 +24,8 @@ REDUCTIONS = {"sum": "sum", "mean": "mean", "amax": "max", "amin": "min", "max":
 ROWWISE_MODULES = (nn.Linear, nn.LeakyReLU, nn.ReLU, nn.ELU, nn.Sigmoid, nn.Tanh,
                    nn.Identity, nn.GELU, nn.SiLU, nn.LayerNorm)
 RANDOM = {"dropout", "rand", "rand_like", "randn", "randn_like", "bernoulli"}
+_INPLACE = {operator.iadd, operator.isub, operator.imul, operator.itruediv, operator.ipow,
+            operator.imatmul}
 _OPERATORS = {operator.add: "add", operator.sub: "sub", operator.mul: "mul",
               operator.truediv: "truediv", operator.neg: "neg", operator.pow: "pow",
               operator.getitem: "getitem", operator.matmul: "matmul"}
@@ -37,17 +38,15 @@ def op_name(node: fx.Node) -> str | None:
     if node.op == "call_function":
         if node.target in _OPERATORS:
             return _OPERATORS[node.target]
-        module = getattr(node.target, "__module__", None) or ""
-        if module.startswith("torch") or isinstance(node.target, type(torch.sum)):
+        if (getattr(node.target, "__module__", None) or "").startswith("torch"):
             return getattr(node.target, "__name__", None)
     return None
 
 
 def is_inplace(node: fx.Node) -> bool:
+    """``x.add_(y)``, ``x += y``: mutation, which the MP-DFG (pure values) cannot express."""
     name = op_name(node) or ""
-    return (name.endswith("_") and not name.startswith("_")) or (
-        node.op == "call_function" and getattr(node.target, "__name__", "").startswith("i")
-        and getattr(node.target, "__module__", "") == "_operator")
+    return name.endswith("_") and not name.startswith("_") or node.target in _INPLACE
 
 
 def dim_arg(node: fx.Node):

@@ -2,27 +2,39 @@
 
 Forward, per destination v over its in-edges (u, v) and every head:
 ``s = leaky_relu(el[u] + er[v])``, ``a = softmax_u(s)``, ``out[v] = sum_u a * z[u]``.
-Kept for backward are node-sized values only (the softmax's per-destination max and
-sum, and the output); edge scores are recomputed from ``el``/``er``.
+Nothing edge-sized is ever allocated: backward keeps the softmax's per-destination max
+and sum and the output, and recomputes edge scores and weights from ``el``/``er``.
 
-Backward uses ``d s = a * (<go[v], z[u]> - <go[v], out[v]>)``: a pass over
-destinations (CSC) yields ``d er`` and, in edge-sized scratch that lives only during
-backward, each edge's weight and score gradient; a pass over sources (CSR) then
-yields ``d z`` and ``d el``. Each pass writes disjoint rows: parallel, no atomics.
-Edges are the outer loop and heads the inner one, so a row of ``z`` is read once
-per edge, contiguously.
+Backward uses ``d s = a * (<go[v], z[u]> - c[v])`` with ``c[v] = <go[v], out[v]>``:
+a pass over destinations (CSC) yields ``c`` and ``d er``; a pass over sources (CSR)
+yields ``d z`` and ``d el``, recomputing each edge's weight and dot product. Each pass
+writes disjoint rows, so both run in parallel without atomics.
 """
 from __future__ import annotations
+
+import types
 
 import dgl
 import numba
 import numpy as np
 import torch
 
-_JIT = dict(parallel=True, cache=True, fastmath=True)
+# Below this many edges a parallel launch costs more than it saves.
+PARALLEL_MIN_EDGES = 20_000
 
 
-@numba.njit(**_JIT)
+def _jit(fn):
+    """Serial and parallel compilations of one kernel.
+
+    The parallel one is compiled from a renamed copy: numba's on-disk cache is keyed by
+    the function's name, not by its compile flags.
+    """
+    twin = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__ + "_parallel")
+    twin.__qualname__ = fn.__qualname__ + "_parallel"
+    return (numba.njit(cache=True, fastmath=True)(fn),
+            numba.njit(cache=True, fastmath=True, parallel=True)(twin))
+
+
 def _forward(indptr, indices, el, er, z, slope, out, smax, ssum):
     heads, feats = z.shape[1], z.shape[2]
     for v in numba.prange(indptr.shape[0] - 1):
@@ -42,45 +54,46 @@ def _forward(indptr, indices, el, er, z, slope, out, smax, ssum):
                     out[v, h, f] += w * z[u, h, f]
         for h in range(heads):
             if ssum[v, h] > 0:
-                inv = 1 / ssum[v, h]
+                inv = ssum.dtype.type(1) / ssum[v, h]
                 for f in range(feats):
                     out[v, h, f] *= inv
 
 
-@numba.njit(**_JIT)
-def _backward_dst(indptr, indices, eids, el, er, z, go, out, smax, ssum, slope,
-                  ger, weight, dscore):
+def _backward_dst(indptr, indices, el, er, z, go, out, smax, ssum, slope, c, ger):
     heads, feats = z.shape[1], z.shape[2]
     for v in numba.prange(indptr.shape[0] - 1):
-        c = np.zeros(heads, dtype=z.dtype)  # <go[v], out[v]> per head
-        for h in range(heads):
+        for h in range(heads):  # c[v, h] = <go[v], out[v]>
             for f in range(feats):
-                c[h] += go[v, h, f] * out[v, h, f]
+                c[v, h] += go[v, h, f] * out[v, h, f]
         for k in range(indptr[v], indptr[v + 1]):
-            u, e = indices[k], eids[k]
+            u = indices[k]
             for h in range(heads):
                 s = el[u, h] + er[v, h]
                 a = np.exp((s if s > 0 else s * slope) - smax[v, h]) / ssum[v, h]
                 dot = z.dtype.type(0)
                 for f in range(feats):
                     dot += go[v, h, f] * z[u, h, f]
-                d = a * (dot - c[h])
-                d = d if s > 0 else d * slope
-                ger[v, h] += d
-                weight[e, h], dscore[e, h] = a, d
+                d = a * (dot - c[v, h])
+                ger[v, h] += d if s > 0 else d * slope
 
 
-@numba.njit(**_JIT)
-def _backward_src(indptr, indices, eids, go, weight, dscore, gel, gz):
-    heads, feats = gz.shape[1], gz.shape[2]
+def _backward_src(indptr, indices, el, er, z, go, smax, ssum, slope, c, gel, gz):
+    heads, feats = z.shape[1], z.shape[2]
     for u in numba.prange(indptr.shape[0] - 1):
         for k in range(indptr[u], indptr[u + 1]):
-            v, e = indices[k], eids[k]
+            v = indices[k]
             for h in range(heads):
-                gel[u, h] += dscore[e, h]
-                a = weight[e, h]
+                s = el[u, h] + er[v, h]
+                a = np.exp((s if s > 0 else s * slope) - smax[v, h]) / ssum[v, h]
+                dot = z.dtype.type(0)
                 for f in range(feats):
+                    dot += go[v, h, f] * z[u, h, f]
                     gz[u, h, f] += a * go[v, h, f]
+                d = a * (dot - c[v, h])
+                gel[u, h] += d if s > 0 else d * slope
+
+
+_FORWARD, _BACKWARD_DST, _BACKWARD_SRC = _jit(_forward), _jit(_backward_dst), _jit(_backward_src)
 
 
 def _adjacency(g: dgl.DGLGraph, fmt: str) -> tuple[np.ndarray, ...]:
@@ -97,8 +110,9 @@ class AttentionAggregate(torch.autograd.Function):
         smax = z.new_full((n_dst, heads), -float("inf"))
         ssum = z.new_zeros((n_dst, heads))
         slope_t = np.array(slope, dtype=z.detach().numpy().dtype)[()]
-        _forward(indptr, indices, el.detach().numpy(), er.detach().numpy(),
-                 z.detach().numpy(), slope_t, out.numpy(), smax.numpy(), ssum.numpy())
+        _FORWARD[g.num_edges() >= PARALLEL_MIN_EDGES](
+            indptr, indices, el.detach().numpy(), er.detach().numpy(), z.detach().numpy(),
+            slope_t, out.numpy(), smax.numpy(), ssum.numpy())
         ctx.g, ctx.slope = g, slope_t
         ctx.save_for_backward(el, er, z, out, smax, ssum)
         return out
@@ -106,15 +120,17 @@ class AttentionAggregate(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out):
         el, er, z, out, smax, ssum = ctx.saved_tensors
-        go = grad_out.contiguous().numpy()
         gel, ger, gz = torch.zeros_like(el), torch.zeros_like(er), torch.zeros_like(z)
-        num_edges = ctx.g.num_edges()
-        weight, dscore = z.new_empty((num_edges, z.shape[1])), z.new_empty((num_edges, z.shape[1]))
-        _backward_dst(*_adjacency(ctx.g, "csc"), el.detach().numpy(), er.detach().numpy(),
-                      z.detach().numpy(), go, out.numpy(), smax.numpy(), ssum.numpy(),
-                      ctx.slope, ger.numpy(), weight.numpy(), dscore.numpy())
-        _backward_src(*_adjacency(ctx.g, "csr"), go, weight.numpy(), dscore.numpy(),
-                      gel.numpy(), gz.numpy())
+        c = torch.zeros_like(ger)
+        parallel = ctx.g.num_edges() >= PARALLEL_MIN_EDGES
+        el, er, z = el.detach().numpy(), er.detach().numpy(), z.detach().numpy()
+        go, stats = grad_out.contiguous().numpy(), (smax.numpy(), ssum.numpy(), ctx.slope)
+        indptr, indices, _ = _adjacency(ctx.g, "csc")
+        _BACKWARD_DST[parallel](indptr, indices, el, er, z, go, out.numpy(), *stats,
+                                c.numpy(), ger.numpy())
+        indptr, indices, _ = _adjacency(ctx.g, "csr")
+        _BACKWARD_SRC[parallel](indptr, indices, el, er, z, go, *stats, c.numpy(),
+                                gel.numpy(), gz.numpy())
         return None, gel, ger, gz, None
 
 

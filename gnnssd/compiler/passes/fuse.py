@@ -47,9 +47,8 @@ def fuse_spmm(gm: fx.GraphModule) -> None:
             continue
         edge, reduce = node.args[1], node.args[2]
         fused = None
-        operand = _operand(edge)
-        if operand is not None and operand[0] == "u":
-            fused = ("copy_lhs", reduce, operand[1], None)
+        if _is_src_gather(edge):
+            fused = ("copy_lhs", reduce, edge.args[1], None)
         elif len(edge.users) == 1 and _binary_operands(edge) is not None:
             op = _binary_operands(edge)[0]
             lhs, rhs = edge.args

@@ -6,7 +6,6 @@ backward; :func:`ops.fused_attention` does it in one pass per destination.
 """
 from __future__ import annotations
 
-import torch.nn.functional as F
 from torch import fx, nn
 
 from .. import ops
