@@ -5,3 +5,10 @@ import os
 os.environ.setdefault("DGLBACKEND", "pytorch")
 
 __version__ = "0.1.0"
+
+
+def compile(layer):  # noqa: A001 - the public name the design gives the compiler
+    """Compile a DGL-style message-passing layer (see gnnssd.compiler.compile)."""
+    from .compiler import compile as compile_layer
+
+    return compile_layer(layer)

@@ -40,6 +40,9 @@ class ModelConfig:
     layers: int = field(default=2, metadata=_check(_positive, "a positive integer"))
     dropout: float = field(default=0.5, metadata=_check(lambda v: 0 <= v < 1, "in [0, 1)"))
     heads: int = field(default=4, metadata=_check(_positive, "a positive integer"))
+    #: Run the layers as UDF-style message passing compiled by gnnssd's MP-DFG compiler
+    #: (same parameters and results as the dgl.nn layers); false: the dgl.nn layers.
+    compile: bool = True
 
 
 @dataclass

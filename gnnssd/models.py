@@ -6,6 +6,8 @@ import dgl.nn as dglnn
 import torch
 from torch import nn
 
+from .compiler import GATConvUDF, GraphConvUDF, SAGEConvUDF
+from .compiler import compile as compile_layer
 from .config import ModelConfig
 
 
@@ -28,20 +30,29 @@ class BlockGNN(nn.Module):
         return h
 
 
+def _conv(name: str, compiled: bool, d_in: int, d_out: int, heads: int) -> nn.Module:
+    """One layer: the dgl.nn class, or its UDF twin compiled by the MP-DFG compiler."""
+    if name == "sage":
+        args, dgl_cls, udf_cls, options = (d_in, d_out, "mean"), dglnn.SAGEConv, SAGEConvUDF, {}
+    elif name == "gcn":
+        args, dgl_cls, udf_cls = (d_in, d_out), dglnn.GraphConv, GraphConvUDF
+        options = {"allow_zero_in_degree": True}
+    elif name == "gat":
+        args, dgl_cls, udf_cls = (d_in, d_out, heads), dglnn.GATConv, GATConvUDF
+        options = {"allow_zero_in_degree": True}
+    else:
+        raise ValueError(f"model.name {name!r}")
+    return compile_layer(udf_cls(*args, **options)) if compiled else dgl_cls(*args, **options)
+
+
 def build_model(cfg: ModelConfig, in_dim: int, num_classes: int) -> BlockGNN:
     dims = [in_dim] + [cfg.hidden] * (cfg.layers - 1) + [num_classes]
     convs: list[nn.Module] = []
     for i, (d_in, d_out) in enumerate(zip(dims[:-1], dims[1:])):
-        if cfg.name == "sage":
-            convs.append(dglnn.SAGEConv(d_in, d_out, "mean"))
-        elif cfg.name == "gcn":
-            convs.append(dglnn.GraphConv(d_in, d_out, norm="both", allow_zero_in_degree=True))
-        elif cfg.name == "gat":
+        if cfg.name == "gat":
             # Hidden layers split `hidden` across heads so widths match the other models.
             last = i == cfg.layers - 1
-            head_dim = d_out if last else max(1, d_out // cfg.heads)
-            in_width = d_in if i == 0 else max(1, cfg.hidden // cfg.heads) * cfg.heads
-            convs.append(dglnn.GATConv(in_width, head_dim, cfg.heads, allow_zero_in_degree=True))
-        else:
-            raise ValueError(f"model.name {cfg.name!r}")
+            d_out = d_out if last else max(1, d_out // cfg.heads)
+            d_in = d_in if i == 0 else max(1, cfg.hidden // cfg.heads) * cfg.heads
+        convs.append(_conv(cfg.name, cfg.compile, d_in, d_out, cfg.heads))
     return BlockGNN(convs, cfg.dropout)

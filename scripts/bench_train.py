@@ -59,7 +59,7 @@ from gnnssd.timing import StageTimer
 
 SYSTEMS = ("memory", "mmap", "per-row", "gnnssd")
 REGIMES = ("end-to-end", "loader-only")
-MODEL = ModelConfig(name="sage", hidden=256, layers=3, dropout=0.5)
+MODEL = ModelConfig(name="sage", hidden=256, layers=3, dropout=0.5, compile=False)  # dgl.nn SAGEConv
 FANOUTS = [15, 10, 5]
 BATCH_SIZE = 1024
 LR = 0.003
@@ -89,7 +89,8 @@ def run_gnnssd(store: Store, budget: int, batches: int, regime: str, block_budge
     config = config_from_dict({
         "store": str(store.path), "run_dir": str(store.path.parent / "bench-train-run"),
         "features": "ssd", "model": {"layers": MODEL.layers},
-        "sampler": {"fanouts": FANOUTS, "batch_size": BATCH_SIZE},
+        "sampler": {"fanouts": FANOUTS, "batch_size": BATCH_SIZE,
+                    "eval_fanouts": FANOUTS, "eval_batch_size": BATCH_SIZE},
         "ssd": {"memory_budget": budget, "block_budget": block_budget, "mega_batch": mega_batch}})
     loader = SSDLoader(store, config, CPU, timer, store.path.parent / "bench-train-blocks")
     setup_io = loader.io_counts.take()

@@ -245,7 +245,8 @@ def _checked_chunk(source: DatasetSource, chunk: np.ndarray, start: int,
                            f"expected (rows, {source.feat_dim})")
     if chunk.dtype.kind not in "fiub":
         raise DatasetError(f"{source.name}: features have dtype {chunk.dtype}, expected numbers")
-    converted = np.ascontiguousarray(chunk, dtype=dtype)
+    with np.errstate(over="ignore"):  # values too large for float16 become inf: reported below
+        converted = np.ascontiguousarray(chunk, dtype=dtype)
     finite = np.isfinite(converted)
     if not finite.all():
         row, col = np.argwhere(~finite)[0]

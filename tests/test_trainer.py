@@ -106,3 +106,26 @@ def test_predictions_are_in_original_ids(tiny_store, tmp_path):
     assert accuracy == pytest.approx(trainer.evaluate("test")["accuracy"], abs=1e-6)
     everything = trainer.predict()
     np.testing.assert_array_equal(everything[test_original], predicted)
+
+
+@pytest.mark.parametrize("model", ["sage", "gcn", "gat"])
+def test_compiled_models_equal_dgl_nn_models(tiny_store, model):
+    """`model.compile: true` (UDF layers through the MP-DFG compiler) computes what the
+    dgl.nn layers compute, with the same parameters, on sampled blocks."""
+    import dgl
+
+    from gnnssd.config import ModelConfig
+    from gnnssd.memory_loader import load_features, store_graph
+    from gnnssd.models import build_model
+    from gnnssd.storage_format import Store
+
+    store = Store.open(tiny_store)
+    cfg = ModelConfig(name=model, hidden=32, layers=2, dropout=0.0, heads=2)
+    reference = build_model(ModelConfig(**{**cfg.__dict__, "compile": False}), store.feat_dim, store.num_classes)
+    compiled = build_model(cfg, store.feat_dim, store.num_classes)
+    compiled.load_state_dict(reference.state_dict())
+    graph = store_graph(store)
+    dgl.seed(0)
+    inputs, _, blocks = dgl.dataloading.NeighborSampler([5, 5]).sample(graph, torch.arange(300))
+    x = load_features(store)[inputs]
+    torch.testing.assert_close(compiled(blocks, x), reference(blocks, x), rtol=1e-4, atol=1e-5)
