@@ -5,6 +5,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
+from dgl.utils import set_num_threads
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "datasets"
@@ -15,6 +17,15 @@ def shared_dataset(*parts: str) -> Path:
     if not path.exists():
         pytest.skip(f"shared dataset {'/'.join(parts)} not present beside the repository")
     return path
+
+
+@pytest.fixture(autouse=True)
+def restore_threads():
+    """`deterministic: true` pins torch and DGL to one thread; give later tests theirs back."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+    set_num_threads(threads)
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from dgl.utils import set_num_threads
 
 from gnnssd.baselines import LRUCache, MmapLoader, PerRowLoader
 from gnnssd.datasets import synthetic_source
@@ -24,12 +23,8 @@ FANOUTS = [5, 3]
 @pytest.fixture(autouse=True)
 def one_thread():
     """DGL's sampler draws repeatably for a dgl.seed only on one thread (with several,
-    the draws race); give later tests their threads back."""
-    threads = torch.get_num_threads()
+    the draws race); conftest's restore_threads gives later tests their threads back."""
     use_single_thread()
-    yield
-    torch.set_num_threads(threads)
-    set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ import dgl
 import numpy as np
 import pytest
 import torch
-from dgl.utils import set_num_threads
 
 from gnnssd.config import ConfigError, config_from_dict
 from gnnssd.datasets import synthetic_source
@@ -20,14 +19,6 @@ def small_store(tmp_path_factory):
     source = synthetic_source(num_nodes=20_000, feat_dim=64, num_classes=8, avg_degree=10,
                               train_fraction=0.3)
     return write_store(tmp_path_factory.mktemp("ssd") / "store", source, order="degree")
-
-
-@pytest.fixture(autouse=True)
-def restore_threads():
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
-    set_num_threads(threads)
 
 
 def _config(store, run_dir, **ssd):

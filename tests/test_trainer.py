@@ -4,21 +4,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from dgl.utils import set_num_threads
 
 from gnnssd.config import ConfigError, config_from_dict
 from gnnssd.datasets import PlanetoidSource, synthetic_source
 from gnnssd.storage_format import write_store
 from gnnssd.trainer import Trainer
-
-
-@pytest.fixture(autouse=True)
-def restore_threads():
-    """deterministic=True pins torch and DGL to one thread; give later tests theirs back."""
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
-    set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
