@@ -6,6 +6,7 @@ import _thread
 import errno
 import logging
 import os
+import signal
 import tempfile
 import threading
 from concurrent.futures import CancelledError
@@ -277,6 +278,9 @@ def _endless_batch(engine: Engine, f, n: int = 3_000_000):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_interrupted_wait_cancels_and_drains(backend, data):
+    # A process started in the background by a non-interactive shell inherits SIGINT as
+    # ignored, and interrupt_main() then does nothing: install Python's handler here.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     with _make_engine(backend, queue_depth=4) as eng, eng.open(data[0]) as fh:
         h = _endless_batch(eng, fh)
         timer = threading.Timer(0.2, _thread.interrupt_main)
@@ -286,6 +290,7 @@ def test_interrupted_wait_cancels_and_drains(backend, data):
                 h.wait()
         finally:
             timer.cancel()
+            signal.signal(signal.SIGINT, previous)
         assert h.done()
         with pytest.raises(CancelledError):
             h.wait()
