@@ -14,7 +14,7 @@ import mmap
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -283,26 +283,39 @@ def _finish_features(partial: Path, name: str, writer: ChecksummedWriter, rows: 
     return meta
 
 
-def _stream_features(partial: Path, name: str, source: DatasetSource, dtype: str,
-                     notify: Callable[[str, int, int], None]) -> dict[str, int]:
-    n = source.num_nodes
+def _write_rows_resumably(partial: Path, name: str, blocks_from: Callable[[int], Iterator[np.ndarray]],
+                          n: int, stage: str, notify: Callable[[str, int, int], None]) -> dict[str, int]:
+    """Append the row blocks `blocks_from(first_row)` yields to `name`, recording each
+    block once it is on disk, so an interrupted run resumes after the last one."""
     state = _resume_state(partial, name)
     if state["done"]:
         return {"size": state["size"], "crc32": state["crc32"]}
     writer, row = _open_resumable(partial, name)
-    chunk_rows = _chunk_rows(source.feat_dim * np.dtype(dtype).itemsize)
-    for chunk in source.feature_chunks(row, chunk_rows):
-        if row + len(chunk) > n:
-            raise DatasetError(f"{source.name}: more feature rows than the {n} nodes")
-        writer.write(_checked_chunk(source, np.asarray(chunk), row, dtype).data)
-        row += len(chunk)
+    for block in blocks_from(row):
+        writer.write(block.data)
+        row += len(block)
         writer.sync()
         _record_progress(partial, name, {"rows": row, "size": writer.size,
                                          "crc32": writer.crc, "done": 0})
-        notify("features", row, n)
-    if row != n:
-        raise DatasetError(f"{source.name}: {row} feature rows for {n} nodes")
+        notify(stage, row, n)
     return _finish_features(partial, name, writer, row)
+
+
+def _stream_features(partial: Path, name: str, source: DatasetSource, dtype: str,
+                     notify: Callable[[str, int, int], None]) -> dict[str, int]:
+    n = source.num_nodes
+    chunk_rows = _chunk_rows(source.feat_dim * np.dtype(dtype).itemsize)
+
+    def checked_chunks(row: int) -> Iterator[np.ndarray]:
+        for chunk in source.feature_chunks(row, chunk_rows):
+            if row + len(chunk) > n:
+                raise DatasetError(f"{source.name}: more feature rows than the {n} nodes")
+            yield _checked_chunk(source, np.asarray(chunk), row, dtype)
+            row += len(chunk)
+        if row != n:
+            raise DatasetError(f"{source.name}: {row} feature rows for {n} nodes")
+
+    return _write_rows_resumably(partial, name, checked_chunks, n, "features", notify)
 
 
 def _gather_features(partial: Path, perm: np.ndarray, n: int, row_bytes: int,
@@ -313,24 +326,17 @@ def _gather_features(partial: Path, perm: np.ndarray, n: int, row_bytes: int,
     mmap would be simpler, but each fault maps a whole page-cache folio, so resident
     memory would approach the file's size.)
     """
-    state = _resume_state(partial, FEATURES)
-    if state["done"]:
-        return {"size": state["size"], "crc32": state["crc32"]}
-    writer, row = _open_resumable(partial, FEATURES)
     chunk_rows = _chunk_rows(row_bytes)
-    fd = os.open(partial / STAGED_FEATURES, os.O_RDONLY)
-    try:
-        while row < n:
-            ids = perm[row:row + chunk_rows]
-            writer.write(_pread_rows(fd, ids, row_bytes).data)
-            row += len(ids)
-            writer.sync()
-            _record_progress(partial, FEATURES, {"rows": row, "size": writer.size,
-                                                 "crc32": writer.crc, "done": 0})
-            notify("reorder", row, n)
-    finally:
-        os.close(fd)
-    return _finish_features(partial, FEATURES, writer, row)
+
+    def gathered(row: int) -> Iterator[np.ndarray]:
+        fd = os.open(partial / STAGED_FEATURES, os.O_RDONLY)
+        try:
+            for lo in range(row, n, chunk_rows):
+                yield _pread_rows(fd, perm[lo:lo + chunk_rows], row_bytes)
+        finally:
+            os.close(fd)
+
+    return _write_rows_resumably(partial, FEATURES, gathered, n, "reorder", notify)
 
 
 def _pread_rows(fd: int, ids: np.ndarray, row_bytes: int) -> np.ndarray:
