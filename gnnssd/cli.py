@@ -21,7 +21,8 @@ def _source_from_args(args: argparse.Namespace) -> Any:
     if args.source == "synthetic":
         return datasets.synthetic_source(
             args.preset, num_nodes=args.nodes, feat_dim=args.feat_dim, num_classes=args.classes,
-            avg_degree=args.avg_degree, seed=args.seed)
+            avg_degree=args.avg_degree, local_fraction=args.local_fraction, local_size=args.local_size,
+            seed=args.seed)
     if args.source == "planetoid":
         return datasets.PlanetoidSource(args.root, args.name, normalize=not args.raw_features)
     if args.source == "npz":
@@ -139,6 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
     synthetic.add_argument("--feat-dim", type=int)
     synthetic.add_argument("--classes", type=int)
     synthetic.add_argument("--avg-degree", type=float)
+    synthetic.add_argument("--local-fraction", type=float,
+                           help="fraction of edges inside small neighbourhoods (default 0: no locality)")
+    synthetic.add_argument("--local-size", type=int, help="nodes per neighbourhood (default 1024)")
     synthetic.add_argument("--seed", type=int)
     planetoid = sources.add_parser("planetoid", help="Planetoid pickles (ind.NAME.*)")
     planetoid.add_argument("--root", required=True, help="folder holding ind.NAME.* files")

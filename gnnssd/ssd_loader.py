@@ -72,7 +72,13 @@ class SSDLoader:
         shutil.rmtree(block_dir, ignore_errors=True)  # blocks of an interrupted run are stale
         total = parse_bytes(ssd.memory_budget)
         self.staging_bytes = staging_bytes(total)
+        self.writer_bytes = self.staging_bytes // 4
         queue_bytes = self.staging_bytes + PLANS_IN_FLIGHT_BYTES
+        if self.block_budget:
+            # the repack scan's own staging area, the block writer's chunks, and the plan
+            # stubs of two windows (their read rows: 8 bytes per row of a window's blocks)
+            queue_bytes += (self.staging_bytes + self.writer_bytes
+                            + 2 * (self.block_budget // 2 // store.row_bytes) * 8)
         row_bytes = store.row_bytes
         usable = max(total - queue_bytes, 0)
         # Two buffers take (1 - hot_fraction) of what is left, or more when sampled
@@ -142,7 +148,10 @@ class SSDLoader:
                          seed=self.config.seed)
         planner = Planner(self.store.indptr, self.store.indices, nodes, cfg, self.hot_rows,
                           max_rows=self.budget.buffer_rows)
-        planned = PlanWorker(self._planned_windows(planner.plans([epoch])), depth=2)
+        if self.block_budget:
+            self.block_dir.mkdir(parents=True, exist_ok=True)
+        plans = PlanWorker(self._planned(planner.plans([epoch])), depth=2)
+        planned = PlanWorker(self._repacked_windows(iter(plans)), depth=2)
         loaded = PlanWorker(self._loaded(planned), depth=2)
         try:
             pending = iter(loaded)
@@ -157,21 +166,33 @@ class SSDLoader:
         finally:
             loaded.close()
             planned.close()
+            plans.close()
             shutil.rmtree(self.block_dir, ignore_errors=True)
 
-    def _planned_windows(self, plans: Iterator[MegaBatchPlan]) -> Iterator[list[MegaBatchPlan]]:
-        """Plan stage: windows of plans with reads planned and blocks repacked."""
-        if self.block_budget == 0:
-            for plan in _timed(plans, self.timer, "plan"):
+    def _planned(self, plans: Iterator[MegaBatchPlan]) -> Iterator[MegaBatchPlan]:
+        """Plan stage: mega-batch plans with their page reads planned. With blocks, plans
+        wait for their repack window as stubs, their mini-batches spilled to the block
+        directory: memory then does not grow with the window."""
+        for plan in _timed(plans, self.timer, "plan"):
+            with self.timer.stage("plan"):
                 plan.read = pages_plan(plan.read_rows, self.store.row_bytes, self.model)
-                yield [plan]
+                if self.block_budget:
+                    plan = plan.spill(self.block_dir / f"plan_e{plan.epoch}_m{plan.index}.npz")
+            yield plan
+
+    def _repacked_windows(self, plans: Iterator[MegaBatchPlan]) -> Iterator[list[MegaBatchPlan]]:
+        """Repack stage (its own thread, behind the planner's): windows of plans, compact
+        blocks written for those the read planner gives one. Without a block budget, each
+        plan is its own window with page reads."""
+        if self.block_budget == 0:
+            yield from ([plan] for plan in plans)
             return
-        self.block_dir.mkdir(parents=True, exist_ok=True)
-        for window, scan_offsets, scan_lengths in _timed(
-                windows(plans, self.store.row_bytes, self.model, self.block_budget), self.timer, "plan"):
+        for window, scan_offsets, scan_lengths in windows(plans, self.store.row_bytes, self.model,
+                                                          self.block_budget):
             with self.timer.stage("repack"):
                 written = repack(self.io, self.store.features_path, self.store.row_bytes, window,
-                                 scan_offsets, scan_lengths, self.block_dir, staging_bytes=self.staging_bytes)
+                                 scan_offsets, scan_lengths, self.block_dir, staging_bytes=self.staging_bytes,
+                                 writer_bytes=self.writer_bytes)
             self.io_counts.bytes_read += int(scan_lengths.sum())
             self.io_counts.requests += len(scan_lengths)
             self.io_counts.bytes_written += written
@@ -182,6 +203,8 @@ class SSDLoader:
         for window in windows_:
             for plan in window:
                 with self.timer.stage("read"):
+                    if plan.spill_path:
+                        plan = plan.restore()
                     buffer = self.loader.load(plan)
                 self.io_counts.bytes_read += plan.read.nbytes
                 self.io_counts.requests += len(plan.read.offsets)

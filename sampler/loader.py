@@ -18,14 +18,45 @@ from .readplan import PAGE, CostModel, plan_extents
 
 
 @nb.njit(cache=True, nogil=True)
-def copy_rows(src, pos, row_bytes, out):
-    """out[k] = src[pos[k] : pos[k] + row_bytes] (uint8). Serial on purpose: the copy is
-    memory-bound, and many short parallel regions (OpenMP threads spin between them) take
-    the cores from the I/O threads."""
+def _copy_rows(src, pos, out):
+    """out[k] = src[pos[k] : pos[k] + out.shape[1]], in words of src's type. Serial on
+    purpose: the copy is memory-bound, and many short parallel regions (OpenMP threads
+    spin between them) take the cores from the I/O threads."""
+    width = out.shape[1]
     for k in range(pos.shape[0]):
         p = pos[k]
-        for j in range(row_bytes):
+        for j in range(width):
             out[k, j] = src[p + j]
+
+
+@nb.njit(cache=True, nogil=True)
+def _gather_rows(hot, buffer, index, num_hot, out):
+    """out[k] = ([hot | buffer])[index[k]] (2-D arrays of words)."""
+    width = out.shape[1]
+    for k in range(index.shape[0]):
+        i = index[k]
+        if i < num_hot:
+            for j in range(width):
+                out[k, j] = hot[i, j]
+        else:
+            for j in range(width):
+                out[k, j] = buffer[i - num_hot, j]
+
+
+def _words(a: np.ndarray, row_bytes: int) -> np.ndarray:
+    """Rows of `a` (row-contiguous, row_bytes each) seen as 8-byte words when they can be."""
+    a = a.view(np.uint8).reshape(len(a), row_bytes)
+    return a.view(np.uint64) if row_bytes % 8 == 0 else a
+
+
+def copy_rows(src: np.ndarray, pos: np.ndarray, row_bytes: int, out: np.ndarray) -> None:
+    """out[k] = the row_bytes at src[pos[k]:] (src: 1-D uint8, out: rows of row_bytes).
+    Copies 8-byte words when rows allow it (about 3x faster than bytes)."""
+    words = row_bytes % 8 == 0 and not (len(src) % 8 or np.any(pos % 8))
+    if words:
+        _copy_rows(src.view(np.uint64), pos // 8, _words(out, row_bytes))
+    else:
+        _copy_rows(src, pos, out.view(np.uint8).reshape(len(out), row_bytes))
 
 
 def iter_rows(io: DirectIO, f, rows: np.ndarray, row_bytes: int, offsets: np.ndarray, lengths: np.ndarray, staging: np.ndarray) -> Iterator[tuple[int, int, np.ndarray]]:
@@ -125,10 +156,9 @@ class MegaBatchLoader:
         loading into the other buffer while this one is gathered from.
         """
         idx = plan.gather[i]
-        hot = idx < plan.num_hot
         out = np.empty((len(idx), self.feat_dim), self.dtype)
-        out[hot] = self.hot[idx[hot]]
-        out[~hot] = buffer[idx[~hot] - plan.num_hot]
+        _gather_rows(_words(self.hot, self.row_bytes), _words(buffer, self.row_bytes), idx, plan.num_hot,
+                     _words(out, self.row_bytes))
         return out
 
     def close(self) -> None:

@@ -14,10 +14,11 @@ are copied behind them from the previous buffer.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable, Iterator
 
+import numba as nb
 import numpy as np
 
 from .blocks import MFGs
@@ -47,10 +48,25 @@ class MegaBatchPlan:
     num_hot: int  # rows in the hot cache (offset of the buffer in the concatenation)
     stats: dict = field(default_factory=dict)
     read: ReadPlan | None = None  # filled by the read planner
+    spill_path: str = ""  # set on a stub whose mini-batches wait on disk (see spill)
 
     @property
     def read_rows(self) -> np.ndarray:
         return self.rows[: self.num_read]
+
+    def spill(self, path: str | Path) -> "MegaBatchPlan":
+        """Write the plan to `path` and return a stub without its mini-batches and gather
+        indices (most of its memory) but with everything reads and repacking use.
+        While a repack window fills, its plans wait as stubs."""
+        save_plan(self, path)
+        return replace(self, minibatches=[], gather=[], spill_path=str(path))
+
+    def restore(self) -> "MegaBatchPlan":
+        """The whole plan of a stub (its read plan as set since the spill); deletes the file."""
+        full = load_plan(self.spill_path)
+        full.read = self.read
+        Path(self.spill_path).unlink()
+        return full
 
     def equals(self, other: "MegaBatchPlan") -> bool:
         same = (
@@ -88,71 +104,132 @@ def minibatch_seeds(train_idx: np.ndarray, cfg: PlanConfig, epoch: int) -> list[
     return [order[i : i + cfg.batch_size] for i in range(0, stop, cfg.batch_size)]
 
 
-def build_megabatch(
-    mfgs: list[MFGs], hot_rows: np.ndarray, prev_rows: np.ndarray | None, epoch: int, index: int
-) -> MegaBatchPlan:
-    """Union, hot/carried/read split and gather indices for one group of mini-batches.
+@nb.njit(cache=True, nogil=True)
+def _add_rows(nodes, slot, is_hot, uniq, state, limit):
+    """Add the rows of `nodes` missing from the union: uniq[state[0]:] in first-seen order,
+    slot[row] = their index. state = [unique rows, cold unique rows]. When the cold rows
+    would exceed `limit`, the union is left as it was and False is returned."""
+    count, cold = state[0], state[1]
+    for x in nodes:
+        if slot[x] < 0:
+            slot[x] = count
+            uniq[count] = x
+            count += 1
+            cold += not is_hot[x]
+    if cold > limit:
+        for k in range(state[0], count):
+            slot[uniq[k]] = -1
+        return False
+    state[0], state[1] = count, cold
+    return True
 
-    hot_rows: sorted store rows held by the hot cache (slot = position).
-    prev_rows: the previous mega-batch's buffer rows in slot order (or None).
-    """
-    inputs = [m.input_nodes for m in mfgs]
-    allin = np.concatenate(inputs)
-    uniq = np.unique(allin)
-    num_hot = len(hot_rows)
-    hot_pos = np.searchsorted(hot_rows, uniq)
-    is_hot = hot_pos < num_hot
-    is_hot[is_hot] = hot_rows[hot_pos[is_hot]] == uniq[is_hot]
-    cold = uniq[~is_hot]
-    if prev_rows is not None and len(prev_rows):
-        prev_order = np.argsort(prev_rows, kind="stable")
-        prev_sorted = prev_rows[prev_order]
-        pos = np.minimum(np.searchsorted(prev_sorted, cold), len(prev_sorted) - 1)
-        carried = prev_sorted[pos] == cold
-        carry_src = prev_order[pos[carried]].astype(np.int64)
-    else:
-        carried = np.zeros(len(cold), bool)
-        carry_src = np.empty(0, np.int64)
-    read_rows, carry_rows = cold[~carried], cold[carried]
-    slot = np.empty(len(cold), np.int64)
-    slot[~carried] = np.arange(len(read_rows))
-    slot[carried] = len(read_rows) + np.arange(len(carry_rows))
-    value = np.empty(len(uniq), np.int64)
-    value[is_hot] = hot_pos[is_hot]
-    value[~is_hot] = num_hot + slot
-    gather_all = value[np.searchsorted(uniq, allin)]
-    gather = np.split(gather_all, np.cumsum([len(x) for x in inputs])[:-1])
-    hot_hits = int((gather_all < num_hot).sum())
-    stats = {
-        "minibatches": len(mfgs),
-        "input_rows": int(len(allin)),
-        "unique_rows": int(len(uniq)),
-        "sharing": float(len(allin) / max(len(uniq), 1)),
-        "hot_hits": hot_hits,
-        "cold_unique_rows": int(len(cold)),
-        "carried_rows": int(len(carry_rows)),
-        "read_rows": int(len(read_rows)),
-        # rows a per-mini-batch loader with the same hot cache would fetch (no mega-batch dedup)
-        "minibatch_cold_rows": int(sum(len(x) - int(np.count_nonzero(g < num_hot)) for x, g in zip(inputs, gather))),
-    }
-    return MegaBatchPlan(
-        epoch=epoch,
-        index=index,
-        minibatches=mfgs,
-        gather=list(gather),
-        rows=np.concatenate([read_rows, carry_rows]).astype(np.int64),
-        num_read=int(len(read_rows)),
-        carry_src=carry_src,
-        num_hot=num_hot,
-        stats=stats,
-    )
+
+@nb.njit(cache=True, nogil=True)
+def _carried(cold, prev, lo, hi, carried, carry_slot):
+    """Mark the sorted `cold` rows found in the sorted run prev[lo:hi] (slot = position)."""
+    j = lo
+    for i in range(cold.shape[0]):
+        while j < hi and prev[j] < cold[i]:
+            j += 1
+        if j < hi and prev[j] == cold[i]:
+            carried[i] = True
+            carry_slot[i] = j
+
+
+@nb.njit(parallel=True, cache=True, nogil=True)
+def _gather_index(nodes, slot, value, out):
+    for i in nb.prange(nodes.shape[0]):
+        out[i] = value[slot[nodes[i]]]
+
+
+class RowUnion:
+    """The union of the input rows of a growing group of mini-batches, in time linear in
+    the inputs: a row-sized slot map (4 bytes a row) instead of sorting every input row."""
+
+    def __init__(self, num_rows: int, hot_rows: np.ndarray):
+        self.hot_rows = hot_rows  # sorted
+        self.is_hot = np.zeros(num_rows, np.bool_)
+        self.is_hot[hot_rows] = True
+        self.slot = np.full(num_rows, -1, np.int32)
+        self.uniq = np.empty(0, np.int64)
+        self.state = np.zeros(2, np.int64)
+        self.members: list[MFGs] = []
+
+    def add(self, mfgs: MFGs, limit: int) -> bool:
+        """Add a mini-batch unless the cold rows would exceed `limit`."""
+        nodes = np.asarray(mfgs.input_nodes, np.int64)
+        if len(self.uniq) < self.state[0] + len(nodes):
+            grown = np.empty(max(2 * len(self.uniq), self.state[0] + len(nodes)), np.int64)
+            grown[: self.state[0]] = self.uniq[: self.state[0]]
+            self.uniq = grown
+        if not _add_rows(nodes, self.slot, self.is_hot, self.uniq, self.state, limit):
+            return False
+        self.members.append(mfgs)
+        return True
+
+    def cold_rows(self) -> int:
+        return int(self.state[1])
+
+    def take(self, prev_rows: np.ndarray | None, prev_num_read: int, epoch: int, index: int) -> "MegaBatchPlan":
+        """The plan of the current group; the union is emptied for the next one.
+
+        prev_rows: the previous mega-batch's buffer rows in slot order, two sorted runs
+        split at prev_num_read (or None)."""
+        mfgs, inputs = self.members, [np.asarray(m.input_nodes, np.int64) for m in self.members]
+        uniq = self.uniq[: self.state[0]]
+        hot = self.is_hot[uniq]
+        cold = np.sort(uniq[~hot])
+        cold_at = self.slot[cold]  # their positions in uniq
+        carried = np.zeros(len(cold), np.bool_)
+        carry_slot = np.zeros(len(cold), np.int64)
+        if prev_rows is not None:
+            for lo, hi in ((0, prev_num_read), (prev_num_read, len(prev_rows))):
+                _carried(cold, prev_rows, lo, hi, carried, carry_slot)
+        read_rows, carry_rows = cold[~carried], cold[carried]
+        num_hot = len(self.hot_rows)
+        # each unique row's index in [hot cache | buffer], in uniq order
+        value = np.empty(len(uniq), np.int64)
+        value[hot] = np.searchsorted(self.hot_rows, uniq[hot])
+        value[cold_at[~carried]] = num_hot + np.arange(len(read_rows))
+        value[cold_at[carried]] = num_hot + len(read_rows) + np.arange(len(carry_rows))
+        allin = np.concatenate(inputs)
+        gather_all = np.empty(len(allin), np.int64)
+        _gather_index(allin, self.slot, value, gather_all)
+        self.slot[uniq] = -1
+        self.state[:] = 0
+        self.members = []
+        is_hot_input = gather_all < num_hot
+        hot_hits = int(is_hot_input.sum())
+        stats = {
+            "minibatches": len(mfgs),
+            "input_rows": int(len(allin)),
+            "unique_rows": int(len(uniq)),
+            "sharing": float(len(allin) / max(len(uniq), 1)),
+            "hot_hits": hot_hits,
+            "cold_unique_rows": int(len(cold)),
+            "carried_rows": int(len(carry_rows)),
+            "read_rows": int(len(read_rows)),
+            # rows a per-mini-batch loader with the same hot cache would fetch (no mega-batch dedup)
+            "minibatch_cold_rows": int(len(allin) - hot_hits),
+        }
+        return MegaBatchPlan(
+            epoch=epoch,
+            index=index,
+            minibatches=mfgs,
+            gather=np.split(gather_all, np.cumsum([len(x) for x in inputs])[:-1]),
+            rows=np.concatenate([read_rows, carry_rows]),
+            num_read=int(len(read_rows)),
+            carry_src=carry_slot[carried],
+            num_hot=num_hot,
+            stats=stats,
+        )
 
 
 class Planner:
     """Samples and plans the mega-batches of one or more epochs (pure function of the seed).
 
-    With `max_rows`, a group of M mini-batches whose buffer rows would exceed it is split
-    in halves (recursively) so every plan fits a buffer of `max_rows` rows.
+    With `max_rows`, a group of M mini-batches whose buffer rows would exceed it is cut
+    greedily: each mega-batch takes mini-batches in order while its rows fit `max_rows`.
     """
 
     def __init__(
@@ -166,9 +243,11 @@ class Planner:
     ):
         self.config = config
         self.train_idx = np.asarray(train_idx, dtype=np.int64)
-        self.hot_rows = np.sort(np.asarray(hot_rows if hot_rows is not None else [], dtype=np.int64))
+        hot = np.sort(np.asarray(hot_rows if hot_rows is not None else [], dtype=np.int64))
+        self.union = RowUnion(len(indptr) - 1, hot)
+        self.hot_rows = hot
         self.sampler = NeighborSampler(indptr, indices, config.fanouts)
-        self.max_rows = max_rows
+        self.max_rows = np.iinfo(np.int64).max if max_rows is None else max_rows
 
     def plans(self, epochs: Iterable[int]) -> Iterator[MegaBatchPlan]:
         """Mega-batch plans in training order; carry-over continues across epochs."""
@@ -180,24 +259,30 @@ class Planner:
             for start in range(0, len(batches), cfg.mega_batch):
                 group = batches[start : start + cfg.mega_batch]
                 ptr = np.concatenate([[0], np.cumsum([len(b) for b in group])])
-                mfgs = self.sampler.sample_many(np.concatenate(group), ptr, cfg.seed, (epoch << 32) + start)
-                for plan in self._fitting(mfgs, prev, epoch, index):
-                    prev = plan
-                    index += 1
-                    yield plan
+                for mfgs in self.sampler.sample_many(np.concatenate(group), ptr, cfg.seed, (epoch << 32) + start):
+                    if self.union.add(mfgs, self.max_rows):
+                        continue
+                    if self.union.members:
+                        prev = self._take(prev, epoch, index)
+                        index += 1
+                        yield prev
+                    if not self.union.add(mfgs, self.max_rows):
+                        raise self._too_large(mfgs)
+                prev = self._take(prev, epoch, index)
+                index += 1
+                yield prev
 
-    def _fitting(self, mfgs: list[MFGs], prev: MegaBatchPlan | None, epoch: int, index: int) -> list[MegaBatchPlan]:
-        plan = build_megabatch(mfgs, self.hot_rows, None if prev is None else prev.rows, epoch, index)
-        if self.max_rows is None or len(plan.rows) <= self.max_rows:
-            return [plan]
-        if len(mfgs) == 1:
-            raise ValueError(
-                f"one mini-batch needs {len(plan.rows)} buffer rows beyond the hot cache, the buffer "
-                f"holds {self.max_rows}: raise the memory budget or lower batch size or fanouts"
-            )
-        half = len(mfgs) // 2
-        first = self._fitting(mfgs[:half], prev, epoch, index)
-        return first + self._fitting(mfgs[half:], first[-1], epoch, index + len(first))
+    def _too_large(self, mfgs: MFGs) -> ValueError:
+        self.union.add(mfgs, np.iinfo(np.int64).max)
+        needed = self.union.cold_rows()
+        self.union.take(None, 0, 0, 0)
+        return ValueError(f"one mini-batch needs {needed} buffer rows beyond the hot cache, the buffer "
+                          f"holds {self.max_rows}: raise the memory budget or lower batch size or fanouts")
+
+    def _take(self, prev: MegaBatchPlan | None, epoch: int, index: int) -> MegaBatchPlan:
+        if prev is None:
+            return self.union.take(None, 0, epoch, index)
+        return self.union.take(prev.rows, prev.num_read, epoch, index)
 
 
 def save_plan(plan: MegaBatchPlan, path: str | Path) -> None:

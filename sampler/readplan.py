@@ -101,8 +101,8 @@ def _extents(rows, row_bytes, page, gap_pages, max_pages):
         p1 = ((rows[i] + 1) * row_bytes - 1) // page + 1
         if m > 0 and p0 < end[m - 1]:  # shares a page with the previous row
             pages += max(0, p1 - end[m - 1])
-            if p1 - start[m - 1] <= max_pages:
-                end[m - 1] = max(end[m - 1], p1)
+            if p1 - start[m - 1] <= max_pages or p0 == start[m - 1]:  # (a new extent would
+                end[m - 1] = max(end[m - 1], p1)  # start on the same page: extend this one)
             else:  # past the request limit: a new extent, re-reading the shared page
                 start[m] = p0
                 end[m] = p1

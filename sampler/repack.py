@@ -7,16 +7,16 @@ into the buffer. Blocks live only while their window is trained: `remove` delete
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Iterable, Iterator
 
 import numpy as np
 
 from .direct_io import DirectIO
-from .loader import copy_rows, iter_rows
+from .block_writer import BlockWriter
+from .loader import iter_rows
 from .plan import MegaBatchPlan
-from .readplan import CostModel, block_bytes, windows
+from .readplan import CostModel, windows
 
 
 def repack(
@@ -28,8 +28,10 @@ def repack(
     scan_lengths: np.ndarray,
     block_dir: str | Path,
     staging_bytes: int = 32 << 20,
+    writer_bytes: int = 16 << 20,
 ) -> int:
-    """Write the block files of the window's block plans; returns bytes written."""
+    """Write the block files of the window's block plans; returns bytes written.
+    Memory: the staging area and `writer_bytes` of write chunks."""
     blocks = [p for p in plans if p.read is not None and p.read.strategy == "block"]
     if not blocks:
         return 0
@@ -37,31 +39,19 @@ def repack(
     block_dir.mkdir(parents=True, exist_ok=True)
     union = np.unique(np.concatenate([p.read_rows for p in blocks]))
     staging = io.alloc(max(staging_bytes, 2 * int(scan_lengths.max())))
-    outs = [open(block_dir / p.read.block, "wb") for p in blocks]
     f = io.open(features_path)
-    written = 0
     try:
-        for lo, hi, pos in iter_rows(io, f, union, row_bytes, scan_offsets, scan_lengths, staging):
-            for p, out in zip(blocks, outs):
-                rows = p.read_rows
-                a, b = np.searchsorted(rows, [union[lo], union[hi - 1] + 1]) if hi > lo else (0, 0)
-                if b > a:
-                    chunk = np.empty((b - a, row_bytes), np.uint8)
-                    copy_rows(staging, pos[np.searchsorted(union[lo:hi], rows[a:b])], row_bytes, chunk)
-                    out.write(chunk.data)
-        for p, out in zip(blocks, outs):
-            pad = block_bytes(p.num_read, row_bytes) - p.num_read * row_bytes
-            out.write(bytes(pad))
-            out.flush()
-            os.fsync(out.fileno())
-            # the loader reads with O_DIRECT; drop the written pages so nothing is served from cache
-            os.posix_fadvise(out.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
-            written += block_bytes(p.num_read, row_bytes)
+        with BlockWriter([block_dir / p.read.block for p in blocks], row_bytes, io.alloc,
+                         writer_bytes) as writer:
+            for lo, hi, pos in iter_rows(io, f, union, row_bytes, scan_offsets, scan_lengths, staging):
+                for k, p in enumerate(blocks):
+                    rows = p.read_rows
+                    a, b = np.searchsorted(rows, [union[lo], union[hi - 1] + 1]) if hi > lo else (0, 0)
+                    if b > a:
+                        writer.append(k, staging, pos[np.searchsorted(union[lo:hi], rows[a:b])])
     finally:
-        for out in outs:
-            out.close()
         io.close(f)
-    return written
+    return writer.bytes_written
 
 
 def remove(plans: list[MegaBatchPlan], block_dir: str | Path) -> None:

@@ -109,6 +109,24 @@ def test_synthetic_degrees_are_heavy_tailed_and_homophilous():
     assert same == pytest.approx(0.8 + 0.2 / 8, abs=0.02)
 
 
+def test_synthetic_neighbourhoods_hold_the_local_fraction_of_edges():
+    src = synthetic_source(num_nodes=200_000, feat_dim=4, avg_degree=10, num_classes=8,
+                           local_fraction=0.6, local_size=256)
+    s, d = src.load_edges()
+    labels = src.load_labels()
+    # neighbourhood = run of local_size nodes of one class, in ID order within the class
+    rank = np.empty(len(labels), np.int64)
+    by_class = np.argsort(labels, kind="stable")
+    start = np.searchsorted(labels[by_class], labels[by_class])
+    rank[by_class] = np.arange(len(labels)) - start
+    hood = labels.astype(np.int64) * len(labels) + rank // 256
+    # 0.6 by construction, plus the few other edges that land in the same run by chance
+    assert np.mean(hood[s] == hood[d]) == pytest.approx(0.6, abs=0.02)
+    assert np.mean(labels[s] == labels[d]) == pytest.approx(0.6 + 0.4 * (0.8 + 0.2 / 8), abs=0.02)
+    degree = np.bincount(np.concatenate([s, d]), minlength=200_000)
+    assert degree.mean() == pytest.approx(10, rel=0.05)
+
+
 def test_synthetic_rewards_message_passing():
     """Averaging neighbours' features beats features alone by a wide margin (least squares)."""
     src = synthetic_source("tiny")

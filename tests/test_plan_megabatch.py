@@ -9,7 +9,7 @@ from gnnssd.sampler.direct_io import DirectIO
 from gnnssd.sampler.graphs import random_csc
 from gnnssd.sampler.loader import MegaBatchLoader
 from gnnssd.sampler.plan import PlanConfig, Planner, load_plan, minibatch_seeds, save_plan
-from gnnssd.sampler.readplan import CostModel, windows
+from gnnssd.sampler.readplan import CostModel, pages_plan, windows
 from gnnssd.sampler.repack import remove, repack, repacked_windows
 from gnnssd.sampler.worker import PlanWorker, replay, saving
 
@@ -72,6 +72,17 @@ def test_epoch_covers_training_nodes_once(graph):
     assert np.count_nonzero(np.diff(ranks) != 1) <= 1  # one wrap-around at most
 
 
+def test_spilled_plan_restores_whole(graph, tmp_path):
+    plan = next(_planner(graph).plans([2]))
+    stub = plan.spill(tmp_path / "p.npz")
+    assert stub.minibatches == [] and stub.gather == [] and np.array_equal(stub.read_rows, plan.read_rows)
+    stub.read = pages_plan(stub.read_rows, DIM * 4, CostModel.default())  # set while spilled
+    whole = stub.restore()
+    plan.read = stub.read
+    assert whole.equals(plan) and whole.spill_path == ""
+    assert not (tmp_path / "p.npz").exists()
+
+
 def test_deterministic_and_save_load(graph, tmp_path):
     a = list(_planner(graph).plans([3]))
     b = list(_planner(graph).plans([3]))
@@ -106,29 +117,36 @@ def test_worker_forwards_errors():
 
 @pytest.mark.parametrize("backend", ["io_uring", "threads"])  # both engine backends
 @pytest.mark.parametrize("disk_budget", [0, 1 << 30])  # pages only; blocks wherever the model likes
-def test_reads_through_real_file(graph, tmp_path, disk_budget, backend):
-    feats, hot = graph[4], graph[3]
+# 96 B rows are copied as 8-byte words, 6 B rows byte by byte
+@pytest.mark.parametrize("dim, dtype", [(DIM, np.float32), (3, np.float16)])
+def test_reads_through_real_file(graph, tmp_path, disk_budget, backend, dim, dtype):
+    feats, hot = graph[4][:, :dim].astype(dtype), graph[3]
+    row_bytes = feats.shape[1] * feats.itemsize
     path = _features_file(tmp_path, feats)
     io = DirectIO(queue_depth=8, backend=backend)
     # a slow-request model, so that compact blocks win when disk space allows
     model = CostModel(request_s=1e-3, read_bw=1e9, write_bw=1e9, max_request=64 << 10)
     plans = list(_planner(graph, mega_batch=3).plans([0, 1]))
-    loader = MegaBatchLoader(io, path, DIM, np.float32, hot, max(len(p.rows) for p in plans), model, tmp_path / "blocks", staging_bytes=8192)
+    loader = MegaBatchLoader(io, path, dim, dtype, hot, max(len(p.rows) for p in plans), model, tmp_path / "blocks", staging_bytes=8192)
     strategies = set()
-    for window, scan_off, scan_len in windows(plans, DIM * 4, model, disk_budget):
-        repack(io, path, DIM * 4, window, scan_off, scan_len, tmp_path / "blocks", staging_bytes=8192)
+    for window, scan_off, scan_len in windows(plans, row_bytes, model, disk_budget):
+        repack(io, path, row_bytes, window, scan_off, scan_len, tmp_path / "blocks", staging_bytes=8192)
         for p in window:
             strategies.add(p.read.strategy)
             if p.read.strategy == "block":  # the block holds exactly the read rows, in slot order
                 data = (tmp_path / "blocks" / p.read.block).read_bytes()
-                assert data[: p.num_read * DIM * 4] == feats[p.read_rows].tobytes()
-                assert len(data) % 4096 == 0 and len(data) - p.num_read * DIM * 4 < 4096
+                assert data[: p.num_read * row_bytes] == feats[p.read_rows].tobytes()
+                assert len(data) % 4096 == 0 and len(data) - p.num_read * row_bytes < 4096
+                assert not any(data[p.num_read * row_bytes:])  # zero padding
             buffer = loader.load(p)
             assert np.array_equal(buffer, feats[p.rows])
             for i, m in enumerate(p.minibatches):
                 assert np.array_equal(loader.gather(p, i, buffer), feats[m.input_nodes])
         remove(window, tmp_path / "blocks")
-    assert strategies == {"pages"} if disk_budget == 0 else "block" in strategies
+    if disk_budget == 0:
+        assert strategies == {"pages"}
+    elif dtype == np.float32:  # (the 36 KiB float16 file is one merged extent: no block pays)
+        assert "block" in strategies
     assert not any((tmp_path / "blocks").glob("*.bin"))
     loader.close()
     io.shutdown()

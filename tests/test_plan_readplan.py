@@ -1,6 +1,6 @@
 """Read planner: extents cover exactly the needed rows; the per-row baseline; window choice."""
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from gnnssd.sampler.readplan import CostModel, block_bytes, choose_window, per_row_requests, plan_extents, read_stats
@@ -17,6 +17,8 @@ def _row_pages(rows, row_bytes, page=4096):
     request_us=st.floats(0.0, 100.0),
     max_request=st.sampled_from([4096, 16384, 1 << 20]),
 )
+# two rows sharing a page with a one-page request limit once made two extents start there
+@example(rows=[304, 307], row_bytes=1000, request_us=0.0, max_request=4096)
 def test_extents_cover_exactly_the_needed_rows(rows, row_bytes, request_us, max_request):
     rows = np.sort(np.array(rows, np.int64))
     model = CostModel(request_s=request_us * 1e-6, read_bw=1e9, write_bw=1e9, max_request=max_request)

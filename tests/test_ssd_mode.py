@@ -33,7 +33,9 @@ def _config(store, run_dir, **ssd):
 @pytest.mark.parametrize("block_budget", [0, "8MiB"])
 def test_batches_carry_the_features_on_disk(small_store, tmp_path, block_budget):
     """Every mini-batch's x equals the store's rows for its input nodes (plain memmap read)."""
-    trainer = Trainer(_config(small_store, tmp_path / "run", block_budget=block_budget))
+    # repacking needs its own staging area and write chunks: a larger budget
+    budget = "24MiB" if block_budget else "16MiB"
+    trainer = Trainer(_config(small_store, tmp_path / "run", block_budget=block_budget, memory_budget=budget))
     loader = trainer.loader
     assert 0 < len(loader.hot_rows) < trainer.store.num_nodes
     features = Store.open(small_store).features_memmap()
@@ -54,7 +56,7 @@ def test_batches_carry_the_features_on_disk(small_store, tmp_path, block_budget)
 
 
 def test_ssd_training_learns_and_reports_io(small_store, tmp_path):
-    trainer = Trainer(_config(small_store, tmp_path / "run", block_budget="2MiB"))
+    trainer = Trainer(_config(small_store, tmp_path / "run", block_budget="2MiB", memory_budget="24MiB"))
     history = trainer.fit()
     assert history[-1]["train_loss"] < history[0]["train_loss"]
     assert trainer.evaluate("test")["accuracy"] > 0.3  # 8 classes
@@ -107,6 +109,13 @@ def test_planner_splits_mega_batches_to_fit_the_buffer(small_store):
     # Same mini-batches in the same order, each reconstructed exactly from [hot | buffer].
     flat = [m for p in bounded for m in p.minibatches]
     assert all(a.equals(b) for a, b in zip(flat, (m for p in unbounded for m in p.minibatches)))
+    # greedy: a mega-batch ends early only where the next mini-batch of its group would overflow
+    first = np.cumsum([0] + [len(p.minibatches) for p in bounded])
+    early = [k for k in range(len(bounded) - 1) if first[k + 1] % config.mega_batch]
+    assert early  # some mega-batches were cut inside their group of M
+    for k in early:
+        rows = np.concatenate([m.input_nodes for m in flat[first[k]:first[k + 1] + 1]])
+        assert len(np.setdiff1d(rows, hot)) > limit
     previous = None
     for plan in bounded:
         buffer = np.empty((len(plan.rows), store.feat_dim), np.float32)
