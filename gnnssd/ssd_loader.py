@@ -21,8 +21,8 @@ import numpy as np
 import torch
 
 from gnnssd.sampler import (DirectIO, MegaBatchLoader, MegaBatchPlan, NeighborSampler, PlanConfig, Planner,
-                            PlanWorker,
-                            hotness, load_model, remove, repack, to_dgl_blocks, windows)
+                            PlanWorker, hotness, load_model, remove, repacked_windows, to_dgl_blocks)
+from gnnssd.sampler.repack import RepackReport
 from gnnssd.sampler.readplan import pages_plan
 from gnnssd.storage_format import Store
 
@@ -185,18 +185,16 @@ class SSDLoader:
         blocks written for those the read planner gives one. Without a block budget, each
         plan is its own window with page reads."""
         if self.block_budget == 0:
-            yield from ([plan] for plan in plans)
-            return
-        for window, scan_offsets, scan_lengths in windows(plans, self.store.row_bytes, self.model,
-                                                          self.block_budget):
-            with self.timer.stage("repack"):
-                written = repack(self.io, self.store.features_path, self.store.row_bytes, window,
-                                 scan_offsets, scan_lengths, self.block_dir, staging_bytes=self.staging_bytes,
-                                 writer_bytes=self.writer_bytes)
-            self.io_counts.bytes_read += int(scan_lengths.sum())
-            self.io_counts.requests += len(scan_lengths)
-            self.io_counts.bytes_written += written
-            yield window
+            return ([plan] for plan in plans)
+        return repacked_windows(plans, self.io, self.store.features_path, self.store.row_bytes, self.model,
+                                self.block_budget, self.block_dir, self.staging_bytes, self.writer_bytes,
+                                report=self._count_repack)
+
+    def _count_repack(self, report: RepackReport) -> None:
+        self.timer.add("repack", report.seconds)
+        self.io_counts.bytes_read += report.bytes_read
+        self.io_counts.requests += report.requests
+        self.io_counts.bytes_written += report.bytes_written
 
     def _loaded(self, windows_: PlanWorker) -> Iterator[tuple[MegaBatchPlan, np.ndarray]]:
         """Read stage: each plan's buffer filled; block files deleted once read."""

@@ -43,20 +43,19 @@ def _gather_rows(hot, buffer, index, num_hot, out):
                 out[k, j] = buffer[i - num_hot, j]
 
 
-def _words(a: np.ndarray, row_bytes: int) -> np.ndarray:
-    """Rows of `a` (row-contiguous, row_bytes each) seen as 8-byte words when they can be."""
+def _rows(a: np.ndarray, row_bytes: int, words: bool) -> np.ndarray:
+    """Rows of `a` (row-contiguous, row_bytes each) as 8-byte words, or as bytes."""
     a = a.view(np.uint8).reshape(len(a), row_bytes)
-    return a.view(np.uint64) if row_bytes % 8 == 0 else a
+    return a.view(np.uint64) if words else a
 
 
 def copy_rows(src: np.ndarray, pos: np.ndarray, row_bytes: int, out: np.ndarray) -> None:
     """out[k] = the row_bytes at src[pos[k]:] (src: 1-D uint8, out: rows of row_bytes).
     Copies 8-byte words when rows allow it (about 3x faster than bytes)."""
-    words = row_bytes % 8 == 0 and not (len(src) % 8 or np.any(pos % 8))
-    if words:
-        _copy_rows(src.view(np.uint64), pos // 8, _words(out, row_bytes))
+    if row_bytes % 8 == 0 and not (len(src) % 8 or np.any(pos % 8)):
+        _copy_rows(src.view(np.uint64), pos // 8, _rows(out, row_bytes, True))
     else:
-        _copy_rows(src, pos, out.view(np.uint8).reshape(len(out), row_bytes))
+        _copy_rows(src, pos, _rows(out, row_bytes, False))
 
 
 def iter_rows(io: DirectIO, f, rows: np.ndarray, row_bytes: int, offsets: np.ndarray, lengths: np.ndarray, staging: np.ndarray) -> Iterator[tuple[int, int, np.ndarray]]:
@@ -157,8 +156,9 @@ class MegaBatchLoader:
         """
         idx = plan.gather[i]
         out = np.empty((len(idx), self.feat_dim), self.dtype)
-        _gather_rows(_words(self.hot, self.row_bytes), _words(buffer, self.row_bytes), idx, plan.num_hot,
-                     _words(out, self.row_bytes))
+        words = self.row_bytes % 8 == 0
+        _gather_rows(_rows(self.hot, self.row_bytes, words), _rows(buffer, self.row_bytes, words), idx,
+                     plan.num_hot, _rows(out, self.row_bytes, words))
         return out
 
     def close(self) -> None:

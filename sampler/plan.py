@@ -170,6 +170,11 @@ class RowUnion:
     def cold_rows(self) -> int:
         return int(self.state[1])
 
+    def clear(self) -> None:
+        self.slot[self.uniq[: self.state[0]]] = -1
+        self.state[:] = 0
+        self.members = []
+
     def take(self, prev_rows: np.ndarray | None, prev_num_read: int, epoch: int, index: int) -> "MegaBatchPlan":
         """The plan of the current group; the union is emptied for the next one.
 
@@ -195,9 +200,7 @@ class RowUnion:
         allin = np.concatenate(inputs)
         gather_all = np.empty(len(allin), np.int64)
         _gather_index(allin, self.slot, value, gather_all)
-        self.slot[uniq] = -1
-        self.state[:] = 0
-        self.members = []
+        self.clear()
         is_hot_input = gather_all < num_hot
         hot_hits = int(is_hot_input.sum())
         stats = {
@@ -245,7 +248,6 @@ class Planner:
         self.train_idx = np.asarray(train_idx, dtype=np.int64)
         hot = np.sort(np.asarray(hot_rows if hot_rows is not None else [], dtype=np.int64))
         self.union = RowUnion(len(indptr) - 1, hot)
-        self.hot_rows = hot
         self.sampler = NeighborSampler(indptr, indices, config.fanouts)
         self.max_rows = np.iinfo(np.int64).max if max_rows is None else max_rows
 
@@ -275,7 +277,7 @@ class Planner:
     def _too_large(self, mfgs: MFGs) -> ValueError:
         self.union.add(mfgs, np.iinfo(np.int64).max)
         needed = self.union.cold_rows()
-        self.union.take(None, 0, 0, 0)
+        self.union.clear()
         return ValueError(f"one mini-batch needs {needed} buffer rows beyond the hot cache, the buffer "
                           f"holds {self.max_rows}: raise the memory budget or lower batch size or fanouts")
 

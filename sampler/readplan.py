@@ -154,13 +154,27 @@ def block_requests(nbytes: int, model: CostModel) -> tuple[np.ndarray, np.ndarra
     return offsets, np.minimum(model.max_request, nbytes - offsets)
 
 
-def choose_window(plans: list, row_bytes: int, model: CostModel, disk_budget: int) -> tuple[np.ndarray, np.ndarray]:
-    """Set `plan.read` for a window of mega-batch plans; returns the repack scan extents.
+@dataclass
+class Scan:
+    """A window's repack pass: the rows its blocks hold (sorted, unique) and the extents of
+    features.bin that cover them."""
+
+    rows: np.ndarray
+    offsets: np.ndarray
+    lengths: np.ndarray
+
+    @classmethod
+    def empty(cls) -> "Scan":
+        return cls(*(np.empty(0, np.int64) for _ in range(3)))
+
+
+def choose_window(plans: list, row_bytes: int, model: CostModel, disk_budget: int) -> Scan:
+    """Set `plan.read` for a window of mega-batch plans; returns the repack scan.
 
     A mega-batch is a block candidate when writing and reading back its rows costs less
     than its page reads; the candidates (largest saving first, within `disk_budget`) are
     repacked together when their summed saving pays for the scan that collects their rows.
-    Returns empty extents when no mega-batch of the window gets a block.
+    Returns an empty scan when no mega-batch of the window gets a block.
     """
     page_plans = [pages_plan(p.read_rows, row_bytes, model) for p in plans]
     saving = []
@@ -174,13 +188,13 @@ def choose_window(plans: list, row_bytes: int, model: CostModel, disk_budget: in
         if saving[i] > 0 and used + nbytes <= disk_budget:
             chosen.append(int(i))
             used += nbytes
-    scan_off = scan_len = np.empty(0, np.int64)
+    scan = Scan.empty()
     if chosen:
         union = np.unique(np.concatenate([plans[i].read_rows for i in chosen]))
-        scan_off, scan_len, _ = plan_extents(union, row_bytes, model)
-        scan_s = model.read_time(scan_len)
+        scan = Scan(union, *plan_extents(union, row_bytes, model)[:2])
+        scan_s = model.read_time(scan.lengths)
         if scan_s >= sum(saving[i] for i in chosen):
-            chosen, scan_off, scan_len = [], np.empty(0, np.int64), np.empty(0, np.int64)
+            chosen, scan = [], Scan.empty()
     for i, (p, pp) in enumerate(zip(plans, page_plans)):
         p.read = pp
         if i in chosen:
@@ -188,7 +202,7 @@ def choose_window(plans: list, row_bytes: int, model: CostModel, disk_budget: in
             off, ln = block_requests(nbytes, model)
             share = scan_s * nbytes / used
             p.read = ReadPlan("block", off, ln, pp.pages, pp.predicted_s - saving[i] + share, block_file_name(p))
-    return scan_off, scan_len
+    return scan
 
 
 def block_file_name(plan) -> str:
@@ -211,18 +225,18 @@ def read_stats(plan, row_bytes: int) -> dict:
     }
 
 
-def windows(plans: Iterable, row_bytes: int, model: CostModel, disk_budget: int) -> Iterator[tuple[list, np.ndarray, np.ndarray]]:
+def windows(plans: Iterable, row_bytes: int, model: CostModel, disk_budget: int) -> Iterator[tuple[list, Scan]]:
     """Group consecutive plans into repack windows and plan their reads.
 
     A window's rows to read fit in half the disk budget, so one window can be trained
-    from while the next is repacked. Yields (plans, scan_offsets, scan_lengths)."""
+    from while the next is repacked. Yields (plans, repack scan)."""
     window, size = [], 0
     for p in plans:
         nbytes = block_bytes(p.num_read, row_bytes)
         if window and size + nbytes > disk_budget // 2:
-            yield (window, *choose_window(window, row_bytes, model, disk_budget // 2))
+            yield window, choose_window(window, row_bytes, model, disk_budget // 2)
             window, size = [], 0
         window.append(p)
         size += nbytes
     if window:
-        yield (window, *choose_window(window, row_bytes, model, disk_budget // 2))
+        yield window, choose_window(window, row_bytes, model, disk_budget // 2)

@@ -7,16 +7,18 @@ into the buffer. Blocks live only while their window is trained: `remove` delete
 """
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
-from .direct_io import DirectIO
 from .block_writer import BlockWriter
+from .direct_io import DirectIO
 from .loader import iter_rows
 from .plan import MegaBatchPlan
-from .readplan import CostModel, windows
+from .readplan import CostModel, Scan, windows
 
 
 def repack(
@@ -24,8 +26,7 @@ def repack(
     features_path: str | Path,
     row_bytes: int,
     plans: list[MegaBatchPlan],
-    scan_offsets: np.ndarray,
-    scan_lengths: np.ndarray,
+    scan: Scan,
     block_dir: str | Path,
     staging_bytes: int = 32 << 20,
     writer_bytes: int = 16 << 20,
@@ -37,13 +38,13 @@ def repack(
         return 0
     block_dir = Path(block_dir)
     block_dir.mkdir(parents=True, exist_ok=True)
-    union = np.unique(np.concatenate([p.read_rows for p in blocks]))
-    staging = io.alloc(max(staging_bytes, 2 * int(scan_lengths.max())))
+    union = scan.rows
+    staging = io.alloc(max(staging_bytes, 2 * int(scan.lengths.max())))
     f = io.open(features_path)
     try:
         with BlockWriter([block_dir / p.read.block for p in blocks], row_bytes, io.alloc,
                          writer_bytes) as writer:
-            for lo, hi, pos in iter_rows(io, f, union, row_bytes, scan_offsets, scan_lengths, staging):
+            for lo, hi, pos in iter_rows(io, f, union, row_bytes, scan.offsets, scan.lengths, staging):
                 for k, p in enumerate(blocks):
                     rows = p.read_rows
                     a, b = np.searchsorted(rows, [union[lo], union[hi - 1] + 1]) if hi > lo else (0, 0)
@@ -61,6 +62,16 @@ def remove(plans: list[MegaBatchPlan], block_dir: str | Path) -> None:
             (Path(block_dir) / p.read.block).unlink(missing_ok=True)
 
 
+@dataclass(frozen=True)
+class RepackReport:
+    """What repacking one window cost."""
+
+    seconds: float
+    bytes_read: int
+    requests: int
+    bytes_written: int
+
+
 def repacked_windows(
     plans: Iterable[MegaBatchPlan],
     io: DirectIO,
@@ -69,11 +80,18 @@ def repacked_windows(
     model: CostModel,
     disk_budget: int,
     block_dir: str | Path,
+    staging_bytes: int = 32 << 20,
+    writer_bytes: int = 16 << 20,
+    report: Callable[[RepackReport], None] | None = None,
 ) -> Iterator[list[MegaBatchPlan]]:
-    """Plans grouped into windows with their reads planned and their blocks written.
+    """Plans grouped into windows with their reads planned and their blocks written;
+    `report` hears each window's repack cost.
 
     Run it in a PlanWorker of depth 2 and `remove` each window once trained: at most two
     windows of blocks (each within half the budget) are then on disk."""
-    for window, scan_offsets, scan_lengths in windows(plans, row_bytes, model, disk_budget):
-        repack(io, features_path, row_bytes, window, scan_offsets, scan_lengths, block_dir)
+    for window, scan in windows(plans, row_bytes, model, disk_budget):
+        start = time.perf_counter()
+        written = repack(io, features_path, row_bytes, window, scan, block_dir, staging_bytes, writer_bytes)
+        if report is not None:
+            report(RepackReport(time.perf_counter() - start, int(scan.lengths.sum()), len(scan.lengths), written))
         yield window

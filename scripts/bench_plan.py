@@ -201,14 +201,14 @@ def main() -> None:
             times = []
             for _ in range(args.repeats):
                 t, peak, prev, scan_extents, scan_bytes = 0.0, 0, 0, 0, 0
-                for window, scan_off, scan_len in planned:
+                for window, scan in planned:
                     start = time.perf_counter()
-                    size = repack(io, features, rb, window, scan_off, scan_len, Path(args.work) / "blocks", staging)
+                    size = repack(io, features, rb, window, scan, Path(args.work) / "blocks", staging)
                     t += time.perf_counter() - start + timed_loads(loader, window)
                     remove(window, Path(args.work) / "blocks")
                     peak, prev = max(peak, prev + size), size  # the next window is written while this one trains
-                    scan_extents += len(scan_off)
-                    scan_bytes += int(scan_len.sum()) + 2 * size
+                    scan_extents += len(scan.offsets)
+                    scan_bytes += int(scan.lengths.sum()) + 2 * size
                 times.append(t)
             t = min(times)
             results.append(("planner", t, sum(p.read.predicted_s for p in plans), sum(p.read.pages for p in plans),

@@ -129,8 +129,8 @@ def test_reads_through_real_file(graph, tmp_path, disk_budget, backend, dim, dty
     plans = list(_planner(graph, mega_batch=3).plans([0, 1]))
     loader = MegaBatchLoader(io, path, dim, dtype, hot, max(len(p.rows) for p in plans), model, tmp_path / "blocks", staging_bytes=8192)
     strategies = set()
-    for window, scan_off, scan_len in windows(plans, row_bytes, model, disk_budget):
-        repack(io, path, row_bytes, window, scan_off, scan_len, tmp_path / "blocks", staging_bytes=8192)
+    for window, scan in windows(plans, row_bytes, model, disk_budget):
+        repack(io, path, row_bytes, window, scan, tmp_path / "blocks", staging_bytes=8192)
         for p in window:
             strategies.add(p.read.strategy)
             if p.read.strategy == "block":  # the block holds exactly the read rows, in slot order

@@ -69,17 +69,17 @@ def test_window_choice_follows_the_model_and_the_disk_budget():
     plans = [_Plan(np.sort(rng.choice(1_000_000, 20_000, replace=False)), i) for i in range(4)]
     slow_requests = CostModel(request_s=50e-6, read_bw=1e9, write_bw=1e9)
     each = block_bytes(20_000, 512)
-    scan_off, scan_len = choose_window(plans, 512, slow_requests, disk_budget=2 * each)
+    scan = choose_window(plans, 512, slow_requests, disk_budget=2 * each)
     assert [p.read.strategy for p in plans].count("block") == 2  # the budget holds two blocks
-    assert scan_len.sum() > 0
+    assert scan.lengths.sum() > 0
     for p in plans:
         st = read_stats(p, 512)
         assert st["useful_bytes"] == 20_000 * 512 and st["read_amplification"] == st["bytes_read"] / st["useful_bytes"]
         if p.read.strategy == "block":  # exactly the rows, padded to a page
             assert st["bytes_read"] == block_bytes(20_000, 512)
     free_requests = CostModel(request_s=0.0, read_bw=1e9, write_bw=1e9)
-    scan_off, scan_len = choose_window(plans, 512, free_requests, disk_budget=10 * each)
-    assert all(p.read.strategy == "pages" for p in plans) and len(scan_len) == 0
+    scan = choose_window(plans, 512, free_requests, disk_budget=10 * each)
+    assert all(p.read.strategy == "pages" for p in plans) and len(scan.lengths) == 0
 
 
 def test_dense_rows_read_through_shared_page_extents(tmp_path):

@@ -35,20 +35,31 @@ def _jit(fn):
             numba.njit(cache=True, fastmath=True, parallel=True)(twin))
 
 
+@numba.njit(inline="always")
+def _leaky(s, slope):
+    return s if s > 0 else s * slope
+
+
+@numba.njit(inline="always")
+def _weight(el, er, u, v, h, slope, smax, ssum):
+    """Edge (u, v)'s score before the leaky ReLU and its attention weight, recomputed from
+    the forward pass's per-destination max and sum."""
+    s = el[u, h] + er[v, h]
+    return s, np.exp(_leaky(s, slope) - smax[v, h]) / ssum[v, h]
+
+
 def _forward(indptr, indices, el, er, z, slope, out, smax, ssum):
     heads, feats = z.shape[1], z.shape[2]
     for v in numba.prange(indptr.shape[0] - 1):
         for k in range(indptr[v], indptr[v + 1]):
             for h in range(heads):
-                s = el[indices[k], h] + er[v, h]
-                s = s if s > 0 else s * slope
+                s = _leaky(el[indices[k], h] + er[v, h], slope)
                 if s > smax[v, h]:
                     smax[v, h] = s
         for k in range(indptr[v], indptr[v + 1]):
             u = indices[k]
             for h in range(heads):
-                s = el[u, h] + er[v, h]
-                w = np.exp((s if s > 0 else s * slope) - smax[v, h])
+                w = np.exp(_leaky(el[u, h] + er[v, h], slope) - smax[v, h])
                 ssum[v, h] += w
                 for f in range(feats):
                     out[v, h, f] += w * z[u, h, f]
@@ -68,8 +79,7 @@ def _backward_dst(indptr, indices, el, er, z, go, out, smax, ssum, slope, c, ger
         for k in range(indptr[v], indptr[v + 1]):
             u = indices[k]
             for h in range(heads):
-                s = el[u, h] + er[v, h]
-                a = np.exp((s if s > 0 else s * slope) - smax[v, h]) / ssum[v, h]
+                s, a = _weight(el, er, u, v, h, slope, smax, ssum)
                 dot = z.dtype.type(0)
                 for f in range(feats):
                     dot += go[v, h, f] * z[u, h, f]
@@ -83,8 +93,7 @@ def _backward_src(indptr, indices, el, er, z, go, smax, ssum, slope, c, gel, gz)
         for k in range(indptr[u], indptr[u + 1]):
             v = indices[k]
             for h in range(heads):
-                s = el[u, h] + er[v, h]
-                a = np.exp((s if s > 0 else s * slope) - smax[v, h]) / ssum[v, h]
+                s, a = _weight(el, er, u, v, h, slope, smax, ssum)
                 dot = z.dtype.type(0)
                 for f in range(feats):
                     dot += go[v, h, f] * z[u, h, f]
