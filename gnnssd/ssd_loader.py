@@ -71,6 +71,7 @@ class SSDLoader:
         self.block_dir = block_dir
         shutil.rmtree(block_dir, ignore_errors=True)  # blocks of an interrupted run are stale
         total = parse_bytes(ssd.memory_budget)
+        row_bytes = store.row_bytes
         self.staging_bytes = staging_bytes(total)
         self.writer_bytes = self.staging_bytes // 4
         queue_bytes = self.staging_bytes + PLANS_IN_FLIGHT_BYTES
@@ -78,8 +79,7 @@ class SSDLoader:
             # the repack scan's own staging area, the block writer's chunks, and the plan
             # stubs of two windows (their read rows: 8 bytes per row of a window's blocks)
             queue_bytes += (self.staging_bytes + self.writer_bytes
-                            + 2 * (self.block_budget // 2 // store.row_bytes) * 8)
-        row_bytes = store.row_bytes
+                            + 2 * (self.block_budget // 2 // row_bytes) * 8)
         usable = max(total - queue_bytes, 0)
         # Two buffers take (1 - hot_fraction) of what is left, or more when sampled
         # mini-batches (with a margin) need more; the hot cache gets the rest.
