@@ -21,19 +21,24 @@ from gnnssd.storage_format import DatasetError
 from .base import require_file
 
 
+def split_folder(root: Path, split_name: str | None) -> str:
+    """The folder under ROOT/split/ to read: the one named, or the only one there."""
+    if split_name is not None:
+        return split_name
+    split_root = root / "split"
+    names = sorted(p.name for p in split_root.iterdir() if p.is_dir()) if split_root.is_dir() else []
+    if len(names) != 1:
+        raise DatasetError(f"{split_root}: expected one split directory, found {names}; "
+                           "name one with --split-name")
+    return names[0]
+
+
 class OGBSource:
     def __init__(self, root: str | Path, split_name: str | None = None, symmetric: bool = False):
         self.root = Path(root)
         self.name = self.root.name
         self.symmetric = symmetric
-        split_root = self.root / "split"
-        if split_name is None:
-            names = sorted(p.name for p in split_root.iterdir() if p.is_dir()) if split_root.is_dir() else []
-            if len(names) != 1:
-                raise DatasetError(f"{split_root}: expected one split directory, found {names}; "
-                                   "name one with --split-name")
-            split_name = names[0]
-        self.split_name = split_name
+        self.split_name = split_folder(self.root, split_name)
         self._labels = self._read_column(self._raw("node-label.csv.gz"), np.float64)
         self.num_nodes = self._labels.shape[0]
         counts = self.root / "raw" / "num-node-list.csv.gz"

@@ -29,6 +29,9 @@ def _source_from_args(args: argparse.Namespace) -> Any:
         return datasets.HeterophilousSource(args.file, split=args.split)
     if args.source == "ogb":
         return datasets.OGBSource(args.root, split_name=args.split_name, symmetric=args.symmetric)
+    if args.source == "ogb-link":
+        return datasets.OGBLinkSource(args.root, split_name=args.split_name, symmetric=args.symmetric,
+                                      eval_negatives=args.eval_negatives, seed=args.split_seed)
     raise AssertionError(args.source)
 
 
@@ -50,8 +53,13 @@ def _progress_bar() -> Callable[[str, int, int], None]:
 
 
 def cmd_preprocess(args: argparse.Namespace) -> None:
+    from gnnssd.storage_format.link_split import parse_fractions
+
     source = _source_from_args(args)
-    out = write_store(args.out, source, order=args.order, dtype=args.dtype, progress=_progress_bar())
+    edge_split = parse_fractions(args.edge_split) if args.edge_split else None
+    out = write_store(args.out, source, order=args.order, dtype=args.dtype, progress=_progress_bar(),
+                      edge_split=edge_split, split_seed=args.split_seed,
+                      eval_negatives=args.eval_negatives)
     print(Store.open(out).summary())
 
 
@@ -155,10 +163,20 @@ def build_parser() -> argparse.ArgumentParser:
     ogb.add_argument("--root", required=True)
     ogb.add_argument("--split-name", help="folder under split/ (default: the only one)")
     ogb.add_argument("--symmetric", action="store_true", help="add reverse edges")
-    for sub in (synthetic, planetoid, npz, ogb):
+    ogb_link = sources.add_parser("ogb-link", help="OGB link-property raw layout (ogbl-collab, "
+                                  "ogbl-citation2: raw/, split/NAME/{train,valid,test}.pt)")
+    ogb_link.add_argument("--root", required=True)
+    ogb_link.add_argument("--split-name", help="folder under split/ (default: the only one)")
+    ogb_link.add_argument("--symmetric", action="store_true", help="add reverse edges")
+    for sub in (synthetic, planetoid, npz, ogb, ogb_link):
         sub.add_argument("--out", required=True, help="store directory to write")
         sub.add_argument("--order", choices=ORDERS, default="original", help="node order on disk")
         sub.add_argument("--dtype", choices=FEATURE_DTYPES, default="float32")
+        sub.add_argument("--edge-split", metavar="TRAIN,VALID,TEST",
+                         help="hold out valid/test edges for link prediction, e.g. 0.85,0.05,0.10")
+        sub.add_argument("--split-seed", type=int, default=0, help="seed of the edge split and negatives")
+        sub.add_argument("--eval-negatives", type=int, default=1000,
+                         help="fixed negatives stored per valid/test edge")
         sub.set_defaults(func=cmd_preprocess)
 
     for name, func, text in (("train", cmd_train, "train a model"),

@@ -15,6 +15,8 @@ PAGE = 4096
 
 # The store's files other than features.bin, all NumPy .npy.
 ARRAY_FILES = ("indptr", "indices", "labels", "perm", "inv", "train_idx", "valid_idx", "test_idx")
+# A store with a link split (manifest section "link") also holds these.
+LINK_FILES = ("link_train", "link_valid", "link_test", "link_valid_neg", "link_test_neg")
 REQUIRED_KEYS = ("format", "format_version", "num_nodes", "num_edges", "num_classes",
                  "features", "files", "order")
 
@@ -42,6 +44,8 @@ def read_manifest(store_dir: Path) -> dict[str, Any]:
         raise StoreError(f"{path}: format_version {manifest['format_version']}, this gnnssd "
                          f"reads version {FORMAT_VERSION}; rerun `gnnssd preprocess`")
     expected_files = {FEATURES, *(f"{name}.npy" for name in ARRAY_FILES)}
+    if "link" in manifest:
+        expected_files |= {f"{name}.npy" for name in LINK_FILES}
     absent = sorted(expected_files - set(manifest["files"]))
     if absent:
         raise StoreError(f"{path}: 'files' lacks {absent}")

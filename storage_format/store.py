@@ -78,6 +78,29 @@ class Store:
     valid_idx = _array_file("valid_idx", "Validation nodes (store IDs, sorted).")
     test_idx = _array_file("test_idx", "Test nodes (store IDs, sorted).")
 
+    @property
+    def has_link_split(self) -> bool:
+        return "link" in self.manifest
+
+    def link_edges(self, split: str) -> np.ndarray:
+        """(E, 2) int64 (source, destination) store IDs of a link split: 'train' edges are
+        in the graph; 'valid' and 'test' edges are held out of it in both directions."""
+        return self._link_array(split, "")
+
+    def link_negatives(self, split: str) -> np.ndarray:
+        """(E, K) int64 fixed negative destinations of each 'valid' or 'test' edge."""
+        if split not in ("valid", "test"):
+            raise ValueError(f"link negatives of split {split!r}: expected 'valid' or 'test'")
+        return self._link_array(split, "_neg")
+
+    def _link_array(self, split: str, suffix: str) -> np.ndarray:
+        if not self.has_link_split:
+            raise StoreError(f"{self.path}: no link split; preprocess with --edge-split "
+                             "or from an OGB link layout")
+        if split not in ("train", "valid", "test"):
+            raise ValueError(f"link split {split!r}: expected 'train', 'valid' or 'test'")
+        return np.load(self.path / f"link_{split}{suffix}.npy", mmap_mode="r")
+
     def split(self, name: str) -> np.ndarray:
         if name not in ("train", "valid", "test"):
             raise ValueError(f"split {name!r}: expected 'train', 'valid' or 'test'")
@@ -135,6 +158,9 @@ class Store:
             f"splits       train {len(self.train_idx):,} / valid {len(self.valid_idx):,} / "
             f"test {len(self.test_idx):,}",
             f"node order   {m['order']}",
+            *([f"link split   " + " / ".join(f"{k} {v:,}" for k, v in m["link"]["edges"].items())
+               + f" edges, {m['link']['eval_negatives']} negatives per eval edge"]
+              if self.has_link_split else []),
             f"created      {m.get('created', '?')} by gnnssd {m.get('gnnssd_version', '?')}",
         ]
         return "\n".join(lines)

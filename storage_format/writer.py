@@ -21,6 +21,7 @@ import numpy as np
 from .atomic import ChecksummedWriter, atomic_write_json, crc32_of_file, fsync_dir
 from .csc import csc_from_edges, renumber_csc
 from .errors import DatasetError
+from .link_split import LinkSplit, checked_link_split, held_out_mask, random_link_split
 from .manifest import ARRAY_FILES, FEATURES, FORMAT_NAME, FORMAT_VERSION, MANIFEST, PAGE
 from .order import compute_order
 from .source import DatasetSource
@@ -35,22 +36,37 @@ CHUNK_BYTES = 16 << 20
 
 def write_store(out: str | Path, source: DatasetSource, order: str = "original",
                 dtype: str = "float32", progress: Callable[[str, int, int], None] | None = None,
-                ) -> Path:
-    """Preprocess `source` into the store directory `out`; returns its path."""
+                edge_split: tuple[float, float, float] | None = None, split_seed: int = 0,
+                eval_negatives: int = 1000) -> Path:
+    """Preprocess `source` into the store directory `out`; returns its path.
+
+    With `edge_split` (train, valid, test fractions), or a source that has a link split
+    of its own (`load_link_split`), the valid and test edges are held out of the stored
+    graph and stored with `eval_negatives` fixed negatives each (see link_split)."""
     out = Path(out)
     if dtype not in FEATURE_DTYPES:
         raise DatasetError(f"dtype {dtype!r}: expected one of {FEATURE_DTYPES}")
     _restore_interrupted_swap(out)
-    params = {"source": source.describe(), "order": order, "dtype": dtype}
+    params: dict[str, Any] = {"source": source.describe(), "order": order, "dtype": dtype}
+    if edge_split is not None:
+        params["edge_split"] = {"fractions": list(edge_split), "seed": split_seed,
+                                "eval_negatives": eval_negatives}
     partial = _open_partial_dir(out, params)
     notify = progress or (lambda stage, done, total: None)
 
     n = source.num_nodes
     labels = _checked_labels(source)
-    splits = _checked_splits(source, labels)
+    has_link = edge_split is not None or hasattr(source, "load_link_split")
+    splits = _checked_splits(source, labels, needs_train=not has_link)
     num_classes = int(labels.max()) + 1 if (labels >= 0).any() else 0
     notify("topology", 0, 1)
-    indptr, indices = _checked_csc(source)
+    src, dst = _checked_edges(source)
+    link = _link_split(source, src, dst, edge_split, split_seed, eval_negatives)
+    if link is not None:
+        kept = ~held_out_mask(src, dst, n, link)
+        src, dst = src[kept], dst[kept]
+    indptr, indices = csc_from_edges(src, dst, n, symmetric=source.symmetric)
+    del src, dst
     perm = compute_order(order, indptr, indices, train_idx=splits["train"])
     inv = np.empty(n, dtype=np.int64)
     inv[perm] = np.arange(n, dtype=np.int64)
@@ -71,6 +87,8 @@ def write_store(out: str | Path, source: DatasetSource, order: str = "original",
               "perm": perm, "inv": inv,
               **{f"{k}_idx": np.sort(inv[v]) for k, v in splits.items()}}
     assert set(arrays) == set(ARRAY_FILES)
+    if link is not None:
+        arrays.update(link.renumbered(inv).arrays())
     for name, array in arrays.items():
         files[f"{name}.npy"] = _save_array(partial / f"{name}.npy", array)
 
@@ -89,6 +107,10 @@ def write_store(out: str | Path, source: DatasetSource, order: str = "original",
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "gnnssd_version": _version(),
     }
+    if link is not None:
+        manifest["link"] = {"split": params.get("edge_split", "dataset"),
+                            "edges": {k: len(v) for k, v in link.edges.items()},
+                            "eval_negatives": int(link.negatives["test"].shape[1])}
     (partial / PROGRESS).unlink()
     atomic_write_json(partial / MANIFEST, manifest)
     _swap_into_place(partial, out)
@@ -181,11 +203,13 @@ def _checked_labels(source: DatasetSource) -> np.ndarray:
     return labels
 
 
-def _checked_splits(source: DatasetSource, labels: np.ndarray) -> dict[str, np.ndarray]:
+def _checked_splits(source: DatasetSource, labels: np.ndarray,
+                    needs_train: bool = True) -> dict[str, np.ndarray]:
+    """Node splits; a link-prediction store may have none (`needs_train` False)."""
     n = source.num_nodes
     raw = source.load_splits()
     unknown = set(raw) - {"train", "valid", "test"}
-    if unknown or "train" not in raw:
+    if unknown or ("train" not in raw and needs_train):
         raise DatasetError(f"{source.name}: splits {sorted(raw)}; expected 'train' and "
                            "optionally 'valid', 'test'")
     splits = {}
@@ -213,12 +237,28 @@ def _checked_splits(source: DatasetSource, labels: np.ndarray) -> dict[str, np.n
             raise DatasetError(f"{source.name}: node {unlabelled[0]} of split {name!r} has no "
                                "label (-1)")
         splits[name] = ids
-    if splits["train"].size == 0:
+    if splits["train"].size == 0 and needs_train:
         raise DatasetError(f"{source.name}: split 'train' is empty")
     return splits
 
 
-def _checked_csc(source: DatasetSource) -> tuple[np.ndarray, np.ndarray]:
+def _link_split(source: DatasetSource, src: np.ndarray, dst: np.ndarray,
+                edge_split: tuple[float, float, float] | None, seed: int,
+                eval_negatives: int) -> LinkSplit | None:
+    """The edge split: drawn from the edges, the source's own, or none."""
+    own = getattr(source, "load_link_split", None)
+    if edge_split is not None and own is not None:
+        raise DatasetError(f"{source.name}: the dataset has its own link split; drop --edge-split")
+    if own is not None:
+        return checked_link_split(own(), source.num_nodes, source.name)
+    if edge_split is None:
+        return None
+    if eval_negatives < 1:
+        raise DatasetError(f"--eval-negatives {eval_negatives}: expected a positive integer")
+    return random_link_split(src, dst, source.num_nodes, edge_split, seed, eval_negatives)
+
+
+def _checked_edges(source: DatasetSource) -> tuple[np.ndarray, np.ndarray]:
     n = source.num_nodes
     src, dst = (np.asarray(a) for a in source.load_edges())
     if src.shape != dst.shape or src.ndim != 1:
@@ -234,8 +274,7 @@ def _checked_csc(source: DatasetSource) -> tuple[np.ndarray, np.ndarray]:
                                f"outside the node range 0..{n - 1}")
     # int32 endpoints stay int32: the topology is the one thing preprocess holds in memory.
     dtype = np.int32 if src.dtype == dst.dtype == np.int32 else np.int64
-    src, dst = src.astype(dtype, copy=False), dst.astype(dtype, copy=False)
-    return csc_from_edges(src, dst, n, symmetric=source.symmetric)
+    return src.astype(dtype, copy=False), dst.astype(dtype, copy=False)
 
 
 def _checked_chunk(source: DatasetSource, chunk: np.ndarray, start: int,
