@@ -35,7 +35,9 @@ def _check(check: typing.Callable[[Any], bool], expected: str) -> dict[str, Any]
 
 @dataclass
 class ModelConfig:
-    name: Literal["sage", "gcn", "gat"] = "sage"
+    #: "mlp": linear layers on each node's own features (no message passing): the floor
+    #: a GNN must beat.
+    name: Literal["sage", "gcn", "gat", "mlp"] = "sage"
     hidden: int = field(default=256, metadata=_check(_positive, "a positive integer"))
     layers: int = field(default=2, metadata=_check(_positive, "a positive integer"))
     dropout: float = field(default=0.5, metadata=_check(lambda v: 0 <= v < 1, "in [0, 1)"))
@@ -85,6 +87,18 @@ class SSDConfig:
 
 
 @dataclass
+class LinkConfig:
+    """`task: link`: train on the store's link split (sampler.batch_size positive edges a batch)."""
+
+    #: Negative destinations drawn per positive edge in training.
+    negatives: int = field(default=1, metadata=_check(_positive, "a positive integer"))
+    #: Fixed negatives per valid/test edge ranked against it (at most the store's).
+    eval_negatives: int = field(default=1000, metadata=_check(_positive, "a positive integer"))
+    #: Edge score: dot product of the endpoint embeddings, or an MLP on their product.
+    decoder: Literal["dot", "mlp"] = "dot"
+
+
+@dataclass
 class TrainConfig:
     epochs: int = field(default=10, metadata=_check(_positive, "a positive integer"))
     lr: float = field(default=0.003, metadata=_check(_positive, "a positive number"))
@@ -103,10 +117,13 @@ class Config:
     #: reductions otherwise sum in a varying order (runs then agree only to rounding).
     deterministic: bool = False
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    #: "node": node classification; "link": link prediction on the store's edge split.
+    task: Literal["node", "link"] = "node"
     model: ModelConfig = field(default_factory=ModelConfig)
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     ssd: SSDConfig = field(default_factory=SSDConfig)
+    link: LinkConfig = field(default_factory=LinkConfig)
     #: Where the file was read from: relative paths inside it are relative to its folder.
     base_dir: Path = field(default=Path("."), metadata={"internal": True})
 

@@ -12,26 +12,52 @@ from .config import ModelConfig
 
 
 class BlockGNN(nn.Module):
-    """`layers` graph convolutions; ReLU and dropout between them, none after the last."""
+    """`layers` graph convolutions; ReLU and dropout between them, none after the last.
+
+    The per-layer interface (what layer-wise inference uses, see gnnssd.layerwise):
+    `num_layers` and `layer(i, block, h)`, layer i on one block, activation included.
+    """
 
     def __init__(self, convs: list[nn.Module], dropout: float):
         super().__init__()
         self.convs = nn.ModuleList(convs)
         self.dropout = nn.Dropout(dropout)
 
+    @property
+    def num_layers(self) -> int:
+        return len(self.convs)
+
+    def layer(self, i: int, block: dgl.DGLGraph, h: torch.Tensor) -> torch.Tensor:
+        h = self.convs[i](block, h)
+        if h.dim() == 3:  # GAT: (nodes, heads, dim) -> concat inner heads, average the last
+            h = h.mean(1) if i == len(self.convs) - 1 else h.flatten(1)
+        if i < len(self.convs) - 1:
+            h = self.dropout(torch.relu(h))
+        return h
+
     def forward(self, blocks: list[dgl.DGLGraph], x: torch.Tensor) -> torch.Tensor:
         h = x
-        for i, (conv, block) in enumerate(zip(self.convs, blocks)):
-            h = conv(block, h)
-            if h.dim() == 3:  # GAT: (nodes, heads, dim) -> concat inner heads, average the last
-                h = h.mean(1) if i == len(self.convs) - 1 else h.flatten(1)
-            if i < len(self.convs) - 1:
-                h = self.dropout(torch.relu(h))
+        for i, block in enumerate(blocks):
+            h = self.layer(i, block, h)
         return h
+
+
+class NodeLinear(nn.Module):
+    """A linear layer on each destination node's own row: a block's destination nodes
+    are the first of its sources, so neighbours are ignored (the MLP model)."""
+
+    def __init__(self, d_in: int, d_out: int):
+        super().__init__()
+        self.linear = nn.Linear(d_in, d_out)
+
+    def forward(self, block: dgl.DGLGraph, h: torch.Tensor) -> torch.Tensor:
+        return self.linear(h[: block.num_dst_nodes()])
 
 
 def _conv(name: str, compiled: bool, d_in: int, d_out: int, heads: int) -> nn.Module:
     """One layer: the dgl.nn class, or its UDF twin compiled by the MP-DFG compiler."""
+    if name == "mlp":
+        return NodeLinear(d_in, d_out)
     if name == "sage":
         args, dgl_cls, udf_cls, options = (d_in, d_out, "mean"), dglnn.SAGEConv, SAGEConvUDF, {}
     elif name == "gcn":

@@ -134,8 +134,9 @@ class SSDLoader:
             return np.empty(0, np.int64)
         if self.store.manifest["order"] in ("degree", "locality"):
             return np.arange(count, dtype=np.int64)
+        train = np.asarray(self.store.train_idx)  # link prediction: seeds are edge endpoints, anywhere
         heat = hotness(self.store.indptr, self.store.indices, self.config.sampler.fanouts,
-                       np.asarray(self.store.train_idx))
+                       train if len(train) and self.config.task == "node" else None)
         return np.sort(np.argsort(-heat, kind="stable")[:count]).astype(np.int64)
 
     def batches(self, nodes: np.ndarray, fanouts: list[int], batch_size: int, shuffle: bool,
@@ -144,13 +145,27 @@ class SSDLoader:
 
         The planner permutes `nodes` either way; `shuffle` only matters to memory mode.
         """
+        planner = self._planner(nodes, fanouts, batch_size)
+        return self._pipeline(planner.plans([epoch]))
+
+    def minibatches_of(self, seeds: list[np.ndarray], fanouts: list[int], epoch: int,
+                       exclude: list[np.ndarray] | None = None) -> Iterator[Batch]:
+        """Explicit mini-batches, in order: seeds[b] (unique store IDs) sampled without the
+        edges exclude[b] and their reverses (edge mini-batches; see gnnssd.edge_loader)."""
+        planner = self._planner(np.empty(0, np.int64), fanouts, max(map(len, seeds), default=1))
+        return self._pipeline(planner.plan_minibatches(seeds, epoch, exclude))
+
+    def _planner(self, nodes: np.ndarray, fanouts: list[int], batch_size: int) -> Planner:
         cfg = PlanConfig(batch_size=batch_size, fanouts=tuple(fanouts), mega_batch=self.config.ssd.mega_batch,
                          seed=self.config.seed)
-        planner = Planner(self.store.indptr, self.store.indices, nodes, cfg, self.hot_rows,
-                          max_rows=self.budget.buffer_rows)
+        return Planner(self.store.indptr, self.store.indices, nodes, cfg, self.hot_rows,
+                       max_rows=self.budget.buffer_rows)
+
+    def _pipeline(self, plans_: Iterator[MegaBatchPlan]) -> Iterator[Batch]:
+        """The plan, repack and read stages run in threads behind the mini-batches yielded."""
         if self.block_budget:
             self.block_dir.mkdir(parents=True, exist_ok=True)
-        plans = PlanWorker(self._planned(planner.plans([epoch])), depth=2)
+        plans = PlanWorker(self._planned(plans_), depth=2)
         planned = PlanWorker(self._repacked_windows(iter(plans)), depth=2)
         loaded = PlanWorker(self._loaded(planned), depth=2)
         try:

@@ -250,29 +250,43 @@ class Planner:
         self.union = RowUnion(len(indptr) - 1, hot)
         self.sampler = NeighborSampler(indptr, indices, config.fanouts)
         self.max_rows = np.iinfo(np.int64).max if max_rows is None else max_rows
+        self._prev: MegaBatchPlan | None = None  # the last plan: its buffer rows carry over
 
     def plans(self, epochs: Iterable[int]) -> Iterator[MegaBatchPlan]:
         """Mega-batch plans in training order; carry-over continues across epochs."""
-        cfg = self.config
-        prev = None
+        self._prev = None
         for epoch in epochs:
-            batches = minibatch_seeds(self.train_idx, cfg, epoch)
-            index = 0
-            for start in range(0, len(batches), cfg.mega_batch):
-                group = batches[start : start + cfg.mega_batch]
-                ptr = np.concatenate([[0], np.cumsum([len(b) for b in group])])
-                for mfgs in self.sampler.sample_many(np.concatenate(group), ptr, cfg.seed, (epoch << 32) + start):
-                    if self.union.add(mfgs, self.max_rows):
-                        continue
-                    if self.union.members:
-                        prev = self._take(prev, epoch, index)
-                        index += 1
-                        yield prev
-                    if not self.union.add(mfgs, self.max_rows):
-                        raise self._too_large(mfgs)
-                prev = self._take(prev, epoch, index)
-                index += 1
-                yield prev
+            yield from self._plan_epoch(minibatch_seeds(self.train_idx, self.config, epoch), epoch, None)
+
+    def plan_minibatches(self, batches: list[np.ndarray], epoch: int,
+                         exclude: list[np.ndarray] | None = None) -> Iterator[MegaBatchPlan]:
+        """Plans of explicit mini-batches (unique seed arrays, in this order), each sampled
+        without its `exclude[b]` edges and their reverses (see NeighborSampler.sample_many):
+        edge mini-batches, whose seeds are their edges' endpoints."""
+        self._prev = None
+        yield from self._plan_epoch(batches, epoch, exclude)
+
+    def _plan_epoch(self, batches: list[np.ndarray], epoch: int,
+                    exclude: list[np.ndarray] | None) -> Iterator[MegaBatchPlan]:
+        cfg = self.config
+        index = 0
+        for start in range(0, len(batches), cfg.mega_batch):
+            group = batches[start : start + cfg.mega_batch]
+            ptr = np.concatenate([[0], np.cumsum([len(b) for b in group])])
+            excluded = None if exclude is None else exclude[start : start + cfg.mega_batch]
+            for mfgs in self.sampler.sample_many(np.concatenate(group), ptr, cfg.seed, (epoch << 32) + start,
+                                                 excluded):
+                if self.union.add(mfgs, self.max_rows):
+                    continue
+                if self.union.members:
+                    self._prev = self._take(self._prev, epoch, index)
+                    index += 1
+                    yield self._prev
+                if not self.union.add(mfgs, self.max_rows):
+                    raise self._too_large(mfgs)
+            self._prev = self._take(self._prev, epoch, index)
+            index += 1
+            yield self._prev
 
     def _too_large(self, mfgs: MFGs) -> ValueError:
         self.union.add(mfgs, np.iinfo(np.int64).max)

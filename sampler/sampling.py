@@ -44,25 +44,69 @@ def _below(state, j, n):
     return np.int64(((r >> np.uint64(32)) * np.uint64(n)) >> np.uint64(32))
 
 
+@nb.njit(cache=True, nogil=True)
+def _kept_neighbours(indices, start, d, keys, lo, hi, base, out):
+    """indices[start:start+d] without the sources u whose key base + u is in keys[lo:hi]
+    (both sorted), written to out when it is not empty; returns how many are kept."""
+    j, c = lo, 0
+    for e in range(start, start + d):
+        key = base + indices[e]
+        while j < hi and keys[j] < key:
+            j += 1
+        if j < hi and keys[j] == key:
+            continue
+        if out.shape[0]:
+            out[c] = indices[e]
+        c += 1
+    return c
+
+
 @nb.njit(parallel=True, cache=True, nogil=True)
-def _sample_hop(indptr, indices, dst, dst_batch, fanout, seed, layer):
-    """Sample in-neighbours of every node in `dst`; returns (ptr, sampled node IDs)."""
+def _sample_hop(indptr, indices, dst, dst_batch, fanout, seed, layer, dst_local, ex_ptr, ex_keys):
+    """Sample in-neighbours of every node in `dst`; returns (ptr, sampled node IDs).
+
+    Edges excluded per mini-batch: node i's in-edge u -> dst[i] is never sampled when
+    dst[i] * num_nodes + u is among ex_keys[ex_ptr[b]:ex_ptr[b+1]] (sorted), b = dst_local[i]."""
     n = dst.shape[0]
+    num_nodes = indptr.shape[0] - 1
+    excluding = ex_keys.shape[0] > 0
+    none = np.empty(0, indices.dtype)
+    avail = np.empty(n, np.int64)
+    ex_lo = np.zeros(n, np.int64)
+    ex_hi = np.zeros(n, np.int64)
+    for i in nb.prange(n):
+        v = dst[i]
+        d = indptr[v + 1] - indptr[v]
+        if excluding:
+            b = dst_local[i]
+            a, z = ex_ptr[b], ex_ptr[b + 1]
+            base = np.int64(v) * num_nodes
+            ex_lo[i] = a + np.searchsorted(ex_keys[a:z], base)
+            ex_hi[i] = a + np.searchsorted(ex_keys[a:z], base + num_nodes)
+            if ex_hi[i] > ex_lo[i]:
+                d = _kept_neighbours(indices, indptr[v], d, ex_keys, ex_lo[i], ex_hi[i], base, none)
+        avail[i] = d
     ptr = np.empty(n + 1, np.int64)
     ptr[0] = 0
     for i in range(n):
-        d = indptr[dst[i] + 1] - indptr[dst[i]]
+        d = avail[i]
         ptr[i + 1] = ptr[i] + (d if fanout < 0 or fanout >= d else fanout)
     out = np.empty(ptr[n], np.int64)
     for i in nb.prange(n):
         v = dst[i]
+        cand = indices
         start = indptr[v]
-        d = indptr[v + 1] - start
+        d = avail[i]
+        if ex_hi[i] > ex_lo[i]:  # sample from the neighbours left after the exclusion
+            cand = np.empty(d, indices.dtype)
+            _kept_neighbours(indices, start, indptr[v + 1] - start, ex_keys, ex_lo[i], ex_hi[i],
+                             np.int64(v) * num_nodes, cand)
+            start = 0
         o = ptr[i]
         k = ptr[i + 1] - o
         if k == d:
             for j in range(d):
-                out[o + j] = indices[start + j]
+                out[o + j] = cand[start + j]
             continue
         state = _stream(seed, dst_batch[i], layer, v)
         if k <= _FLOYD_MAX:  # Floyd's algorithm: k draws, each position chosen once
@@ -82,7 +126,7 @@ def _sample_hop(indptr, indices, dst, dst_batch, fanout, seed, layer):
                 if t < k:
                     out[o + t] = j
         for j in range(o, o + k):
-            out[j] = indices[start + out[j]]
+            out[j] = cand[start + out[j]]
     return ptr, out
 
 
@@ -132,6 +176,24 @@ def _relabel(nodes, node_ptr, eptr, nbrs, maps):
     return new_ptr, new_nodes, esrc, edst
 
 
+def exclusion_keys(exclude: Sequence[np.ndarray] | None, num_nodes: int,
+                   nbatch: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per mini-batch, the sorted keys dst * num_nodes + src of its excluded in-edges: each
+    listed pair (u, v) in both directions, u -> v and v -> u (DGL's exclude="reverse_id")."""
+    if exclude is None:
+        return np.zeros(nbatch + 1, np.int64), np.empty(0, np.int64)
+    if len(exclude) != nbatch:
+        raise ValueError(f"exclude lists {len(exclude)} edge sets for {nbatch} mini-batches")
+    keys = []
+    for pairs in exclude:
+        pairs = np.asarray(pairs, np.int64).reshape(-1, 2)
+        u, v = pairs[:, 0], pairs[:, 1]
+        keys.append(np.unique(np.concatenate([v * num_nodes + u, u * num_nodes + v])))
+    ptr = np.zeros(nbatch + 1, np.int64)
+    np.cumsum([len(k) for k in keys], out=ptr[1:])
+    return ptr, np.concatenate(keys) if keys else np.empty(0, np.int64)
+
+
 class NeighborSampler:
     """Samples the blocks of many mini-batches at once on one CSC graph.
 
@@ -146,21 +208,31 @@ class NeighborSampler:
         num_nodes = len(self.indptr) - 1
         self._maps = np.full((nb.config.NUMBA_NUM_THREADS, num_nodes), -1, np.int32)
 
-    def sample(self, seeds: np.ndarray, seed: int, batch_id: int = 0) -> MFGs:
-        """Blocks of one mini-batch; `seeds` must be unique."""
-        return self.sample_many(seeds, np.array([0, len(seeds)]), seed, batch_id)[0]
+    def sample(self, seeds: np.ndarray, seed: int, batch_id: int = 0,
+               exclude: np.ndarray | None = None) -> MFGs:
+        """Blocks of one mini-batch; `seeds` must be unique; `exclude`: see sample_many."""
+        ex = None if exclude is None else [exclude]
+        return self.sample_many(seeds, np.array([0, len(seeds)]), seed, batch_id, ex)[0]
 
-    def sample_many(self, seeds: np.ndarray, batch_ptr: np.ndarray, seed: int, first_batch_id: int = 0) -> list[MFGs]:
-        """Blocks of the mini-batches seeds[batch_ptr[b]:batch_ptr[b+1]], IDs first_batch_id + b."""
+    def sample_many(self, seeds: np.ndarray, batch_ptr: np.ndarray, seed: int, first_batch_id: int = 0,
+                    exclude: Sequence[np.ndarray] | None = None) -> list[MFGs]:
+        """Blocks of the mini-batches seeds[batch_ptr[b]:batch_ptr[b+1]], IDs first_batch_id + b.
+
+        exclude[b], an (E, 2) array of (source, destination) pairs, lists edges mini-batch b
+        must not sample in any layer (with their reverses: link prediction's own edges)."""
         seed = int(seed) & 0x7FFFFFFFFFFFFFFF
         nodes = np.ascontiguousarray(seeds, dtype=np.int64)
         node_ptr = np.asarray(batch_ptr, dtype=np.int64)
         nbatch = len(node_ptr) - 1
         batch_ids = np.arange(first_batch_id, first_batch_id + nbatch, dtype=np.int64)
+        ex_ptr, ex_keys = exclusion_keys(exclude, len(self.indptr) - 1, nbatch)
         hops = []  # output layer first
         for layer in reversed(range(len(self.fanouts))):
-            dst_batch = np.repeat(batch_ids, np.diff(node_ptr))
-            eptr, nbrs = _sample_hop(self.indptr, self.indices, nodes, dst_batch, self.fanouts[layer], seed, layer)
+            counts = np.diff(node_ptr)
+            dst_batch = np.repeat(batch_ids, counts)
+            dst_local = np.repeat(np.arange(nbatch, dtype=np.int64), counts)
+            eptr, nbrs = _sample_hop(self.indptr, self.indices, nodes, dst_batch, self.fanouts[layer], seed, layer,
+                                     dst_local, ex_ptr, ex_keys)
             new_ptr, new_nodes, esrc, edst = _relabel(nodes, node_ptr, eptr, nbrs, self._maps)
             hops.append((node_ptr, new_ptr, eptr[node_ptr], esrc, edst))
             nodes, node_ptr = new_nodes, new_ptr
