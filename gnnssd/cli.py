@@ -1,4 +1,4 @@
-"""The `gnnssd` command line: preprocess, train, eval, predict, info, verify, demo."""
+"""The `gnnssd` command line: preprocess, train, eval, predict, embed, info, verify, demo."""
 from __future__ import annotations
 
 import argparse
@@ -74,17 +74,26 @@ def _parse_overrides(pairs: list[str]) -> dict[str, Any]:
 
 
 def _trainer(args: argparse.Namespace) -> Any:
+    """The trainer of the config's task: Trainer (node) or LinkTrainer (link)."""
+    from .config import load_config
+
+    config = load_config(args.config, _parse_overrides(args.set))
+    if config.task == "link":
+        from .link import LinkTrainer
+
+        return LinkTrainer(config)
     from .trainer import Trainer
 
-    return Trainer(args.config, _parse_overrides(args.set))
+    return Trainer(config)
 
 
 def cmd_train(args: argparse.Namespace) -> None:
     trainer = _trainer(args)
     trainer.fit(resume=args.resume)
     best = trainer.best
-    print(f"best valid accuracy {best['valid_acc']:.4f} at epoch {best['epoch']}, "
-          f"test accuracy {best.get('test_acc', float('nan')):.4f}")
+    metric = "mrr" if "valid_mrr" in best else "acc"
+    print(f"best valid {metric} {best[f'valid_{metric}']:.4f} at epoch {best['epoch']}, "
+          f"test {metric} {best.get(f'test_{metric}', float('nan')):.4f}")
     print(f"run directory: {trainer.run_dir} (metrics.jsonl, checkpoint.pt, config.yaml)")
 
 
@@ -98,12 +107,31 @@ def cmd_eval(args: argparse.Namespace) -> None:
 def cmd_predict(args: argparse.Namespace) -> None:
     import numpy as np
 
-    trainer = _trainer(args)
-    trainer.load_best()
-    predictions = trainer.predict()
+    if args.layerwise:
+        from .config import load_config
+        from .layerwise import layerwise_outputs, trained_model
+
+        config = load_config(args.config, _parse_overrides(args.set))
+        if config.task != "node":
+            raise ConfigError("predict is for task: node; use `gnnssd embed` for link models")
+        chunks = layerwise_outputs(config, trained_model(config))
+        predictions = np.concatenate([chunk.argmax(1) for chunk in chunks])
+    else:
+        trainer = _trainer(args)
+        trainer.load_best()
+        predictions = trainer.predict()
     out = Path(args.out)
     np.save(out, predictions)
     print(f"wrote {len(predictions):,} predicted classes, indexed by original node ID, to {out}")
+
+
+def cmd_embed(args: argparse.Namespace) -> None:
+    from .config import load_config
+    from .layerwise import embed
+
+    config = load_config(args.config, _parse_overrides(args.set))
+    n, dim = embed(config, Path(args.out), args.layer)
+    print(f"wrote {n:,} embeddings of width {dim}, indexed by original node ID, to {args.out}")
 
 
 def cmd_info(args: argparse.Namespace) -> None:
@@ -181,7 +209,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     for name, func, text in (("train", cmd_train, "train a model"),
                              ("eval", cmd_eval, "evaluate the best checkpoint"),
-                             ("predict", cmd_predict, "predict every node's class")):
+                             ("predict", cmd_predict, "predict every node's class"),
+                             ("embed", cmd_embed, "layer-wise inference: every node's embedding")):
         sub = commands.add_parser(name, help=text)
         sub.add_argument("--config", required=True, help="YAML or TOML config file")
         sub.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -193,6 +222,11 @@ def build_parser() -> argparse.ArgumentParser:
             sub.add_argument("--split", nargs="+", default=["valid", "test"])
         if name == "predict":
             sub.add_argument("--out", required=True, help=".npy file for the predictions")
+            sub.add_argument("--layerwise", action="store_true",
+                             help="layer-wise full-neighbour inference (out of core with features: ssd)")
+        if name == "embed":
+            sub.add_argument("--out", required=True, help=".npy file for the embeddings")
+            sub.add_argument("--layer", type=int, help="output of layer K (1-based; default: the last)")
 
     for name, func, text in (("info", cmd_info, "summarise a store"),
                              ("verify", cmd_verify, "check every file of a store")):

@@ -1,0 +1,246 @@
+"""Layer-wise inference of every node, out of core.
+
+Each layer is computed for all nodes over all their in-neighbours, in chunks of
+destination nodes in store order (DGL's full-graph inference, done without holding the
+graph's activations): a chunk's block holds the chunk's nodes first and then their other
+in-neighbours, their input rows are read, the model's layer runs, and the chunk's output
+rows are appended to the layer's output. In `ssd` mode the inputs are features.bin and
+then each layer's page-aligned scratch feature file, read through the io_engine
+(O_DIRECT) and written with O_DIRECT; in `memory` mode they are tensors in RAM (the
+reference). The chunk size follows the memory budget.
+
+The model must expose the per-layer interface of gnnssd.models.BlockGNN:
+`num_layers` and `layer(i, block, h)` (layer i on one DGL block, activation included).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterator, Protocol
+
+import dgl
+import numpy as np
+import torch
+from torch import nn
+
+from gnnssd.io_engine import Engine
+from gnnssd.sampler.block_writer import BlockWriter
+from gnnssd.storage_format import Store
+
+from .budget import parse_bytes
+from .checkpoint import load_checkpoint
+from .config import Config
+from .memory_loader import load_features
+from .models import build_model
+
+PAGE = 4096
+CHUNK_SHARE = 8  # a chunk's input rows take at most 1/CHUNK_SHARE of the budget
+
+
+class Rows(Protocol):
+    """One layer's input: float32 rows of node IDs."""
+
+    dim: int
+
+    def rows(self, ids: np.ndarray) -> torch.Tensor: ...
+
+
+class TensorRows:
+    def __init__(self, h: torch.Tensor):
+        self.h, self.dim = h, int(h.shape[1])
+
+    def rows(self, ids: np.ndarray) -> torch.Tensor:
+        return self.h[torch.from_numpy(ids)]
+
+
+class FileRows:
+    """Rows of a fixed-stride file (offset 0, page-padded) read through the io_engine."""
+
+    def __init__(self, engine: Engine, path: Path, dim: int, dtype: np.dtype):
+        self.engine, self.dim, self.dtype = engine, dim, np.dtype(dtype)
+        self.row_bytes = dim * self.dtype.itemsize
+        self.file = engine.open(path)
+        self.bytes_read = 0
+
+    def rows(self, ids: np.ndarray) -> torch.Tensor:
+        raw = self.engine.read_rows_coalesced(self.file, ids, self.row_bytes)
+        self.bytes_read += len(ids) * self.row_bytes
+        return torch.from_numpy(raw.view(self.dtype).reshape(len(ids), self.dim).astype(np.float32, copy=False))
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def chunk_bounds(indptr: np.ndarray, row_bytes: int, budget: int) -> list[tuple[int, int]]:
+    """Destination ranges [lo, hi) in store order whose nodes plus in-edges, as rows of
+    row_bytes, fit budget // CHUNK_SHARE (at least one node each)."""
+    n = len(indptr) - 1
+    limit = max(budget // CHUNK_SHARE // max(row_bytes, 1), 1)
+    # a chunk [lo, hi) needs at most (hi - lo) + (indptr[hi] - indptr[lo]) rows
+    cost = np.arange(n + 1, dtype=np.int64) + np.asarray(indptr, np.int64)
+    bounds, lo = [], 0
+    while lo < n:
+        hi = int(np.searchsorted(cost, cost[lo] + limit, side="right")) - 1
+        hi = min(max(hi, lo + 1), n)
+        bounds.append((lo, hi))
+        lo = hi
+    return bounds
+
+
+def chunk_block(indptr: np.ndarray, indices: np.ndarray, lo: int, hi: int) -> tuple[dgl.DGLGraph, np.ndarray]:
+    """The block of destinations lo..hi-1 over all their in-neighbours, and its source
+    node IDs (the destinations first, as DGL blocks have them)."""
+    a, b = int(indptr[lo]), int(indptr[hi])
+    nbrs = np.asarray(indices[a:b], np.int64)
+    dst_local = np.repeat(np.arange(hi - lo), np.diff(np.asarray(indptr[lo:hi + 1], np.int64)))
+    inside = (nbrs >= lo) & (nbrs < hi)
+    extra = np.unique(nbrs[~inside])
+    src_local = np.where(inside, nbrs - lo, (hi - lo) + np.searchsorted(extra, nbrs))
+    block = dgl.create_block((torch.from_numpy(src_local), torch.from_numpy(dst_local)),
+                             num_src_nodes=(hi - lo) + len(extra), num_dst_nodes=hi - lo)
+    return block, np.concatenate([np.arange(lo, hi, dtype=np.int64), extra])
+
+
+def layer_chunks(model: nn.Module, i: int, store: Store, source: Rows,
+                 bounds: list[tuple[int, int]]) -> Iterator[torch.Tensor]:
+    """Layer i's output rows, chunk by chunk in store order."""
+    indptr, indices = store.indptr, store.indices
+    for lo, hi in bounds:
+        block, src = chunk_block(indptr, indices, lo, hi)
+        yield model.layer(i, block, source.rows(src))
+
+
+@torch.no_grad()
+def layerwise_memory(model: nn.Module, store: Store, features: torch.Tensor, layers: int | None = None,
+                     budget: int = 256 << 20) -> torch.Tensor:
+    """Every node's output of the first `layers` layers (default all), store order, in RAM."""
+    model.eval()
+    h = features
+    for i in range(layers or model.num_layers):
+        bounds = chunk_bounds(store.indptr, h.shape[1] * 4, budget)
+        h = torch.cat(list(layer_chunks(model, i, store, TensorRows(h), bounds)))
+    return h
+
+
+class LayerwiseSSD:
+    """Layer-wise inference with features and activations on disk, within `budget`.
+
+    Layer outputs go to `scratch_dir/layer{i}.bin` (float32 rows, offset 0, padded to a
+    page), each read back through the io_engine by the next layer and deleted after it.
+    """
+
+    def __init__(self, store: Store, scratch_dir: Path, budget: int, queue_depth: int = 128,
+                 backend: str = "auto"):
+        self.store, self.scratch_dir, self.budget = store, Path(scratch_dir), budget
+        self.engine = Engine(backend=backend, queue_depth=queue_depth)
+        self.bytes_read = self.bytes_written = 0
+
+    @torch.no_grad()
+    def run(self, model: nn.Module, layers: int | None = None) -> tuple[Path, int]:
+        """Compute layers 0..layers-1 (default all); returns the last layer's file and width."""
+        model.eval()
+        self.scratch_dir.mkdir(parents=True, exist_ok=True)
+        path = self.store.features_path
+        source = FileRows(self.engine, path, self.store.feat_dim, self.store.feat_dtype)
+        for i in range(layers or model.num_layers):
+            out = self.scratch_dir / f"layer{i}.bin"
+            dim = self._write_layer(model, i, source, out)
+            source.close()
+            self.bytes_read += source.bytes_read
+            if path != self.store.features_path:
+                path.unlink()
+            path = out
+            source = FileRows(self.engine, path, dim, np.dtype(np.float32))
+        source.close()
+        return path, source.dim
+
+    def _write_layer(self, model: nn.Module, i: int, source: FileRows, out: Path) -> int:
+        bounds = chunk_bounds(self.store.indptr, source.row_bytes, self.budget)
+        chunks = layer_chunks(model, i, self.store, source, bounds)
+        first = next(chunks).contiguous()
+        row_bytes = first.shape[1] * 4
+        with BlockWriter([out], row_bytes, self.engine.alloc,
+                         memory_bytes=min(self.budget // CHUNK_SHARE, 16 << 20)) as writer:
+            for h in _prepend(first, chunks):
+                raw = h.contiguous().numpy().view(np.uint8).reshape(-1)
+                writer.append(0, raw, np.arange(len(h), dtype=np.int64) * row_bytes)
+        self.bytes_written += os.path.getsize(out)
+        return first.shape[1]
+
+    def original_order(self, layer_file: Path, dim: int) -> Iterator[np.ndarray]:
+        """The layer file's rows in original node order, in chunks within the budget."""
+        inv = np.asarray(self.store.inv)
+        rows = FileRows(self.engine, layer_file, dim, np.dtype(np.float32))
+        step = max(self.budget // CHUNK_SHARE // (dim * 4), 1)
+        try:
+            for lo in range(0, self.store.num_nodes, step):
+                yield rows.rows(inv[lo:lo + step]).numpy()
+        finally:
+            rows.close()
+            self.bytes_read += rows.bytes_read
+
+    def close(self) -> None:
+        self.engine.close()
+
+
+def _prepend(first: torch.Tensor, rest: Iterator[torch.Tensor]) -> Iterator[torch.Tensor]:
+    yield first
+    yield from rest
+
+
+# --- the embed and predict --layerwise commands ------------------------------------------
+
+def trained_model(config: Config) -> nn.Module:
+    """The config's built-in model with the best weights of its run directory's checkpoint
+    (a link run's encoder)."""
+    store = Store.open(config.store_path())
+    out_dim = config.model.hidden if config.task == "link" else store.num_classes
+    model = build_model(config.model, store.feat_dim, out_dim)
+    checkpoint = load_checkpoint(config.run_path())
+    if checkpoint is None:
+        raise RuntimeError(f"{config.run_path()}: no checkpoint; train first")
+    state = checkpoint["best"]["state"] or checkpoint["model"]
+    if config.task == "link":
+        state = {k[len("encoder."):]: v for k, v in state.items() if k.startswith("encoder.")}
+    model.load_state_dict(state)
+    return model
+
+
+def layerwise_outputs(config: Config, model: nn.Module, layers: int | None = None) -> Iterator[np.ndarray]:
+    """Every node's output of the first `layers` layers, in original node order, in
+    chunks: computed in RAM (`features: memory`) or through scratch files (`ssd`)."""
+    store = Store.open(config.store_path())
+    budget = parse_bytes(config.ssd.memory_budget)
+    if config.features == "memory":
+        h = layerwise_memory(model, store, load_features(store), layers, budget)
+        yield h[torch.from_numpy(np.array(store.inv, np.int64))].numpy()
+        return
+    runner = LayerwiseSSD(store, config.run_path() / "layerwise", budget, config.ssd.queue_depth,
+                          config.ssd.io_backend)
+    try:
+        path, dim = runner.run(model, layers)
+        yield from runner.original_order(path, dim)
+        path.unlink()
+    finally:
+        runner.close()
+
+
+def embed(config: Config, out: Path, layers: int | None = None) -> tuple[int, int]:
+    """Write the embeddings (layer `layers`, default the last) of every node as an .npy in
+    original node order; returns its shape."""
+    model = trained_model(config)
+    tmp = out.with_name(out.name + ".partial")
+    n = dim = 0
+    with open(tmp, "wb") as f:
+        for chunk in layerwise_outputs(config, model, layers):
+            if n == 0:
+                dim = chunk.shape[1]
+                total = Store.open(config.store_path()).num_nodes
+                np.lib.format.write_array_header_1_0(
+                    f, {"descr": "<f4", "fortran_order": False, "shape": (total, dim)})
+            f.write(np.ascontiguousarray(chunk, np.float32).tobytes())
+            n += len(chunk)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, out)
+    return n, dim

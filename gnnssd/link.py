@@ -1,0 +1,249 @@
+"""`task: link`: link prediction on a store's edge split.
+
+The encoder is any node model (built-in or the user's) producing one embedding per node
+from blocks and features; a decoder scores a pair of embeddings (dot product, or an MLP on
+their element-wise product). Training draws `link.negatives` corrupted destinations per
+positive edge (EdgeLoader); evaluation ranks every valid/test edge against its
+`link.eval_negatives` fixed negatives (ogbl-citation2's protocol): MRR and Hits@K.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+import yaml
+from torch import nn
+from tqdm import tqdm
+
+from gnnssd.storage_format import Store
+
+from .checkpoint import MetricsLog, load_checkpoint, save_checkpoint
+from .config import Config, ConfigError, load_config
+from .edge_loader import EdgeBatch, EdgeLoader
+from .models import build_model
+from .runtime import epoch_seed, seed_everything, select_device, use_single_thread
+
+log = logging.getLogger("gnnssd.link")
+
+HITS_AT = (10, 50, 100)
+SCORE_CHUNK = 4096  # evaluation edges scored at once
+RESUME_KEYS = ("store", "features", "seed", "deterministic", "task", "model", "sampler", "link")
+
+
+class EdgeDecoder(nn.Module):
+    """Score of the pair (u, v) from their embeddings: `dot` or `mlp` (hidden-wide)."""
+
+    def __init__(self, kind: str, dim: int):
+        super().__init__()
+        self.kind = kind
+        self.mlp = (nn.Sequential(nn.Linear(dim, dim), nn.ReLU(), nn.Linear(dim, 1))
+                    if kind == "mlp" else None)
+
+    def forward(self, h_src: torch.Tensor, h_dst: torch.Tensor) -> torch.Tensor:
+        if self.mlp is None:
+            return (h_src * h_dst).sum(-1)
+        return self.mlp(h_src * h_dst).squeeze(-1)
+
+
+def link_loss(decoder: EdgeDecoder, h: torch.Tensor, batch: EdgeBatch) -> torch.Tensor:
+    """Binary cross-entropy of the positives (label 1) and negatives (label 0)."""
+    pos = decoder(h[batch.pos[:, 0]], h[batch.pos[:, 1]])
+    neg = decoder(h[batch.neg[:, 0]], h[batch.neg[:, 1]])
+    scores = torch.cat([pos, neg])
+    labels = torch.cat([torch.ones_like(pos), torch.zeros_like(neg)])
+    return F.binary_cross_entropy_with_logits(scores, labels)
+
+
+def ranking_metrics(pos: np.ndarray, neg: np.ndarray) -> dict[str, float]:
+    """MRR and Hits@K of each positive score pos[i] among its negatives neg[i, :].
+
+    Ties count half (OGB's evaluator: the mean of the optimistic and pessimistic rank)."""
+    pos = np.asarray(pos, np.float64)[:, None]
+    neg = np.asarray(neg, np.float64)
+    rank = 1 + 0.5 * ((neg > pos).sum(1) + (neg >= pos).sum(1))
+    out = {"mrr": float(np.mean(1.0 / rank))}
+    out.update({f"hits@{k}": float(np.mean(rank <= k)) for k in HITS_AT})
+    return out
+
+
+class LinkTrainer:
+    """Trains an encoder and an edge decoder on a store's link split, as the config says.
+
+    `fit()`, `evaluate(split)` and `load_best()` mirror gnnssd.trainer.Trainer; `model`
+    may be any module taking (blocks, x) to embeddings of width `model.hidden`.
+    """
+
+    def __init__(self, config: Config | str | Path, overrides: dict[str, Any] | None = None,
+                 model: nn.Module | None = None):
+        self.config = config if isinstance(config, Config) else load_config(config, overrides)
+        cfg = self.config
+        self.run_dir = cfg.run_path()
+        self.store = Store.open(cfg.store_path())
+        if not self.store.has_link_split:
+            raise ConfigError(f"task: link needs a store with a link split; {cfg.store} has none "
+                              "(preprocess with --edge-split, or from an OGB link layout)")
+        stored = self.store.manifest["link"]["eval_negatives"]
+        if cfg.link.eval_negatives > stored:
+            raise ConfigError(f"link.eval_negatives: {cfg.link.eval_negatives}, but the store holds "
+                              f"{stored} negatives per evaluation edge")
+        self.device = select_device(cfg.device)
+        if cfg.deterministic:
+            use_single_thread()
+        seed_everything(cfg.seed)
+        self.loader = EdgeLoader(
+            self.store, np.asarray(self.store.link_edges("train")), cfg.sampler.fanouts,
+            cfg.sampler.batch_size, negatives=cfg.link.negatives, features=cfg.features,
+            seed=cfg.seed, device=self.device,
+            eval_fanouts=cfg.sampler.eval_fanouts, eval_batch_size=cfg.sampler.eval_batch_size,
+            ssd=cfg.ssd, scratch_dir=self.run_dir)
+        encoder = model or build_model(cfg.model, self.store.feat_dim, cfg.model.hidden)
+        self.net = nn.ModuleDict({"encoder": encoder,
+                                  "decoder": EdgeDecoder(cfg.link.decoder, cfg.model.hidden)}).to(self.device)
+        self.optimizer = torch.optim.Adam(self.net.parameters(), lr=cfg.train.lr,
+                                          weight_decay=cfg.train.weight_decay)
+        self.epochs_done = 0
+        self.best: dict[str, Any] = {"valid_mrr": -1.0, "epoch": 0, "state": None}
+        self.metrics = MetricsLog(self.run_dir)
+
+    @property
+    def model(self) -> nn.Module:
+        return self.net["encoder"]
+
+    def close(self) -> None:
+        self.loader.close()
+
+    # --- training ------------------------------------------------------------------------
+
+    def fit(self, resume: bool = False) -> list[dict[str, Any]]:
+        """Train for `train.epochs` epochs; returns the per-epoch metrics of this call."""
+        cfg = self.config
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        checkpoint = load_checkpoint(self.run_dir)
+        if checkpoint is not None and not resume:
+            raise RuntimeError(f"{self.run_dir}: holds a checkpoint of epoch {checkpoint['epoch']}; "
+                               "pass --resume (resume=True) to continue it, or pick another run_dir")
+        if checkpoint is not None:
+            self._restore(checkpoint)
+        self.metrics.truncate_after(self.epochs_done)
+        (self.run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+        history = []
+        for epoch in range(self.epochs_done + 1, cfg.train.epochs + 1):
+            record = self._train_epoch(epoch)
+            if epoch % cfg.train.eval_every == 0 or epoch == cfg.train.epochs:
+                record.update(self._evaluate_epoch(epoch))
+            self.metrics.append(record)
+            self.epochs_done = epoch
+            save_checkpoint(self.run_dir, self._state())
+            log.info("epoch %d/%d  %s", epoch, cfg.train.epochs,
+                     "  ".join(f"{k} {v:.4f}" for k, v in record.items() if isinstance(v, float)))
+            history.append(record)
+        if self.best["state"] is not None:
+            self.net.load_state_dict(self.best["state"])
+        return history
+
+    def _train_epoch(self, epoch: int) -> dict[str, Any]:
+        seed_everything(epoch_seed(self.config.seed, epoch))
+        self.net.train()
+        start = time.perf_counter()
+        self.loader.stage_times()
+        self.loader.io_stats()
+        self.loader.set_epoch(epoch)
+        loss_sum, seen = 0.0, 0
+        for batch in tqdm(self.loader, total=len(self.loader), desc=f"epoch {epoch}", leave=False,
+                          disable=not self.config.train.progress, mininterval=1.0):
+            with self.loader.timer.stage("compute"):
+                h = self.model(batch.blocks, batch.x)
+                loss = link_loss(self.net["decoder"], h, batch)
+                self.optimizer.zero_grad()
+                loss.backward()
+                self.optimizer.step()
+            loss_sum += loss.item() * len(batch.pos)
+            seen += len(batch.pos)
+        record = {"epoch": epoch, "train_loss": loss_sum / max(seen, 1),
+                  "epoch_s": round(time.perf_counter() - start, 4),
+                  "stages_s": self.loader.stage_times(), "batches": len(self.loader)}
+        if self.config.features == "ssd":
+            record["io"] = self.loader.io_stats()
+        return record
+
+    def _evaluate_epoch(self, epoch: int) -> dict[str, Any]:
+        scores = {f"{split}_{k}": v for split in ("valid", "test")
+                  for k, v in self.evaluate(split).items() if k != "edges"}
+        if scores["valid_mrr"] > self.best["valid_mrr"]:
+            self.best = {"valid_mrr": scores["valid_mrr"], "test_mrr": scores["test_mrr"],
+                         "epoch": epoch,
+                         "state": {k: v.detach().cpu().clone() for k, v in self.net.state_dict().items()}}
+        return {**scores, "best_epoch": self.best["epoch"], "best_test_mrr": self.best["test_mrr"]}
+
+    # --- evaluation ------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def embeddings(self, nodes: np.ndarray) -> torch.Tensor:
+        """Embeddings of the sorted unique store IDs `nodes`, in that order, computed
+        through the loader's features (evaluation fanouts, out of core in ssd mode)."""
+        cfg = self.config
+        fanouts = cfg.sampler.eval_fanouts or [-1] * len(cfg.sampler.fanouts)
+        self.net.eval()
+        out = torch.empty(len(nodes), cfg.model.hidden)
+        for batch in self.loader.node_batches(nodes, fanouts, cfg.sampler.eval_batch_size):
+            out[np.searchsorted(nodes, batch.output_nodes.numpy())] = self.model(batch.blocks, batch.x).cpu()
+        return out
+
+    @torch.no_grad()
+    def evaluate(self, split: str = "test") -> dict[str, float]:
+        """MRR and Hits@10/50/100 of the split's edges against their fixed negatives."""
+        edges = np.asarray(self.store.link_edges(split))
+        if split == "train":
+            raise ValueError("link evaluation is on 'valid' or 'test' (the train edges have no "
+                             "fixed negatives)")
+        negatives = np.asarray(self.store.link_negatives(split))[:, :self.config.link.eval_negatives]
+        if len(edges) == 0:
+            return {"mrr": float("nan"), **{f"hits@{k}": float("nan") for k in HITS_AT}, "edges": 0}
+        nodes = np.unique(np.concatenate([edges.ravel(), negatives.ravel()]))
+        h = self.embeddings(nodes)
+        decoder = self.net["decoder"].cpu()
+        pos_scores, neg_scores = [], []
+        for lo in range(0, len(edges), SCORE_CHUNK):
+            e = np.searchsorted(nodes, edges[lo:lo + SCORE_CHUNK])
+            n = np.searchsorted(nodes, negatives[lo:lo + SCORE_CHUNK])
+            h_src = h[e[:, 0]]
+            pos_scores.append(decoder(h_src, h[e[:, 1]]).numpy())
+            neg_scores.append(decoder(h_src[:, None, :].expand(-1, n.shape[1], -1), h[n]).numpy())
+        self.net["decoder"].to(self.device)
+        return {**ranking_metrics(np.concatenate(pos_scores), np.concatenate(neg_scores)),
+                "edges": len(edges)}
+
+    def load_best(self) -> None:
+        """Load the checkpoint's best-validation weights (for eval/embed after fit)."""
+        checkpoint = load_checkpoint(self.run_dir)
+        if checkpoint is None:
+            raise RuntimeError(f"{self.run_dir}: no checkpoint; train first")
+        self._restore(checkpoint)
+        if self.best["state"] is not None:
+            self.net.load_state_dict(self.best["state"])
+
+    # --- checkpoint state --------------------------------------------------------------------
+
+    def _state(self) -> dict[str, Any]:
+        return {"epoch": self.epochs_done, "model": self.net.state_dict(),
+                "optimizer": self.optimizer.state_dict(), "best": self.best,
+                "config": self.config.to_dict(),
+                "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state()}}
+
+    def _restore(self, checkpoint: dict[str, Any]) -> None:
+        saved, current = checkpoint["config"], self.config.to_dict()
+        for key in RESUME_KEYS:
+            if saved.get(key) != current[key]:
+                raise ConfigError(f"{key}: the checkpoint in {self.run_dir} was trained with "
+                                  f"{saved.get(key)!r}, the config says {current[key]!r}")
+        self.net.load_state_dict(checkpoint["model"])
+        self.optimizer.load_state_dict(checkpoint["optimizer"])
+        self.epochs_done = checkpoint["epoch"]
+        self.best = checkpoint["best"]
+        torch.set_rng_state(checkpoint["rng"]["torch"])
+        np.random.set_state(checkpoint["rng"]["numpy"])
