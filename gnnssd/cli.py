@@ -55,8 +55,8 @@ def _progress_bar() -> Callable[[str, int, int], None]:
 def cmd_preprocess(args: argparse.Namespace) -> None:
     from gnnssd.storage_format.link_split import parse_fractions
 
-    source = _source_from_args(args)
     edge_split = parse_fractions(args.edge_split) if args.edge_split else None
+    source = _source_from_args(args)
     out = write_store(args.out, source, order=args.order, dtype=args.dtype, progress=_progress_bar(),
                       edge_split=edge_split, split_seed=args.split_seed,
                       eval_negatives=args.eval_negatives)

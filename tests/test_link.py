@@ -1,0 +1,258 @@
+"""Link prediction: edge splits in the store, OGB link layouts, reverse-edge exclusion,
+EdgeLoader, ranking metrics and `task: link` training."""
+from __future__ import annotations
+
+import gzip
+import json
+
+import dgl
+import numpy as np
+import pytest
+import torch
+
+from gnnssd.cli import main
+from gnnssd.config import config_from_dict
+from gnnssd.datasets import ArraySource, OGBLinkSource
+from gnnssd.edge_loader import EdgeLoader
+from gnnssd.link import LinkTrainer, ranking_metrics
+from gnnssd.memory_loader import store_graph
+from gnnssd.sampler import NeighborSampler
+from gnnssd.storage_format import DatasetError, Store, StoreError, write_store
+from gnnssd.storage_format.link_split import pair_keys
+
+from .conftest import random_graph_arrays
+
+
+def _graph_pairs(store: Store) -> set[tuple[int, int]]:
+    """Every edge of the stored graph as an (src, dst) pair of store IDs."""
+    indptr, indices = np.asarray(store.indptr), np.asarray(store.indices)
+    dst = np.repeat(np.arange(store.num_nodes), np.diff(indptr))
+    return set(zip(indices.tolist(), dst.tolist()))
+
+
+@pytest.fixture(scope="module")
+def link_store(tmp_path_factory):
+    """A random undirected graph, reordered on disk (store IDs differ from original IDs)."""
+    arrays = random_graph_arrays(num_nodes=400, num_edges=3000, dim=16)
+    source = ArraySource(**arrays, symmetric=True)
+    out = tmp_path_factory.mktemp("link") / "store"
+    write_store(out, source, order="degree", edge_split=(0.8, 0.1, 0.1), split_seed=5,
+                eval_negatives=50)
+    return out, arrays
+
+
+def test_edge_split_holds_out_valid_and_test_edges_in_both_directions(link_store):
+    path, arrays = link_store
+    store = Store.open(path)
+    graph = _graph_pairs(store)
+    src, dst = arrays["edges"]
+    distinct = np.unique(pair_keys(src, dst, 400)[src != dst])
+    seen = []
+    for split in ("train", "valid", "test"):
+        edges = np.asarray(store.link_edges(split))
+        in_graph = [(u, v) in graph and (v, u) in graph for u, v in edges.tolist()]
+        if split == "train":
+            assert all(in_graph)
+        else:
+            assert not any((u, v) in graph or (v, u) in graph for u, v in edges.tolist())
+        perm = np.asarray(store.perm)  # back to original IDs: the input's own pairs
+        seen.append(pair_keys(perm[edges[:, 0]], perm[edges[:, 1]], 400))
+    seen = np.concatenate(seen)
+    np.testing.assert_array_equal(np.sort(seen), distinct)  # a partition of the input's pairs
+    assert store.manifest["link"]["edges"]["valid"] == round(0.1 * len(distinct))
+    for split in ("valid", "test"):
+        neg, edges = np.asarray(store.link_negatives(split)), np.asarray(store.link_edges(split))
+        assert neg.shape == (len(edges), 50)
+        assert not (neg == edges[:, 1:]).any()
+    assert len(store.verify()) == 14  # the link files are checksummed entries of the manifest
+
+
+def test_edge_split_is_seeded_and_validated(tmp_path):
+    arrays = random_graph_arrays(num_nodes=100, num_edges=500)
+    a = write_store(tmp_path / "a", ArraySource(**arrays), edge_split=(0.8, 0.1, 0.1), split_seed=1)
+    b = write_store(tmp_path / "b", ArraySource(**arrays), edge_split=(0.8, 0.1, 0.1), split_seed=1)
+    np.testing.assert_array_equal(Store.open(a).link_negatives("test"), Store.open(b).link_negatives("test"))
+    plain = Store.open(write_store(tmp_path / "plain", ArraySource(**arrays)))
+    with pytest.raises(StoreError, match="no link split"):
+        plain.link_edges("train")
+
+
+def test_edge_split_argument_errors_name_the_value(tmp_path, capsys):
+    assert main(["preprocess", "synthetic", "--preset", "tiny", "--out", str(tmp_path / "s"),
+                 "--edge-split", "0.9,0.2,0.1"]) == 2
+    assert "--edge-split '0.9,0.2,0.1': expected three fractions" in capsys.readouterr().err
+    assert not (tmp_path / "s").exists()
+
+
+def _write_ogb_link(root, layout: str, num_nodes: int = 60, dim: int = 4, seed: int = 0) -> dict:
+    """A small dataset in OGB's link layout (ogbl-collab or ogbl-citation2)."""
+    rng = np.random.default_rng(seed)
+    raw, split = root / "raw", root / "split" / "time"
+    raw.mkdir(parents=True)
+    split.mkdir(parents=True)
+    pairs = np.unique(np.sort(rng.integers(num_nodes, size=(400, 2)), axis=1), axis=0)
+    pairs = rng.permutation(pairs[pairs[:, 0] != pairs[:, 1]])
+    parts = {"valid": pairs[:20], "test": pairs[20:40], "train": pairs[40:]}
+    with gzip.open(raw / "edge.csv.gz", "wt") as f:
+        f.writelines(f"{u},{v}\n" for u, v in parts["train"])
+    with gzip.open(raw / "node-feat.csv.gz", "wt") as f:
+        f.writelines(",".join(f"{x:.3f}" for x in row) + "\n" for row in rng.random((num_nodes, dim)))
+    with gzip.open(raw / "num-node-list.csv.gz", "wt") as f:
+        f.write(f"{num_nodes}\n")
+    negatives = {}
+    for name, edges in parts.items():
+        t = torch.from_numpy(edges)
+        if layout == "collab":
+            part = {"edge": t, "weight": torch.ones(len(t)), "year": torch.full((len(t),), 2019)}
+            if name != "train":
+                part["edge_neg"] = torch.randint(num_nodes, (len(t), 2))
+        else:
+            part = {"source_node": t[:, 0].clone(), "target_node": t[:, 1].clone()}
+            if name != "train":
+                negatives[name] = rng.integers(num_nodes, size=(len(t), 30))
+                part["target_node_neg"] = torch.from_numpy(negatives[name])
+        torch.save(part, split / f"{name}.pt")
+    return {"parts": parts, "negatives": negatives}
+
+
+@pytest.mark.parametrize("layout", ["collab", "citation2"])
+def test_ogb_link_layouts(tmp_path, layout):
+    written = _write_ogb_link(tmp_path / f"ogbl_{layout}", layout)
+    source = OGBLinkSource(tmp_path / f"ogbl_{layout}", symmetric=True, eval_negatives=25)
+    store = Store.open(write_store(tmp_path / "store", source, order="degree"))
+    perm = np.asarray(store.perm)
+    for name, edges in written["parts"].items():
+        np.testing.assert_array_equal(perm[np.asarray(store.link_edges(name))], edges)
+    graph = _graph_pairs(store)
+    inv = np.asarray(store.inv)
+    for u, v in inv[written["parts"]["test"]].tolist():
+        assert (u, v) not in graph and (v, u) not in graph
+    negatives = perm[np.asarray(store.link_negatives("valid"))]
+    if layout == "citation2":  # the layout's own per-edge negatives
+        np.testing.assert_array_equal(negatives, written["negatives"]["valid"])
+    else:  # collab has shared negative pairs only: seeded per-edge ones instead
+        assert negatives.shape == (20, 25)
+        assert not (negatives == written["parts"]["valid"][:, 1:]).any()
+    with pytest.raises(DatasetError, match="own link split"):
+        write_store(tmp_path / "other", source, edge_split=(0.8, 0.1, 0.1))
+
+
+def test_ogb_link_layout_refuses_non_tensor_pickles(tmp_path):
+    _write_ogb_link(tmp_path / "ogbl_x", "citation2")
+    torch.save({"source_node": object()}, tmp_path / "ogbl_x" / "split" / "time" / "valid.pt")
+    with pytest.raises(DatasetError, match="valid.pt: not a tensor-only torch file"):
+        OGBLinkSource(tmp_path / "ogbl_x").load_link_split()
+
+
+def _block_pairs(blocks) -> list[set[tuple[int, int]]]:
+    """Each block's edges as global (src, dst) pairs."""
+    out = []
+    for block in blocks:
+        s, d = block.edges()
+        src_ids, dst_ids = block.srcdata[dgl.NID], block.dstdata[dgl.NID]
+        out.append(set(zip(src_ids[s].tolist(), dst_ids[d].tolist())))
+    return out
+
+
+def _mfgs_pairs(mfgs) -> list[set[tuple[int, int]]]:
+    pairs = []
+    for i in range(mfgs.num_layers):
+        s, d = mfgs.edges(i)
+        pairs.append(set(zip(mfgs.nodes[s].tolist(), mfgs.nodes[d].tolist())))
+    return pairs
+
+
+def test_numba_exclusion_matches_dgl_reverse_id(link_store):
+    """With all neighbours sampled, gnnssd's sampler excluding a batch's edges gives the
+    blocks of DGL's edge-prediction sampler with exclude="reverse_id"."""
+    store = Store.open(link_store[0])
+    graph = store_graph(store)
+    src, dst = graph.edges(order="eid")
+    eid_of = {(u, v): e for e, (u, v) in enumerate(zip(src.tolist(), dst.tolist()))}
+    reverse = torch.tensor([eid_of[(v, u)] for u, v in zip(src.tolist(), dst.tolist())])
+    dgl_sampler = dgl.dataloading.as_edge_prediction_sampler(
+        dgl.dataloading.NeighborSampler([-1, -1]), exclude="reverse_id", reverse_eids=reverse)
+    ours = NeighborSampler(store.indptr, store.indices, [-1, -1])
+    train = np.asarray(store.link_edges("train"))
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        batch = train[rng.choice(len(train), 40, replace=False)]
+        eids = torch.tensor([eid_of[(u, v)] for u, v in batch.tolist()])
+        _, _, blocks = dgl_sampler.sample(graph, eids)
+        seeds = np.unique(batch.ravel())
+        mfgs = ours.sample(seeds, seed=1, exclude=batch)
+        assert _mfgs_pairs(mfgs) == _block_pairs(blocks)
+        excluded = {(u, v) for u, v in batch.tolist()} | {(v, u) for u, v in batch.tolist()}
+        assert not any(layer & excluded for layer in _mfgs_pairs(mfgs))
+        assert any(layer & excluded for layer in _mfgs_pairs(ours.sample(seeds, seed=1)))
+
+
+@pytest.mark.parametrize("features", ["memory", "ssd"])
+def test_edge_loader_batches(link_store, features):
+    """Own edges never sampled, negatives never the positive, x = the stored rows, every
+    positive once an epoch, pos/neg index the output nodes."""
+    store = Store.open(link_store[0])
+    train = np.asarray(store.link_edges("train"))
+    rows = store.features_memmap()
+    with EdgeLoader(store, (train[:, 0], train[:, 1]), [4, 4], 64, negatives=3, features=features,
+                    memory_budget="16MiB", seed=2) as loader:
+        loader.set_epoch(1)
+        seen = []
+        for batch in loader:
+            out = batch.output_nodes.numpy()
+            pos, neg = out[batch.pos.numpy()], out[batch.neg.numpy()]
+            excluded = {(u, v) for u, v in pos.tolist()} | {(v, u) for u, v in pos.tolist()}
+            assert not any(layer & excluded for layer in _block_pairs(batch.blocks))
+            assert len(neg) == 3 * len(pos)
+            np.testing.assert_array_equal(neg[:, 0], np.repeat(pos[:, 0], 3))
+            assert not (neg[:, 1] == np.repeat(pos[:, 1], 3)).any()
+            np.testing.assert_array_equal(batch.x.numpy(), rows[batch.input_nodes.numpy()])
+            np.testing.assert_array_equal(batch.blocks[-1].dstdata[dgl.NID].numpy(), out)
+            seen.append(pos)
+        assert len(seen) == len(loader)
+        np.testing.assert_array_equal(np.unique(np.concatenate(seen), axis=0), np.unique(train, axis=0))
+        stats = loader.io_stats()
+        assert (stats["bytes_read"] > 0) == (features == "ssd")
+
+
+def test_ranking_metrics_match_a_direct_count():
+    rng = np.random.default_rng(3)
+    pos = rng.standard_normal(200)
+    neg = rng.standard_normal((200, 120))
+    neg[0, :5] = pos[0]  # ties count half
+    ranks = np.array([1 + (n > p).sum() + 0.5 * (n == p).sum() for p, n in zip(pos, neg)])
+    got = ranking_metrics(pos, neg)
+    assert got["mrr"] == pytest.approx(np.mean(1 / ranks))
+    for k in (10, 50, 100):
+        assert got[f"hits@{k}"] == pytest.approx(np.mean(ranks <= k))
+
+
+def _link_config(store, run_dir, **overrides):
+    data = {"store": str(store), "run_dir": str(run_dir), "task": "link", "seed": 1,
+            "model": {"name": "sage", "hidden": 32, "dropout": 0.0},
+            "sampler": {"fanouts": [5, 5], "batch_size": 128},
+            "train": {"epochs": 3, "lr": 0.01, "progress": False},
+            "ssd": {"memory_budget": "16MiB"},
+            "link": {"negatives": 2, "eval_negatives": 50}}
+    for key, value in overrides.items():
+        data[key] = {**data[key], **value} if isinstance(value, dict) else value
+    return config_from_dict(data)
+
+
+@pytest.mark.parametrize("features", ["memory", "ssd"])
+def test_link_training_learns_and_logs_ranking_metrics(link_store, tmp_path, features):
+    trainer = LinkTrainer(_link_config(link_store[0], tmp_path / "run", features=features))
+    history = trainer.fit()
+    assert history[-1]["train_loss"] < history[0]["train_loss"]
+    record = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[-1])
+    for key in ("valid_mrr", "test_mrr", "test_hits@10", "test_hits@50", "test_hits@100", "best_test_mrr"):
+        assert 0 <= record[key] <= 1
+    assert trainer.evaluate("test")["edges"] == len(Store.open(link_store[0]).link_edges("test"))
+    trainer.close()
+
+
+def test_link_config_errors_name_the_problem(link_store, tmp_path):
+    with pytest.raises(ValueError, match="link.decoder"):
+        _link_config(link_store[0], tmp_path, link={"decoder": "bilinear"})
+    with pytest.raises(ValueError, match="link.eval_negatives: 60, but the store holds 50"):
+        LinkTrainer(_link_config(link_store[0], tmp_path, link={"eval_negatives": 60}))
