@@ -229,6 +229,8 @@ def embed(config: Config, out: Path, layers: int | None = None) -> tuple[int, in
     """Write the embeddings (layer `layers`, default the last) of every node as an .npy in
     original node order; returns its shape."""
     model = trained_model(config)
+    if layers is not None and not 1 <= layers <= model.num_layers:
+        raise ValueError(f"--layer {layers}: the model has layers 1..{model.num_layers}")
     tmp = out.with_name(out.name + ".partial")
     n = dim = 0
     with open(tmp, "wb") as f:
