@@ -35,6 +35,7 @@ from .models import build_model
 
 PAGE = 4096
 CHUNK_SHARE = 8  # a chunk's input rows take at most 1/CHUNK_SHARE of the budget
+# (ssd mode: half the budget caches the most referenced input rows of each layer)
 
 
 class Rows(Protocol):
@@ -69,6 +70,32 @@ class FileRows:
 
     def close(self) -> None:
         self.file.close()
+
+
+class CachedRows:
+    """A file's most referenced rows held in memory (one sorted, coalesced read), the
+    rest read per call: in-neighbour lists of power-law graphs name few nodes often."""
+
+    def __init__(self, source: FileRows, hot: np.ndarray, num_nodes: int):
+        self.source, self.dim = source, source.dim
+        self.hot = source.rows(np.sort(hot))
+        self.slot = np.full(num_nodes, -1, np.int32)
+        self.slot[np.sort(hot)] = np.arange(len(hot), dtype=np.int32)
+
+    def rows(self, ids: np.ndarray) -> torch.Tensor:
+        slot = self.slot[ids]
+        cached = slot >= 0
+        out = torch.empty(len(ids), self.dim)
+        out[torch.from_numpy(cached)] = self.hot[torch.from_numpy(slot[cached].astype(np.int64))]
+        out[torch.from_numpy(~cached)] = self.source.rows(ids[~cached])
+        return out
+
+
+def most_referenced(indices: np.ndarray, num_nodes: int, count: int) -> np.ndarray:
+    """The `count` nodes that appear most often as in-neighbours."""
+    refs = np.bincount(np.asarray(indices), minlength=num_nodes)
+    count = min(count, num_nodes)
+    return np.argpartition(-refs, count - 1)[:count] if count else np.empty(0, np.int64)
 
 
 def chunk_bounds(indptr: np.ndarray, row_bytes: int, budget: int) -> list[tuple[int, int]]:
@@ -156,7 +183,12 @@ class LayerwiseSSD:
 
     def _write_layer(self, model: nn.Module, i: int, source: FileRows, out: Path) -> int:
         bounds = chunk_bounds(self.store.indptr, source.row_bytes, self.budget)
-        chunks = layer_chunks(model, i, self.store, source, bounds)
+        # the cache: what the budget leaves after chunk inputs (and their float32 copies,
+        # model temporaries) and the writer's buffers, at 4 B per row for the slot map
+        hot_bytes = max(self.budget // 2 - self.store.num_nodes * 4, 0)
+        hot = most_referenced(self.store.indices, self.store.num_nodes, hot_bytes // (source.dim * 4))
+        cached = CachedRows(source, hot, self.store.num_nodes)
+        chunks = layer_chunks(model, i, self.store, cached, bounds)
         first = next(chunks).contiguous()
         row_bytes = first.shape[1] * 4
         with BlockWriter([out], row_bytes, self.engine.alloc,

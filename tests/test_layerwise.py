@@ -44,11 +44,11 @@ def test_layerwise_equals_full_neighbour_sampled_inference(store, tmp_path, name
     torch.manual_seed(0)
     model = build_model(ModelConfig(name=name, hidden=16, layers=2, heads=2), store.feat_dim, 5).eval()
     reference = _sampled_reference(model, store)
-    in_memory = layerwise_memory(model, store, load_features(store), budget=64 << 10).numpy()
+    in_memory = layerwise_memory(model, store, load_features(store), budget=16 << 10).numpy()
     np.testing.assert_allclose(in_memory, reference, rtol=1e-4, atol=1e-5)
-    runner = LayerwiseSSD(store, tmp_path / "scratch", budget=64 << 10)
+    runner = LayerwiseSSD(store, tmp_path / "scratch", budget=16 << 10)  # a part of the rows cached
     try:
-        assert len(chunk_bounds(store.indptr, store.row_bytes, 64 << 10)) > 1  # many chunks
+        assert len(chunk_bounds(store.indptr, store.row_bytes, 16 << 10)) > 1  # many chunks
         path, dim = runner.run(model)
         on_disk = np.fromfile(path, np.float32, count=store.num_nodes * dim).reshape(-1, dim)
         assert path.stat().st_size % 4096 == 0  # page-aligned scratch feature file
