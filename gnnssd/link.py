@@ -8,7 +8,6 @@ positive edge (EdgeLoader); evaluation ranks every valid/test edge against its
 """
 from __future__ import annotations
 
-import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -16,23 +15,20 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-import yaml
 from torch import nn
 from tqdm import tqdm
 
 from gnnssd.storage_format import Store
 
-from .checkpoint import MetricsLog, load_checkpoint, save_checkpoint
+from .checkpoint import MetricsLog
 from .config import Config, ConfigError, load_config
 from .edge_loader import EdgeBatch, EdgeLoader
 from .models import build_model
 from .runtime import epoch_seed, seed_everything, select_device, use_single_thread
-
-log = logging.getLogger("gnnssd.link")
+from .trainer import Trainer
 
 HITS_AT = (10, 50, 100)
 SCORE_CHUNK = 4096  # evaluation edges scored at once
-RESUME_KEYS = ("store", "features", "seed", "deterministic", "task", "model", "sampler", "link")
 
 
 class EdgeDecoder(nn.Module):
@@ -71,11 +67,13 @@ def ranking_metrics(pos: np.ndarray, neg: np.ndarray) -> dict[str, float]:
     return out
 
 
-class LinkTrainer:
+class LinkTrainer(Trainer):
     """Trains an encoder and an edge decoder on a store's link split, as the config says.
 
-    `fit()`, `evaluate(split)` and `load_best()` mirror gnnssd.trainer.Trainer; `model`
-    may be any module taking (blocks, x) to embeddings of width `model.hidden`.
+    The run machinery (fit with checkpoints and resume, load_best) is the Trainer's; the
+    epochs and the evaluation are link prediction's. `self.model` holds the encoder
+    (any module taking (blocks, x) to embeddings of width `model.hidden`, e.g. the one
+    passed as `model`) and the decoder.
     """
 
     def __init__(self, config: Config | str | Path, overrides: dict[str, Any] | None = None,
@@ -102,53 +100,23 @@ class LinkTrainer:
             eval_fanouts=cfg.sampler.eval_fanouts, eval_batch_size=cfg.sampler.eval_batch_size,
             ssd=cfg.ssd, scratch_dir=self.run_dir)
         encoder = model or build_model(cfg.model, self.store.feat_dim, cfg.model.hidden)
-        self.net = nn.ModuleDict({"encoder": encoder,
-                                  "decoder": EdgeDecoder(cfg.link.decoder, cfg.model.hidden)}).to(self.device)
-        self.optimizer = torch.optim.Adam(self.net.parameters(), lr=cfg.train.lr,
+        self.model = nn.ModuleDict({"encoder": encoder,
+                                    "decoder": EdgeDecoder(cfg.link.decoder, cfg.model.hidden)}).to(self.device)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.train.lr,
                                           weight_decay=cfg.train.weight_decay)
         self.epochs_done = 0
         self.best: dict[str, Any] = {"valid_mrr": -1.0, "epoch": 0, "state": None}
         self.metrics = MetricsLog(self.run_dir)
 
     @property
-    def model(self) -> nn.Module:
-        return self.net["encoder"]
-
-    def close(self) -> None:
-        self.loader.close()
+    def encoder(self) -> nn.Module:
+        return self.model["encoder"]
 
     # --- training ------------------------------------------------------------------------
 
-    def fit(self, resume: bool = False) -> list[dict[str, Any]]:
-        """Train for `train.epochs` epochs; returns the per-epoch metrics of this call."""
-        cfg = self.config
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        checkpoint = load_checkpoint(self.run_dir)
-        if checkpoint is not None and not resume:
-            raise RuntimeError(f"{self.run_dir}: holds a checkpoint of epoch {checkpoint['epoch']}; "
-                               "pass --resume (resume=True) to continue it, or pick another run_dir")
-        if checkpoint is not None:
-            self._restore(checkpoint)
-        self.metrics.truncate_after(self.epochs_done)
-        (self.run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
-        history = []
-        for epoch in range(self.epochs_done + 1, cfg.train.epochs + 1):
-            record = self._train_epoch(epoch)
-            if epoch % cfg.train.eval_every == 0 or epoch == cfg.train.epochs:
-                record.update(self._evaluate_epoch(epoch))
-            self.metrics.append(record)
-            self.epochs_done = epoch
-            save_checkpoint(self.run_dir, self._state())
-            log.info("epoch %d/%d  %s", epoch, cfg.train.epochs,
-                     "  ".join(f"{k} {v:.4f}" for k, v in record.items() if isinstance(v, float)))
-            history.append(record)
-        if self.best["state"] is not None:
-            self.net.load_state_dict(self.best["state"])
-        return history
-
     def _train_epoch(self, epoch: int) -> dict[str, Any]:
         seed_everything(epoch_seed(self.config.seed, epoch))
-        self.net.train()
+        self.model.train()
         start = time.perf_counter()
         self.loader.stage_times()
         self.loader.io_stats()
@@ -157,8 +125,8 @@ class LinkTrainer:
         for batch in tqdm(self.loader, total=len(self.loader), desc=f"epoch {epoch}", leave=False,
                           disable=not self.config.train.progress, mininterval=1.0):
             with self.loader.timer.stage("compute"):
-                h = self.model(batch.blocks, batch.x)
-                loss = link_loss(self.net["decoder"], h, batch)
+                h = self.encoder(batch.blocks, batch.x)
+                loss = link_loss(self.model["decoder"], h, batch)
                 self.optimizer.zero_grad()
                 loss.backward()
                 self.optimizer.step()
@@ -177,7 +145,7 @@ class LinkTrainer:
         if scores["valid_mrr"] > self.best["valid_mrr"]:
             self.best = {"valid_mrr": scores["valid_mrr"], "test_mrr": scores["test_mrr"],
                          "epoch": epoch,
-                         "state": {k: v.detach().cpu().clone() for k, v in self.net.state_dict().items()}}
+                         "state": {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}}
         return {**scores, "best_epoch": self.best["epoch"], "best_test_mrr": self.best["test_mrr"]}
 
     # --- evaluation ------------------------------------------------------------------------
@@ -188,10 +156,10 @@ class LinkTrainer:
         through the loader's features (evaluation fanouts, out of core in ssd mode)."""
         cfg = self.config
         fanouts = cfg.sampler.eval_fanouts or [-1] * len(cfg.sampler.fanouts)
-        self.net.eval()
+        self.model.eval()
         out = torch.empty(len(nodes), cfg.model.hidden)
         for batch in self.loader.node_batches(nodes, fanouts, cfg.sampler.eval_batch_size):
-            out[np.searchsorted(nodes, batch.output_nodes.numpy())] = self.model(batch.blocks, batch.x).cpu()
+            out[np.searchsorted(nodes, batch.output_nodes.numpy())] = self.encoder(batch.blocks, batch.x).cpu()
         return out
 
     @torch.no_grad()
@@ -206,7 +174,7 @@ class LinkTrainer:
             return {"mrr": float("nan"), **{f"hits@{k}": float("nan") for k in HITS_AT}, "edges": 0}
         nodes = np.unique(np.concatenate([edges.ravel(), negatives.ravel()]))
         h = self.embeddings(nodes)
-        decoder = self.net["decoder"].cpu()
+        decoder = self.model["decoder"].cpu()
         pos_scores, neg_scores = [], []
         for lo in range(0, len(edges), SCORE_CHUNK):
             e = np.searchsorted(nodes, edges[lo:lo + SCORE_CHUNK])
@@ -214,36 +182,9 @@ class LinkTrainer:
             h_src = h[e[:, 0]]
             pos_scores.append(decoder(h_src, h[e[:, 1]]).numpy())
             neg_scores.append(decoder(h_src[:, None, :].expand(-1, n.shape[1], -1), h[n]).numpy())
-        self.net["decoder"].to(self.device)
+        self.model["decoder"].to(self.device)
         return {**ranking_metrics(np.concatenate(pos_scores), np.concatenate(neg_scores)),
                 "edges": len(edges)}
 
-    def load_best(self) -> None:
-        """Load the checkpoint's best-validation weights (for eval/embed after fit)."""
-        checkpoint = load_checkpoint(self.run_dir)
-        if checkpoint is None:
-            raise RuntimeError(f"{self.run_dir}: no checkpoint; train first")
-        self._restore(checkpoint)
-        if self.best["state"] is not None:
-            self.net.load_state_dict(self.best["state"])
-
-    # --- checkpoint state --------------------------------------------------------------------
-
-    def _state(self) -> dict[str, Any]:
-        return {"epoch": self.epochs_done, "model": self.net.state_dict(),
-                "optimizer": self.optimizer.state_dict(), "best": self.best,
-                "config": self.config.to_dict(),
-                "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state()}}
-
-    def _restore(self, checkpoint: dict[str, Any]) -> None:
-        saved, current = checkpoint["config"], self.config.to_dict()
-        for key in RESUME_KEYS:
-            if saved.get(key) != current[key]:
-                raise ConfigError(f"{key}: the checkpoint in {self.run_dir} was trained with "
-                                  f"{saved.get(key)!r}, the config says {current[key]!r}")
-        self.net.load_state_dict(checkpoint["model"])
-        self.optimizer.load_state_dict(checkpoint["optimizer"])
-        self.epochs_done = checkpoint["epoch"]
-        self.best = checkpoint["best"]
-        torch.set_rng_state(checkpoint["rng"]["torch"])
-        np.random.set_state(checkpoint["rng"]["numpy"])
+    def predict(self, original_ids: np.ndarray | None = None) -> np.ndarray:
+        raise NotImplementedError("task: link has no classes to predict; use `gnnssd embed`")

@@ -207,9 +207,10 @@ class Trainer:
 
 
 def _format_record(r: dict[str, Any], epochs: int) -> str:
-    parts = [f"epoch {r['epoch']}/{epochs}", f"loss {r['train_loss']:.4f}", f"train {r['train_acc']:.4f}"]
-    if "valid_acc" in r:
-        parts += [f"valid {r['valid_acc']:.4f}", f"test {r['test_acc']:.4f}"]
+    parts = [f"epoch {r['epoch']}/{epochs}", f"loss {r['train_loss']:.4f}"]
+    for key in ("train_acc", "valid_acc", "test_acc", "valid_mrr", "test_mrr"):  # node or link task
+        if key in r:
+            parts.append(f"{key.replace('_acc', '')} {r[key]:.4f}")
     stages = ", ".join(f"{k} {v:.2f}" for k, v in r["stages_s"].items())
     parts.append(f"{r['epoch_s']:.2f} s ({stages})")
     return "  ".join(parts)
