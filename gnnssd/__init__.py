@@ -12,3 +12,12 @@ def compile(layer):  # noqa: A001 - the public name the design gives the compile
     from .compiler import compile as compile_layer
 
     return compile_layer(layer)
+
+
+def __getattr__(name: str):
+    """`gnnssd.EdgeLoader`, imported on first use (it pulls in DGL and torch)."""
+    if name == "EdgeLoader":
+        from .edge_loader import EdgeLoader
+
+        return EdgeLoader
+    raise AttributeError(f"module 'gnnssd' has no attribute {name!r}")

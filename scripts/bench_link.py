@@ -39,7 +39,7 @@ def train_once(store: Path, run_dir: Path, system: str, seed: int, epochs: int, 
         "sampler": {"fanouts": [10, 10], "batch_size": 512, "eval_batch_size": 1024},
         "train": {"epochs": epochs, "lr": 0.01, "eval_every": 5, "progress": False},
         "ssd": {"memory_budget": budget},
-        "link": {"negatives": 2, "eval_negatives": 1000, "decoder": "dot"}})
+        "link": {"negatives": 1, "eval_negatives": 1000, "decoder": "dot"}})
     start = time.perf_counter()
     trainer = LinkTrainer(config)
     history = trainer.fit()
@@ -55,7 +55,7 @@ def main() -> None:
     parser.add_argument("--store", required=True, type=Path)
     parser.add_argument("--work", required=True, type=Path, help="folder for the run directories")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--epochs", type=int, default=20)
+    parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--budget", default="64MiB", help="ssd.memory_budget of gnn-ssd")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
