@@ -91,9 +91,9 @@ def cmd_train(args: argparse.Namespace) -> None:
     trainer = _trainer(args)
     trainer.fit(resume=args.resume)
     best = trainer.best
-    metric = "mrr" if "valid_mrr" in best else "acc"
-    print(f"best valid {metric} {best[f'valid_{metric}']:.4f} at epoch {best['epoch']}, "
-          f"test {metric} {best.get(f'test_{metric}', float('nan')):.4f}")
+    key, name = ("mrr", "MRR") if "valid_mrr" in best else ("acc", "accuracy")
+    print(f"best valid {name} {best[f'valid_{key}']:.4f} at epoch {best['epoch']}, "
+          f"test {name} {best.get(f'test_{key}', float('nan')):.4f}")
     print(f"run directory: {trainer.run_dir} (metrics.jsonl, checkpoint.pt, config.yaml)")
 
 
