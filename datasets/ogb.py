@@ -86,6 +86,9 @@ class OGBSource:
         except (ValueError, OSError, EOFError, pd.errors.ParserError) as exc:
             raise DatasetError(f"{path}: cannot parse feature rows ({exc})") from exc
 
+    def input_paths(self) -> list[Path]:
+        return [self.root]
+
     def describe(self) -> dict[str, Any]:
         return {"kind": "ogb", "name": self.name, "split": self.split_name,
                 "symmetric": self.symmetric}

@@ -33,3 +33,6 @@ class DatasetSource(Protocol):
 
     def describe(self) -> dict[str, Any]:
         """JSON-able parameters that identify this input (recorded in the manifest)."""
+
+    # Optional: `input_paths() -> list[Path]`, the files or folders the source reads.
+    # Preprocess keys its resume on their identity and never writes a store inside them.
