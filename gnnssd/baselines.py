@@ -139,7 +139,7 @@ class PerRowLoader(SampledLoader):
         self.cache = LRUCache(budget_bytes // self.row_bytes, store.num_nodes)
         self.data = np.empty((self.cache.capacity, self.row_bytes), dtype=np.uint8)
         self.engine = engine or Engine()
-        self.file = self.engine.open(store.features_path)
+        self.file = self.engine.open(store.features_path, checksums=store.page_checksums())
         self.rows_read = 0
 
     def _inputs(self, rows: np.ndarray) -> torch.Tensor:

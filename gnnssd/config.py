@@ -82,6 +82,8 @@ class SSDConfig:
     block_budget: int | str = field(default=0, metadata=SIZE)
     queue_depth: int = field(default=128, metadata=_check(_positive, "a positive integer"))
     io_backend: Literal["auto", "io_uring", "threads"] = "auto"
+    #: Check every page read from features.bin against the store's CRC32C page checksums.
+    verify_checksums: bool = True
 
 
 @dataclass

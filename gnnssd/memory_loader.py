@@ -38,10 +38,9 @@ def store_graph(store: Store) -> dgl.DGLGraph:
 
 
 def load_features(store: Store) -> torch.Tensor:
-    """The whole feature matrix in RAM as float32 (memory mode only)."""
-    rows = np.fromfile(store.features_path, dtype=store.feat_dtype,
-                       count=store.num_nodes * store.feat_dim)
-    return torch.from_numpy(rows.reshape(store.num_nodes, store.feat_dim).astype(np.float32, copy=False))
+    """The whole feature matrix in RAM as float32 (memory mode only), every page checked
+    against the store's page checksums as it loads."""
+    return torch.from_numpy(store.read_features().astype(np.float32, copy=False))
 
 
 def sampled(graph: dgl.DGLGraph, nodes: np.ndarray, fanouts: list[int], batch_size: int,

@@ -100,7 +100,8 @@ class SSDLoader:
             raise ConfigError(f"ssd.memory_budget: {exc}") from None
         self.hot_rows = self._hot_rows(self.budget.hot_rows)
         log.info(self.budget.describe())
-        self.io = DirectIO(queue_depth=ssd.queue_depth, backend=ssd.io_backend)
+        self.io = DirectIO(queue_depth=ssd.queue_depth, backend=ssd.io_backend,
+                           checksums={store.features_path: store.page_checksums()} if ssd.verify_checksums else None)
         log.info("features from %s through the %s backend; %s of hot rows loaded",
                  store.features_path, self.io.backend, format_bytes(len(self.hot_rows) * row_bytes))
         with timer.stage("read"):

@@ -16,7 +16,7 @@ import mmap
 import os
 import shutil
 import zlib
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -429,15 +429,22 @@ def _write_rows_resumably(partial: Path, name: str, blocks_from: Callable[[int],
     state = _resume_state(partial, name)
     if state["done"]:
         return {"size": state["size"], "crc32": state["crc32"]}
-    with _writing(partial / name, f"{stage} rows"):
+    with _writing(partial / name, "feature rows"):
         writer, row = _open_resumable(partial, name)
-        for block in blocks_from(row):
-            writer.write(block.data)
-            row += len(block)
-            writer.sync()
-            _record_progress(partial, name, {"rows": row, "size": writer.size,
-                                             "crc32": writer.crc, "done": 0})
-            notify(stage, row, n)
+        try:
+            for block in blocks_from(row):
+                writer.write(block.data)
+                row += len(block)
+                writer.sync()
+                _record_progress(partial, name, {"rows": row, "size": writer.size,
+                                                 "crc32": writer.crc, "done": 0})
+                notify(stage, row, n)
+        except BaseException:
+            # close now, not in a finalizer that would print a flush error on a full disk;
+            # what did not reach the disk is not in the progress record either
+            with suppress(OSError):
+                writer.file.close()
+            raise
         return _finish_features(partial, name, writer, row)
 
 
