@@ -58,6 +58,8 @@ from gnnssd.storage_format import ORDERS, Store, write_store
 from gnnssd.timing import StageTimer
 
 SYSTEMS = ("memory", "mmap", "per-row", "gnnssd")
+# on request (--systems): gnnssd without page checksums, to measure what they cost
+NO_VERIFY = "gnnssd-no-verify"
 REGIMES = ("end-to-end", "loader-only")
 MODEL = ModelConfig(name="sage", hidden=256, layers=3, dropout=0.5, compile=False)  # dgl.nn SAGEConv
 FANOUTS = [15, 10, 5]
@@ -82,16 +84,18 @@ class Measured:
 # --- the gnnssd hook ---------------------------------------------------------------------
 
 def run_gnnssd(store: Store, budget: int, batches: int, regime: str, block_budget: int,
-               mega_batch: int, time_limit: float) -> Measured:
+               mega_batch: int, time_limit: float, verify: bool = True) -> Measured:
     """`features: ssd`: the planner, the io_engine and the hot cache in `budget` bytes,
-    compact blocks repacked within `block_budget` bytes of disk beside the store."""
+    compact blocks repacked within `block_budget` bytes of disk beside the store; every
+    page read checked against its checksum unless verify=False."""
     timer = StageTimer()
     config = config_from_dict({
         "store": str(store.path), "run_dir": str(store.path.parent / "bench-train-run"),
         "features": "ssd", "model": {"layers": MODEL.layers},
         "sampler": {"fanouts": FANOUTS, "batch_size": BATCH_SIZE,
                     "eval_fanouts": FANOUTS, "eval_batch_size": BATCH_SIZE},
-        "ssd": {"memory_budget": budget, "block_budget": block_budget, "mega_batch": mega_batch}})
+        "ssd": {"memory_budget": budget, "block_budget": block_budget, "mega_batch": mega_batch,
+                "verify_checksums": verify}})
     loader = SSDLoader(store, config, CPU, timer, store.path.parent / "bench-train-blocks")
     setup_io = loader.io_counts.take()
     measured = consume(mini_batches(loader, store, batches), make_step(regime, store), timer, time_limit)
@@ -182,9 +186,10 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     system, regime = spec["system"], spec["regime"]
     row: dict[str, Any] = {"system": system, "regime": regime}
     try:
-        if system == "gnnssd":
+        if system in ("gnnssd", NO_VERIFY):
             measured = run_gnnssd(store, spec["budget"], spec["batches"], regime,
-                                  spec["block_budget"], spec["mega_batch"], spec["time_limit"])
+                                  spec["block_budget"], spec["mega_batch"], spec["time_limit"],
+                                  verify=system == "gnnssd")
         else:
             measured = run_baseline(system, store, spec["budget"], spec["batches"], regime,
                                     spec["time_limit"])
@@ -349,13 +354,17 @@ def targets(rows: list[dict[str, Any]], budget: int, store: Store) -> list[dict[
                            ratio(get("gnnssd", regime, "batches_per_s"), get(other, regime, "batches_per_s")),
                            ">=", factor))
     checks.append(("gnnssd peak RSS, bytes", max(gn_rss) if None not in gn_rss else None, "<=", rss_limit))
+    for regime in REGIMES:
+        checks.append((f"{regime} throughput, gnnssd checksums on / off",
+                       ratio(get("gnnssd", regime, "batches_per_s"), get(NO_VERIFY, regime, "batches_per_s")),
+                       ">=", 0.95))
     return [{"target": name, "value": value, "want": f"{op} {limit}",
              "met": None if value is None else (value <= limit if op == "<=" else value >= limit)}
             for name, value, op, limit in checks]
 
 
 def _fmt(row: dict[str, Any]) -> str:
-    head = f"{row['system']:<8} {row['regime']:<12}"
+    head = f"{row['system']:<16} {row['regime']:<12}"
     if row["status"] != "ok":
         return f"{head} {row['status']}"
     ratio = row.get("ratio_to_memory")
@@ -365,7 +374,7 @@ def _fmt(row: dict[str, Any]) -> str:
             f"{format_bytes(row['bytes_read']):>10} {format_bytes(row['peak_rss_bytes']):>10}  {stages}{stopped}")
 
 
-HEADER = (f"{'system':<8} {'regime':<12} {'batches/s':>9} {'x mem':>7} {'read':>10} "
+HEADER = (f"{'system':<16} {'regime':<12} {'batches/s':>9} {'x mem':>7} {'read':>10} "
           f"{'peak RSS':>10}  stages (s)")
 
 
@@ -392,7 +401,8 @@ def main() -> int:
                    help="gnnssd: disk space for compact blocks (default 0: extents only)")
     p.add_argument("--mega-batch", type=int, default=16,
                    help="gnnssd: mini-batches per mega-batch (split to fit the buffers)")
-    p.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
+    p.add_argument("--systems", nargs="+", choices=(*SYSTEMS, NO_VERIFY), default=list(SYSTEMS),
+                   help=f"(default: %(default)s; {NO_VERIFY}: gnnssd without page checksums)")
     p.add_argument("--regimes", nargs="+", choices=REGIMES, default=list(REGIMES))
     p.add_argument("--limit-page-cache", action="store_true",
                    help="hold all but budget + headroom of memory during mmap/per-row/gnnssd runs")

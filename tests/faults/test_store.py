@@ -382,3 +382,44 @@ def test_disk_full_names_the_file_removes_the_partial_and_says_the_space(tmp_pat
     assert needed and float(needed[1]) >= 2000 * 1024 / 2**20 > 1 >= float(needed[2])
     assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr
     assert list(small_filesystem.iterdir()) == []
+
+
+# --- the io_uring driver ----------------------------------------------------------------------
+
+def _io_uring_fds() -> list[int]:
+    fds = []
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            if "io_uring" in os.readlink(f"/proc/self/fd/{name}"):
+                fds.append(int(name))
+        except OSError:  # the listing's own fd, gone already
+            pass
+    return fds
+
+
+def test_broken_ring_fails_reads_without_hanging(tmp_path):
+    """The ring's fd replaced under the driver (io_uring_enter then fails for the ring
+    itself): the reads in hand, and every later one, fail with an OSError naming the
+    file, and close() returns. (Whether the kernel still held reads when the ring broke,
+    which the driver then waits for, cannot be arranged from a test.)"""
+    path = tmp_path / "data.bin"
+    path.write_bytes(np.random.default_rng(0).integers(256, size=64 * 4096, dtype=np.uint8).tobytes())
+    before = set(_io_uring_fds())
+    engine = Engine(backend="io_uring", queue_depth=8)
+    try:
+        f = engine.open(path)
+        buf = engine.alloc(64 * 4096)
+        pages = np.arange(64) * 4096
+        engine.read_extents(f, pages, [4096] * 64, buf, pages)
+        assert buf.tobytes() == path.read_bytes()
+        ring = set(_io_uring_fds()) - before
+        assert len(ring) == 1
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, ring.pop())
+        os.close(null)
+        for _ in range(2):
+            with pytest.raises(OSError, match=f"read of {path} at offset"):
+                engine.read_extents(f, pages, [4096] * 64, buf, pages)
+        f.close()
+    finally:
+        engine.close()
