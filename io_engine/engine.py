@@ -194,17 +194,16 @@ class Handle:
         with self._engine._lock:
             if self._finished:
                 return
-            index = ffi.new("size_t *")
-            err = lib.gio_batch_error(self._batch, index)
+            index, page, got = ffi.new("size_t *"), ffi.new("int64_t *"), ffi.new("uint32_t *")
+            err = lib.gio_batch_error(self._batch, index, page, got)
             if lib.gio_batch_abandoned(self._batch):
                 log.error("the io_uring ring broke with reads of %s in flight; their buffers "
                           "are kept for the life of the process", self._file.path)
                 _abandoned_buffers.append(self._keep)
-            got = ffi.new("uint32_t *")
-            page = lib.gio_batch_bad_page(self._batch, got)
-            if err == errno.EBADMSG and page >= 0:
-                self._error = checksum_error(self._file.path, page, int(got[0]),
-                                             int(self._file.checksums[page]))
+            if err == errno.EBADMSG and page[0] >= 0:
+                bad = int(page[0])
+                self._error = checksum_error(self._file.path, bad, int(got[0]),
+                                             int(self._file.checksums[bad]))
             elif err:
                 i = int(index[0])
                 self._error = OSError(
@@ -427,20 +426,16 @@ def _check_requests(f: EngineFile, offsets: np.ndarray, lengths: np.ndarray,
     if i is not None:
         raise ValueError(f"request {i} overflows the buffer: dest_offset {dests[i]} + "
                          f"length {lengths[i]} > buffer size {buf_bytes}")
-    if bs > 1:
-        for name, arr in (("offset", offsets), ("length", lengths)):
-            i = _first(live & (arr % bs != 0))
-            if i is not None:
-                raise ValueError(
-                    f"request {i}: {name} {arr[i]} is not a multiple of {bs}, the block "
-                    f"size O_DIRECT needs for {f.path} (read_rows reads unaligned data)")
+    units = [(bs, f"the block size O_DIRECT needs for {f.path} (read_rows reads unaligned "
+                  "data)")] if bs > 1 else []
     if f.checksums is not None:
+        units.append((CHECKSUM_PAGE, f"as {f.path} is opened with page checksums, reads "
+                                     "cover whole pages"))
+    for unit, why in units:
         for name, arr in (("offset", offsets), ("length", lengths)):
-            i = _first(live & (arr % CHECKSUM_PAGE != 0))
+            i = _first(live & (arr % unit != 0))
             if i is not None:
-                raise ValueError(
-                    f"request {i}: {name} {arr[i]} is not a multiple of {CHECKSUM_PAGE}: "
-                    f"{f.path} is opened with page checksums, so reads cover whole pages")
+                raise ValueError(f"request {i}: {name} {arr[i]} is not a multiple of {unit}, {why}")
     if f.mem_align > 1:
         i = _first(live & ((buf_addr + dests) % f.mem_align != 0))
         if i is not None:

@@ -50,7 +50,7 @@ int gio_open(const char *path, int direct, int64_t *size, int *offset_align, int
  * The arrays and buf must stay alive until the batch is done. Bytes past file_size (the
  * tail of the last block) are zero-filled. With crcs (NULL: none), every 4 KiB page a
  * request reads is checked against crcs[page] (ncrcs entries; requests must then cover
- * whole pages) and a mismatch fails the request with EBADMSG (see gio_batch_bad_page).
+ * whole pages) and a mismatch fails the request with EBADMSG (see gio_batch_error).
  * Returns NULL when out of memory. */
 gio_batch *gio_submit(gio_engine *eng, int fd, int64_t file_size, const int64_t *offsets,
                       const int64_t *lengths, const int64_t *dests, uint8_t *buf, size_t n,
@@ -61,14 +61,13 @@ int gio_batch_done(gio_batch *b);
 /* Drop the requests not yet started; those in flight still complete. */
 void gio_batch_cancel(gio_batch *b);
 int gio_batch_cancelled(gio_batch *b);
-/* errno of the first failed request (0 if none) and that request's index. */
-int gio_batch_error(gio_batch *b, size_t *index);
+/* errno of the first failed request (0 if none) and that request's index; when that
+ * request failed its page checksum (EBADMSG), the page and the CRC32C its bytes have in
+ * *bad_page and *bad_crc, else *bad_page = -1. */
+int gio_batch_error(gio_batch *b, size_t *index, int64_t *bad_page, uint32_t *bad_crc);
 /* 1 when the kernel may still write into the batch's buffer after it completed (its
  * io_uring ring broke and could not be drained): the buffer must then never be freed. */
 int gio_batch_abandoned(gio_batch *b);
-/* For a batch failed with EBADMSG: the page whose checksum did not match and the CRC32C
- * its bytes have (-1 when no page failed). */
-int64_t gio_batch_bad_page(gio_batch *b, uint32_t *got);
 /* Free a done batch (a batch still running is left alone rather than freed under a worker). */
 void gio_batch_free(gio_batch *b);
 

@@ -225,24 +225,16 @@ int gio_batch_cancelled(gio_batch *b)
     return c;
 }
 
-int gio_batch_error(gio_batch *b, size_t *index)
+int gio_batch_error(gio_batch *b, size_t *index, int64_t *bad_page, uint32_t *bad_crc)
 {
     int err;
     pthread_mutex_lock(&b->mu);
     err = b->err;
     *index = b->err_index;
+    *bad_page = b->bad_page;
+    *bad_crc = b->bad_crc;
     pthread_mutex_unlock(&b->mu);
     return err;
-}
-
-int64_t gio_batch_bad_page(gio_batch *b, uint32_t *got)
-{
-    int64_t page;
-    pthread_mutex_lock(&b->mu);
-    page = b->bad_page;
-    *got = b->bad_crc;
-    pthread_mutex_unlock(&b->mu);
-    return page;
 }
 
 void gio_batch_free(gio_batch *b)
