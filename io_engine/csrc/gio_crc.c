@@ -44,6 +44,22 @@ __attribute__((target("sse4.2"))) static uint32_t crc_sse42(uint32_t crc, const 
     return crc;
 }
 
+/* Four pages at once: the crc32 instruction has a latency of ~3 cycles but a throughput
+ * of one per cycle, so four independent streams run ~3x faster than one. */
+__attribute__((target("sse4.2"))) static void crc4_sse42(const uint8_t *p, size_t page,
+                                                           uint32_t *out)
+{
+    uint64_t c[4] = {0xFFFFFFFFu, 0xFFFFFFFFu, 0xFFFFFFFFu, 0xFFFFFFFFu};
+    for (size_t k = 0; k + 8 <= page; k += 8)
+        for (int s = 0; s < 4; s++) {
+            uint64_t word;
+            memcpy(&word, p + s * page + k, 8);
+            c[s] = __builtin_ia32_crc32di(c[s], word);
+        }
+    for (int s = 0; s < 4; s++)
+        out[s] = ~crc_sse42((uint32_t)c[s], p + s * page + page / 8 * 8, page % 8);
+}
+
 static int have_sse42(void)
 {
     static int cached = -1;
@@ -57,6 +73,12 @@ static int have_sse42(void)
     return 0;
 }
 #define crc_sse42 crc_table
+static void crc4_sse42(const uint8_t *p, size_t page, uint32_t *out)
+{
+    (void)p;
+    (void)page;
+    (void)out;  /* never called: have_sse42() is 0 */
+}
 #endif
 
 int gio_crc32c_hardware(void)
@@ -73,7 +95,11 @@ uint32_t gio_crc32c(uint32_t crc, const uint8_t *data, size_t n, int use_hardwar
 
 void gio_page_crcs(const uint8_t *data, size_t n, size_t page, uint32_t *out)
 {
-    for (size_t k = 0; k * page < n; k++) {
+    size_t k = 0;
+    if (have_sse42())
+        for (; (k + 4) * page <= n; k += 4)
+            crc4_sse42(data + k * page, page, out + k);
+    for (; k * page < n; k++) {
         size_t len = n - k * page < page ? n - k * page : page;
         out[k] = gio_crc32c(0, data + k * page, len, 1);
     }
@@ -82,19 +108,22 @@ void gio_page_crcs(const uint8_t *data, size_t n, size_t page, uint32_t *out)
 int gio_verify_pages(const uint8_t *data, int64_t offset, int64_t n, const uint32_t *crcs,
                      int64_t ncrcs, int64_t *bad_page, uint32_t *got)
 {
-    int64_t first = offset / GIO_PAGE;
-    for (int64_t k = 0; k * GIO_PAGE < n; k++) {
-        int64_t page = first + k;
-        int64_t len = n - k * GIO_PAGE < GIO_PAGE ? n - k * GIO_PAGE : GIO_PAGE;
-        uint32_t c;
-        if (page >= ncrcs)
-            break;  /* past the pages the checksum file covers: checked at open */
-        c = gio_crc32c(0, data + k * GIO_PAGE, (size_t)len, 1);
-        if (c != crcs[page]) {
-            *bad_page = page;
-            *got = c;
-            return 1;
-        }
+    enum { GROUP = 64 };  /* pages checksummed per gio_page_crcs call */
+    const int64_t first = offset / GIO_PAGE;
+    int64_t pages = (n + GIO_PAGE - 1) / GIO_PAGE;
+    uint32_t sums[GROUP];
+    if (first + pages > ncrcs)  /* past the pages the checksum file covers: checked at open */
+        pages = ncrcs > first ? ncrcs - first : 0;
+    for (int64_t g = 0; g < pages; g += GROUP) {
+        int64_t count = pages - g < GROUP ? pages - g : GROUP;
+        int64_t bytes = n - g * GIO_PAGE < count * GIO_PAGE ? n - g * GIO_PAGE : count * GIO_PAGE;
+        gio_page_crcs(data + g * GIO_PAGE, (size_t)bytes, (size_t)GIO_PAGE, sums);
+        for (int64_t k = 0; k < count; k++)
+            if (sums[k] != crcs[first + g + k]) {
+                *bad_page = first + g + k;
+                *got = sums[k];
+                return 1;
+            }
     }
     return 0;
 }
