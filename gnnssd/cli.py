@@ -28,7 +28,7 @@ def _source_from_args(args: argparse.Namespace) -> Any:
     if args.source == "npz":
         return datasets.HeterophilousSource(args.file, split=args.split)
     if args.source == "ogb":
-        return datasets.OGBSource(args.root, split_name=args.split_name, symmetric=args.symmetric)
+        return datasets.ogb_source(args.root, split_name=args.split_name, symmetric=args.symmetric)
     raise AssertionError(args.source)
 
 
@@ -51,8 +51,18 @@ def _progress_bar() -> Callable[[str, int, int], None]:
 
 def cmd_preprocess(args: argparse.Namespace) -> None:
     source = _source_from_args(args)
-    out = write_store(args.out, source, order=args.order, dtype=args.dtype, progress=_progress_bar())
+    out = write_store(args.out, source, order=args.order, dtype=args.dtype, progress=_progress_bar(),
+                      memory_limit=args.memory_limit)
     print(Store.open(out).summary())
+
+
+def _size_arg(value: str) -> int:
+    from .budget import parse_bytes
+
+    try:
+        return parse_bytes(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def _parse_overrides(pairs: list[str]) -> dict[str, Any]:
@@ -151,7 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
     npz = sources.add_parser("npz", help="heterophilous-graphs .npz file")
     npz.add_argument("--file", required=True)
     npz.add_argument("--split", type=int, default=0, help="which of the ten splits")
-    ogb = sources.add_parser("ogb", help="OGB node-property raw layout (raw/, split/)")
+    ogb = sources.add_parser("ogb", help="OGB node-property raw layout (raw/*.csv.gz or "
+                             "raw/data.npz, split/)")
     ogb.add_argument("--root", required=True)
     ogb.add_argument("--split-name", help="folder under split/ (default: the only one)")
     ogb.add_argument("--symmetric", action="store_true", help="add reverse edges")
@@ -159,6 +170,9 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--out", required=True, help="store directory to write")
         sub.add_argument("--order", choices=ORDERS, default="original", help="node order on disk")
         sub.add_argument("--dtype", choices=FEATURE_DTYPES, default="float32")
+        sub.add_argument("--memory-limit", type=_size_arg, metavar="SIZE",
+                         help="bound on the topology build, e.g. 2GiB; a larger edge list is "
+                              "sorted out of core (default: half the available memory)")
         sub.set_defaults(func=cmd_preprocess)
 
     for name, func, text in (("train", cmd_train, "train a model"),
