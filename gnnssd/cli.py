@@ -29,6 +29,12 @@ def _source_from_args(args: argparse.Namespace) -> Any:
         return datasets.HeterophilousSource(args.file, split=args.split)
     if args.source == "ogb":
         return datasets.ogb_source(args.root, split_name=args.split_name, symmetric=args.symmetric)
+    if args.source == "graphbolt":
+        return datasets.GraphBoltSource(args.root, task=args.task, feature=args.feature,
+                                        symmetric=args.symmetric)
+    if args.source == "igb":
+        return datasets.IGBSource(args.root, size=args.size, classes=args.classes,
+                                  symmetric=args.symmetric)
     raise AssertionError(args.source)
 
 
@@ -166,7 +172,18 @@ def build_parser() -> argparse.ArgumentParser:
     ogb.add_argument("--root", required=True)
     ogb.add_argument("--split-name", help="folder under split/ (default: the only one)")
     ogb.add_argument("--symmetric", action="store_true", help="add reverse edges")
-    for sub in (synthetic, planetoid, npz, ogb):
+    graphbolt = sources.add_parser("graphbolt", help="DGL GraphBolt OnDiskDataset (metadata.yaml), "
+                                   "homogeneous")
+    graphbolt.add_argument("--root", required=True, help="folder holding metadata.yaml")
+    graphbolt.add_argument("--task", help="task name in metadata.yaml (default: the only one)")
+    graphbolt.add_argument("--feature", default="feat", help="node feature name (default feat)")
+    graphbolt.add_argument("--symmetric", action="store_true", help="add reverse edges")
+    igb = sources.add_parser("igb", help="IGB260M homogeneous layout (paper, paper__cites__paper)")
+    igb.add_argument("--root", required=True, help="folder holding SIZE/processed/")
+    igb.add_argument("--size", default="small", choices=["experimental", "small", "medium", "large", "full"])
+    igb.add_argument("--classes", default="19", choices=["19", "2K"])
+    igb.add_argument("--symmetric", action="store_true", help="add reverse edges")
+    for sub in (synthetic, planetoid, npz, ogb, graphbolt, igb):
         sub.add_argument("--out", required=True, help="store directory to write")
         sub.add_argument("--order", choices=ORDERS, default="original", help="node order on disk")
         sub.add_argument("--dtype", choices=FEATURE_DTYPES, default="float32")
