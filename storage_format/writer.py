@@ -33,7 +33,7 @@ PROGRESS = "progress.json"
 STAGED_FEATURES = "features.original-order.bin"
 CHUNK_BYTES = 16 << 20
 #: Edges per chunk streamed into the out-of-core topology build.
-CHUNK_EDGES = 1 << 21
+CHUNK_EDGES = 1 << 20
 #: Memory preprocess needs besides its arrays (interpreter, libraries, edge chunks in flight).
 RUNTIME_BYTES = 512 << 20
 #: The default --memory-limit: this fraction of the memory available when preprocess starts.
