@@ -28,7 +28,13 @@ def _source_from_args(args: argparse.Namespace) -> Any:
     if args.source == "npz":
         return datasets.HeterophilousSource(args.file, split=args.split)
     if args.source == "ogb":
-        return datasets.OGBSource(args.root, split_name=args.split_name, symmetric=args.symmetric)
+        return datasets.ogb_source(args.root, split_name=args.split_name, symmetric=args.symmetric)
+    if args.source == "graphbolt":
+        return datasets.GraphBoltSource(args.root, task=args.task, feature=args.feature,
+                                        symmetric=args.symmetric)
+    if args.source == "igb":
+        return datasets.IGBSource(args.root, size=args.size, classes=args.classes,
+                                  symmetric=args.symmetric)
     raise AssertionError(args.source)
 
 
@@ -51,8 +57,18 @@ def _progress_bar() -> Callable[[str, int, int], None]:
 
 def cmd_preprocess(args: argparse.Namespace) -> None:
     source = _source_from_args(args)
-    out = write_store(args.out, source, order=args.order, dtype=args.dtype, progress=_progress_bar())
+    out = write_store(args.out, source, order=args.order, dtype=args.dtype, progress=_progress_bar(),
+                      memory_limit=args.memory_limit)
     print(Store.open(out).summary())
+
+
+def _size_arg(value: str) -> int:
+    from .budget import parse_bytes
+
+    try:
+        return parse_bytes(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def _parse_overrides(pairs: list[str]) -> dict[str, Any]:
@@ -152,14 +168,29 @@ def build_parser() -> argparse.ArgumentParser:
     npz = sources.add_parser("npz", help="heterophilous-graphs .npz file")
     npz.add_argument("--file", required=True)
     npz.add_argument("--split", type=int, default=0, help="which of the ten splits")
-    ogb = sources.add_parser("ogb", help="OGB node-property raw layout (raw/, split/)")
+    ogb = sources.add_parser("ogb", help="OGB node-property raw layout (raw/*.csv.gz or "
+                             "raw/data.npz, split/)")
     ogb.add_argument("--root", required=True)
     ogb.add_argument("--split-name", help="folder under split/ (default: the only one)")
     ogb.add_argument("--symmetric", action="store_true", help="add reverse edges")
-    for sub in (synthetic, planetoid, npz, ogb):
+    graphbolt = sources.add_parser("graphbolt", help="DGL GraphBolt OnDiskDataset (metadata.yaml), "
+                                   "homogeneous")
+    graphbolt.add_argument("--root", required=True, help="folder holding metadata.yaml")
+    graphbolt.add_argument("--task", help="task name in metadata.yaml (default: the only one)")
+    graphbolt.add_argument("--feature", default="feat", help="node feature name (default feat)")
+    graphbolt.add_argument("--symmetric", action="store_true", help="add reverse edges")
+    igb = sources.add_parser("igb", help="IGB260M homogeneous layout (paper, paper__cites__paper)")
+    igb.add_argument("--root", required=True, help="folder holding SIZE/processed/")
+    igb.add_argument("--size", default="small", choices=["experimental", "small", "medium", "large", "full"])
+    igb.add_argument("--classes", default="19", choices=["19", "2K"])
+    igb.add_argument("--symmetric", action="store_true", help="add reverse edges")
+    for sub in (synthetic, planetoid, npz, ogb, graphbolt, igb):
         sub.add_argument("--out", required=True, help="store directory to write")
         sub.add_argument("--order", choices=ORDERS, default="original", help="node order on disk")
         sub.add_argument("--dtype", choices=FEATURE_DTYPES, default="float32")
+        sub.add_argument("--memory-limit", type=_size_arg, metavar="SIZE",
+                         help="bound on the topology build, e.g. 2GiB; a larger edge list is "
+                              "sorted out of core (default: half the available memory)")
         sub.set_defaults(func=cmd_preprocess)
 
     for name, func, text in (("train", cmd_train, "train a model"),

@@ -23,12 +23,13 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from .atomic import ChecksummedWriter, atomic_write_json, crc32_of_file, fsync_dir
-from .csc import csc_from_edges, renumber_csc
+from .csc import csc_from_edges, index_dtype, renumber_csc
+from .csc_external import BUCKET_IDS_PER_EDGE, external_csc
 from .errors import DatasetError, StoreError
 from .manifest import (ARRAY_FILES, FEATURE_DTYPES, FEATURES, FORMAT_NAME, FORMAT_VERSION,
                        MANIFEST, PAGE, PAGE_CHECKSUMS, is_store_manifest, manifest_checksum)
 from .order import compute_order
-from .source import DatasetSource
+from .source import DatasetSource, edge_chunks, edge_count
 
 log = logging.getLogger(__name__)
 
@@ -36,15 +37,24 @@ PROGRESS = "progress.json"
 STAGED_FEATURES = "features.original-order.bin"
 CHUNK_BYTES = 16 << 20
 HEAD_BYTES = 1 << 20  # of each input file, checksummed for the resume key
+#: Edges per chunk streamed into the out-of-core topology build.
+CHUNK_EDGES = 1 << 20
+#: Memory preprocess needs besides its arrays (interpreter, libraries, edge chunks in flight).
+RUNTIME_BYTES = 512 << 20
+#: The default --memory-limit: this fraction of the memory available when preprocess starts.
+DEFAULT_MEMORY_FRACTION = 0.5
+EXTERNAL_INDICES = "indices.external.npy"
 
 
 def write_store(out: str | Path, source: DatasetSource, order: str = "original",
                 dtype: str = "float32", progress: Callable[[str, int, int], None] | None = None,
-                ) -> Path:
+                memory_limit: int | None = None) -> Path:
     """Preprocess `source` into the store directory `out`; returns its path.
 
     `out` must be new, an empty directory or an existing store (replaced atomically) and
     must not overlap the input; one preprocess at a time holds it (a lock file beside it).
+    `memory_limit` (bytes; default half the available memory) bounds the topology build:
+    an edge list that does not fit is sorted out of core (storage_format/csc_external.py).
     """
     out = Path(out)
     if dtype not in FEATURE_DTYPES:
@@ -61,7 +71,8 @@ def write_store(out: str | Path, source: DatasetSource, order: str = "original",
         topology: dict[str, int] = {}
         try:
             partial = _open_partial_dir(out, {**params, "inputs": _input_identity(inputs)})
-            _write_partial(partial, source, order, dtype, params, progress, topology)
+            _write_partial(partial, source, order, dtype, params, progress, topology,
+                           memory_limit)
         except DiskFullError as exc:
             partial = _partial_dir(out)
             shutil.rmtree(partial, ignore_errors=True)
@@ -76,7 +87,7 @@ def write_store(out: str | Path, source: DatasetSource, order: str = "original",
 
 def _write_partial(partial: Path, source: DatasetSource, order: str, dtype: str,
                    params: dict[str, Any], progress: Callable[[str, int, int], None] | None,
-                   topology: dict[str, int]) -> None:
+                   topology: dict[str, int], memory_limit: int | None) -> None:
     """Write (or finish writing) every file of the store into `partial`, manifest last;
     `topology` gets num_edges once known (for the disk-full estimate)."""
     notify = progress or (lambda stage, done, total: None)
@@ -85,12 +96,13 @@ def _write_partial(partial: Path, source: DatasetSource, order: str, dtype: str,
     splits = _checked_splits(source, labels)
     num_classes = int(labels.max()) + 1 if (labels >= 0).any() else 0
     notify("topology", 0, 1)
-    indptr, indices = _checked_csc(source)
+    indptr, indices = _checked_csc(source, memory_limit or default_memory_limit(), partial)
     perm = compute_order(order, indptr, indices, train_idx=splits["train"])
     inv = np.empty(n, dtype=np.int64)
     inv[perm] = np.arange(n, dtype=np.int64)
     if order != "original":
         indptr, indices = renumber_csc(indptr, indices, perm, inv)
+        (partial / EXTERNAL_INDICES).unlink(missing_ok=True)
     topology["num_edges"] = int(indices.shape[0])
     notify("topology", 1, 1)
 
@@ -357,9 +369,46 @@ def _checked_splits(source: DatasetSource, labels: np.ndarray) -> dict[str, np.n
     return splits
 
 
-def _checked_csc(source: DatasetSource) -> tuple[np.ndarray, np.ndarray]:
+def default_memory_limit() -> int:
+    import psutil
+
+    return int(psutil.virtual_memory().available * DEFAULT_MEMORY_FRACTION)
+
+
+def _checked_csc(source: DatasetSource, memory_limit: int,
+                 partial: Path) -> tuple[np.ndarray, np.ndarray]:
+    """The CSC in memory when the whole edge list fits in `memory_limit`, else built out
+    of core from the source's edge stream (same result, byte for byte)."""
     n = source.num_nodes
-    src, dst = (np.asarray(a) for a in source.load_edges())
+    num_edges = edge_count(source)
+    ids = index_dtype(n).itemsize
+    copies = 2 if source.symmetric else 1
+    if num_edges is None or num_edges * (16 + ids * copies) + 16 * n <= memory_limit:
+        src, dst = _checked_edges(source, *source.load_edges(), first=0)
+        return csc_from_edges(src, dst, n, symmetric=source.symmetric)
+    spare = memory_limit - RUNTIME_BYTES - 16 * (n + 1)  # indptr and labels
+    bucket_edges = max(1 << 16, spare // (BUCKET_IDS_PER_EDGE * ids))
+    log.info("%s: %d edges exceed the memory limit of %d bytes: sorting them out of core in "
+             "buckets of up to %d edges", source.name, num_edges, memory_limit, bucket_edges)
+
+    def checked_chunks() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        first = 0
+        for src, dst in edge_chunks(source, CHUNK_EDGES):
+            yield _checked_edges(source, src, dst, first)
+            first += len(src)
+        if first != num_edges:
+            raise DatasetError(f"{source.name}: {first} edges streamed, {num_edges} declared")
+
+    return external_csc(checked_chunks, n, source.symmetric, bucket_edges,
+                        partial / "edge-buckets", partial / EXTERNAL_INDICES)
+
+
+def _checked_edges(source: DatasetSource, src: Any, dst: Any,
+                   first: int) -> tuple[np.ndarray, np.ndarray]:
+    """Endpoint arrays checked for shape, type and node range (`first`: the index of the
+    first edge, for the message), as int32 when both are int32 and int64 otherwise."""
+    n = source.num_nodes
+    src, dst = np.asarray(src), np.asarray(dst)
     if src.shape != dst.shape or src.ndim != 1:
         raise DatasetError(f"{source.name}: edge endpoint arrays have shapes {src.shape} and "
                            f"{dst.shape}, expected two equal 1-D arrays")
@@ -369,12 +418,11 @@ def _checked_csc(source: DatasetSource) -> tuple[np.ndarray, np.ndarray]:
                                "expected integers")
         bad = np.flatnonzero((ends < 0) | (ends >= n))
         if bad.size:
-            raise DatasetError(f"{source.name}: edge {bad[0]} has {side} {ends[bad[0]]}, "
+            raise DatasetError(f"{source.name}: edge {first + bad[0]} has {side} {ends[bad[0]]}, "
                                f"outside the node range 0..{n - 1}")
     # int32 endpoints stay int32: the topology is the one thing preprocess holds in memory.
     dtype = np.int32 if src.dtype == dst.dtype == np.int32 else np.int64
-    src, dst = src.astype(dtype, copy=False), dst.astype(dtype, copy=False)
-    return csc_from_edges(src, dst, n, symmetric=source.symmetric)
+    return src.astype(dtype, copy=False), dst.astype(dtype, copy=False)
 
 
 def _checked_chunk(source: DatasetSource, chunk: np.ndarray, start: int,
@@ -503,6 +551,11 @@ def _pread_rows(fd: int, ids: np.ndarray, row_bytes: int) -> np.ndarray:
 
 
 def _save_array(path: Path, array: np.ndarray) -> dict[str, int]:
+    if isinstance(array, np.memmap) and Path(array.filename or "").name == EXTERNAL_INDICES:
+        os.replace(array.filename, path)  # written by the out-of-core build: already a .npy
+        with open(path, "rb") as f:
+            os.fsync(f.fileno())
+        return {"size": path.stat().st_size, "crc32": crc32_of_file(path)}
     with _writing(path, f"the array {path.stem}"), open(path, "wb") as f:
         np.save(f, np.ascontiguousarray(array))
         f.flush()
