@@ -82,14 +82,6 @@ def test_ssd_resume_equals_uninterrupted_run(small_store, tmp_path):
         torch.testing.assert_close(resumed[key], value, rtol=0, atol=0)
 
 
-def test_stale_blocks_are_cleared(small_store, tmp_path):
-    stale = tmp_path / "run" / "blocks"
-    stale.mkdir(parents=True)
-    (stale / "block_e9_m9.bin").write_bytes(b"x" * 4096)
-    Trainer(_config(small_store, tmp_path / "run")).close()
-    assert not stale.exists()
-
-
 def test_budget_too_small_is_refused(small_store, tmp_path):
     with pytest.raises(ConfigError, match=r"ssd.memory_budget: .* is too small: a mini-batch reads "
                                           r"up to ~[\d,]+ rows .* need at least"):
