@@ -18,7 +18,7 @@ from tqdm import tqdm
 from gnnssd.storage_format import Store
 
 from .budget import format_bytes, parse_bytes
-from .checkpoint import CheckpointError, MetricsLog, load_checkpoint, save_checkpoint
+from .checkpoint import CHECKPOINT, CheckpointError, MetricsLog, load_checkpoint, save_checkpoint
 from .config import Config, ConfigError, load_config
 from .memory_loader import MemoryLoader
 from .ssd_loader import SSDLoader
@@ -96,6 +96,7 @@ class Trainer:
     def fit(self, resume: bool = False) -> list[dict[str, Any]]:
         """Train for `train.epochs` epochs; returns the per-epoch metrics of this call."""
         prepare_run_dir(self.run_dir, create=True)
+        self._unlock()  # a reader's lock of our own (after load_best) gives way to the writer's
         self.lock = RunLock(self.run_dir, exclusive=True)
         try:
             self.scratch.clear_stale()
@@ -254,7 +255,7 @@ class Trainer:
                                   float(gauss)]}}
 
     def _restore(self, checkpoint: dict[str, Any]) -> None:
-        path = self.run_dir / "checkpoint.pt"
+        path = self.run_dir / CHECKPOINT
         try:
             saved = json.loads(checkpoint["config"])
             fingerprint = checkpoint["store"]

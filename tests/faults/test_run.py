@@ -106,6 +106,12 @@ def test_hostile_checkpoint_runs_no_code(store, tmp_path, capsys, command):
     _assert_one_line_error(code, err, str(run_dir / "checkpoint.pt"), "weights_only")
 
 
+def test_checkpoint_loads_as_weights_only(store, tmp_path):
+    run_dir = tmp_path / "run"
+    _train(store, run_dir)
+    torch.load(run_dir / "checkpoint.pt", weights_only=True)  # raises on any pickled object
+
+
 def test_flipped_checkpoint_byte_is_detected(store, tmp_path, capsys):
     run_dir = tmp_path / "run"
     _train(store, run_dir)
