@@ -71,8 +71,9 @@ def epoch_seed(seed: int, epoch: int) -> int:
 
 @contextlib.contextmanager
 def one_interrupt() -> Iterator[None]:
-    """The first Ctrl-C raises KeyboardInterrupt as usual; later ones are ignored until the
-    block exits, so cleanup (joining the I/O threads, removing scratch) runs to its end."""
+    """The first Ctrl-C raises KeyboardInterrupt as usual; later ones are then ignored (the
+    process is on its way out), so cleanup (joining the I/O threads, removing scratch) runs
+    to its end. Without an interrupt, the previous handler is back when the block exits."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
