@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import yaml
 
@@ -13,6 +14,7 @@ from gnnssd.storage_format import FEATURE_DTYPES, ORDERS, Store, StoreError, wri
 
 from .config import ConfigError
 from .logs import setup_logging
+from .runtime import one_interrupt
 
 
 def _source_from_args(args: argparse.Namespace) -> Any:
@@ -75,40 +77,55 @@ def _parse_overrides(pairs: list[str]) -> dict[str, Any]:
     overrides = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
-        if not sep:
+        if not sep or not key:
             raise ConfigError(f"--set {pair!r}: expected KEY=VALUE, e.g. train.epochs=5")
-        overrides[key] = yaml.safe_load(value)
+        try:
+            overrides[key] = yaml.safe_load(value)  # plain YAML only: a tag such as !!python/... fails
+        except yaml.YAMLError as exc:
+            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+            raise ConfigError(f"{key}: --set value {value!r} is not a plain YAML value ({problem})") from None
     return overrides
 
 
-def _trainer(args: argparse.Namespace) -> Any:
+@contextlib.contextmanager
+def _trainer(args: argparse.Namespace) -> Iterator[Any]:
+    """A Trainer for the command, closed (threads joined, scratch removed, lock released)
+    however the command ends; a second Ctrl-C cannot cut that short."""
     from .trainer import Trainer
 
-    return Trainer(args.config, _parse_overrides(args.set))
+    with one_interrupt():
+        trainer = Trainer(args.config, _parse_overrides(args.set))
+        try:
+            yield trainer
+        finally:
+            trainer.close()
 
 
 def cmd_train(args: argparse.Namespace) -> None:
-    trainer = _trainer(args)
-    trainer.fit(resume=args.resume)
+    from .trainer import RUN_CONFIG
+
+    with _trainer(args) as trainer:
+        trainer.fit(resume=args.resume)
     best = trainer.best
-    print(f"best valid accuracy {best['valid_acc']:.4f} at epoch {best['epoch']}, "
-          f"test accuracy {best.get('test_acc', float('nan')):.4f}")
-    print(f"run directory: {trainer.run_dir} (metrics.jsonl, checkpoint.pt, config.yaml)")
+    valid = "none (empty split)" if best["valid_acc"] is None else f"{best['valid_acc']:.4f}"
+    test = "none (empty split)" if best.get("test_acc") is None else f"{best['test_acc']:.4f}"
+    print(f"best valid accuracy {valid} at epoch {best['epoch']}, test accuracy {test}")
+    print(f"run directory: {trainer.run_dir} (metrics.jsonl, checkpoint.pt, {RUN_CONFIG})")
 
 
 def cmd_eval(args: argparse.Namespace) -> None:
-    trainer = _trainer(args)
-    trainer.load_best()
-    result = {split: trainer.evaluate(split) for split in args.split}
+    with _trainer(args) as trainer:
+        trainer.load_best()
+        result = {split: trainer.evaluate(split) for split in args.split}
     print(json.dumps(result, indent=2))
 
 
 def cmd_predict(args: argparse.Namespace) -> None:
     import numpy as np
 
-    trainer = _trainer(args)
-    trainer.load_best()
-    predictions = trainer.predict()
+    with _trainer(args) as trainer:
+        trainer.load_best()
+        predictions = trainer.predict()
     out = Path(args.out)
     np.save(out, predictions)
     print(f"wrote {len(predictions):,} predicted classes, indexed by original node ID, to {out}")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import threading
 import time
 from pathlib import Path
 from typing import Iterator
@@ -29,6 +30,7 @@ from gnnssd.storage_format import Store
 from .budget import MemoryBudget, format_bytes, parse_bytes
 from .config import Config, ConfigError
 from .memory_loader import Batch
+from .runtime import run_seed
 from .timing import StageTimer
 
 log = logging.getLogger("gnnssd.ssd")
@@ -45,18 +47,28 @@ def staging_bytes(budget: int) -> int:
 
 
 class IOCounters:
-    """Bytes and requests the pipeline sent to the disk since the last `take`."""
+    """Bytes and requests the pipeline sent to the disk since the last `take`; the read
+    and repack threads add to them at once, hence the lock."""
 
     def __init__(self) -> None:
+        self._lock = threading.Lock()
         self.reset()
+
+    def add(self, bytes_read: int = 0, bytes_written: int = 0, requests: int = 0) -> None:
+        with self._lock:
+            self.bytes_read += bytes_read
+            self.bytes_written += bytes_written
+            self.requests += requests
 
     def reset(self) -> None:
-        self.bytes_read = self.bytes_written = self.requests = 0
+        with self._lock:
+            self.bytes_read = self.bytes_written = self.requests = 0
 
     def take(self) -> dict[str, int]:
-        counts = {"bytes_read": self.bytes_read, "bytes_written": self.bytes_written,
-                  "requests": self.requests}
-        self.reset()
+        with self._lock:
+            counts = {"bytes_read": self.bytes_read, "bytes_written": self.bytes_written,
+                      "requests": self.requests}
+            self.bytes_read = self.bytes_written = self.requests = 0
         return counts
 
 
@@ -68,8 +80,7 @@ class SSDLoader:
         self.io_counts = IOCounters()
         self.model = load_model(store.path)
         self.block_budget = parse_bytes(ssd.block_budget)
-        self.block_dir = block_dir
-        shutil.rmtree(block_dir, ignore_errors=True)  # blocks of an interrupted run are stale
+        self.block_dir = block_dir  # scratch this loader owns: made on use, removed after
         total = parse_bytes(ssd.memory_budget)
         row_bytes = store.row_bytes
         self.staging_bytes = staging_bytes(total)
@@ -108,7 +119,7 @@ class SSDLoader:
             self.loader = MegaBatchLoader(self.io, store.features_path, store.feat_dim, store.feat_dtype,
                                           self.hot_rows, self.budget.buffer_rows, self.model,
                                           block_dir, staging_bytes=self.staging_bytes)
-        self.io_counts.bytes_read += len(self.hot_rows) * row_bytes
+        self.io_counts.add(bytes_read=len(self.hot_rows) * row_bytes)
 
     def _rows_per_minibatch(self) -> int:
         """Most input rows among a few sampled mini-batches, with the training and with the
@@ -117,7 +128,7 @@ class SSDLoader:
         layers = len(sampler_cfg.fanouts)
         settings = [(sampler_cfg.fanouts, sampler_cfg.batch_size),
                     (sampler_cfg.eval_fanouts or [-1] * layers, sampler_cfg.eval_batch_size)]
-        rng = np.random.default_rng(self.config.seed)
+        rng = np.random.default_rng(run_seed(self.config.seed))
         most = 0
         for fanouts, batch_size in settings:
             sampler = NeighborSampler(self.store.indptr, self.store.indices, fanouts)
@@ -125,7 +136,7 @@ class SSDLoader:
                 nodes = np.asarray(nodes)
                 if len(nodes):
                     seeds = np.sort(rng.choice(nodes, min(len(nodes), batch_size), replace=False))
-                    most = max(most, len(sampler.sample(seeds, self.config.seed).input_nodes))
+                    most = max(most, len(sampler.sample(seeds, run_seed(self.config.seed)).input_nodes))
         return most
 
     def _hot_rows(self, count: int) -> np.ndarray:
@@ -146,7 +157,7 @@ class SSDLoader:
         The planner permutes `nodes` either way; `shuffle` only matters to memory mode.
         """
         cfg = PlanConfig(batch_size=batch_size, fanouts=tuple(fanouts), mega_batch=self.config.ssd.mega_batch,
-                         seed=self.config.seed)
+                         seed=run_seed(self.config.seed))
         planner = Planner(self.store.indptr, self.store.indices, nodes, cfg, self.hot_rows,
                           max_rows=self.budget.buffer_rows)
         if self.block_budget:
@@ -193,9 +204,7 @@ class SSDLoader:
 
     def _count_repack(self, report: RepackReport) -> None:
         self.timer.add("repack", report.seconds)
-        self.io_counts.bytes_read += report.bytes_read
-        self.io_counts.requests += report.requests
-        self.io_counts.bytes_written += report.bytes_written
+        self.io_counts.add(report.bytes_read, report.bytes_written, report.requests)
 
     def _loaded(self, windows_: PlanWorker) -> Iterator[tuple[MegaBatchPlan, np.ndarray]]:
         """Read stage: each plan's buffer filled; block files deleted once read."""
@@ -205,8 +214,7 @@ class SSDLoader:
                     if plan.spill_path:
                         plan = plan.restore()
                     buffer = self.loader.load(plan)
-                self.io_counts.bytes_read += plan.read.nbytes
-                self.io_counts.requests += len(plan.read.offsets)
+                self.io_counts.add(bytes_read=plan.read.nbytes, requests=len(plan.read.offsets))
                 remove([plan], self.block_dir)
                 yield plan, buffer
 

@@ -1,12 +1,15 @@
 """The Trainer: fit, evaluate and predict from a store, with checkpoints and resume."""
 from __future__ import annotations
 
+import json
 import logging
+import math
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 import torch
 import torch.nn.functional as F
 import yaml
@@ -14,11 +17,13 @@ from tqdm import tqdm
 
 from gnnssd.storage_format import Store
 
-from .checkpoint import MetricsLog, load_checkpoint, save_checkpoint
+from .budget import format_bytes, parse_bytes
+from .checkpoint import CHECKPOINT, CheckpointError, MetricsLog, load_checkpoint, save_checkpoint
 from .config import Config, ConfigError, load_config
 from .memory_loader import MemoryLoader
 from .ssd_loader import SSDLoader
 from .models import build_model
+from .rundir import RunLock, Scratch, prepare_run_dir
 from .runtime import epoch_seed, seed_everything, select_device, use_single_thread
 from .timing import StageTimer
 
@@ -26,6 +31,14 @@ log = logging.getLogger("gnnssd.trainer")
 
 # Parts of the config a resumed run must share with the run that wrote the checkpoint.
 RESUME_KEYS = ("store", "features", "seed", "deterministic", "model", "sampler")
+#: The run's own copy of its configuration (never the user's config.yaml beside it).
+RUN_CONFIG = "run_config.yaml"
+#: Bytes per parameter while training: weights, gradients and Adam's two moments (float32).
+TRAINING_BYTES_PER_PARAMETER = 16
+
+
+class TrainingError(RuntimeError):
+    """Training cannot go on (e.g. a non-finite loss); the checkpoint is left as it was."""
 
 
 class Trainer:
@@ -42,11 +55,16 @@ class Trainer:
         self.store = Store.open(cfg.store_path())
         if self.store.num_classes < 2:
             raise ConfigError(f"store {cfg.store}: {self.store.num_classes} classes; need >= 2")
+        if len(self.store.train_idx) == 0:
+            raise ConfigError(f"store {cfg.store}: the train split is empty; nothing to train on")
+        _check_memory(cfg, self.store)
         self.device = select_device(cfg.device)
         if cfg.deterministic:
             use_single_thread()
         seed_everything(cfg.seed)
         self.timer = StageTimer()
+        self.scratch = Scratch(self.run_dir)
+        self.lock: RunLock | None = None
         self.loader = self._make_loader()
         self.labels = torch.from_numpy(np.array(self.store.labels, dtype=np.int64))
         self.model = build_model(cfg.model, self.store.feat_dim, self.store.num_classes).to(self.device)
@@ -58,19 +76,36 @@ class Trainer:
 
     def _make_loader(self) -> MemoryLoader | SSDLoader:
         if self.config.features == "ssd":
-            return SSDLoader(self.store, self.config, self.device, self.timer, self.run_dir / "blocks")
+            return SSDLoader(self.store, self.config, self.device, self.timer, self.scratch.path)
         return MemoryLoader(self.store, self.device, self.timer)
 
     def close(self) -> None:
-        """Release the loader's files, buffers and I/O threads."""
+        """Release the loader's files, buffers and I/O threads, this process's scratch
+        directory and the run directory's lock."""
         self.loader.close()
+        self.scratch.remove()
+        self._unlock()
+
+    def _unlock(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
 
     # --- training ----------------------------------------------------------------------
 
     def fit(self, resume: bool = False) -> list[dict[str, Any]]:
         """Train for `train.epochs` epochs; returns the per-epoch metrics of this call."""
+        prepare_run_dir(self.run_dir, create=True)
+        self._unlock()  # a reader's lock of our own (after load_best) gives way to the writer's
+        self.lock = RunLock(self.run_dir, exclusive=True)
+        try:
+            self.scratch.clear_stale()
+            return self._fit(resume)
+        finally:
+            self._unlock()
+
+    def _fit(self, resume: bool) -> list[dict[str, Any]]:
         cfg = self.config
-        self.run_dir.mkdir(parents=True, exist_ok=True)
         checkpoint = load_checkpoint(self.run_dir)
         if checkpoint is not None and not resume:
             raise RuntimeError(f"{self.run_dir}: holds a checkpoint of epoch {checkpoint['epoch']}; "
@@ -81,7 +116,10 @@ class Trainer:
         elif resume:
             log.info("no checkpoint in %s: starting afresh", self.run_dir)
         self.metrics.truncate_after(self.epochs_done)
-        (self.run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+        (self.run_dir / RUN_CONFIG).write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+        for split in ("valid", "test"):
+            if len(self.store.split(split)) == 0:
+                log.info("the %s split of %s is empty: its evaluation is skipped", split, cfg.store)
         history = []
         for epoch in range(self.epochs_done + 1, cfg.train.epochs + 1):
             record = self._train_epoch(epoch)
@@ -109,18 +147,27 @@ class Trainer:
         n_batches = -(-len(train_idx) // cfg.sampler.batch_size)
         batches = self.loader.batches(train_idx, cfg.sampler.fanouts, cfg.sampler.batch_size,
                                       shuffle=True, epoch=epoch)
-        for batch in tqdm(batches, total=n_batches, desc=f"epoch {epoch}", leave=False,
-                          disable=not cfg.train.progress, mininterval=1.0):
-            with self.timer.stage("compute"):
-                y = self.labels[batch.output_nodes].to(self.device)
-                logits = self.model(batch.blocks, batch.x)
-                loss = F.cross_entropy(logits, y)
-                self.optimizer.zero_grad()
-                loss.backward()
-                self.optimizer.step()
-            loss_sum += loss.item() * len(y)
-            correct += int((logits.argmax(1) == y).sum())
-            seen += len(y)
+        try:  # closed here, not when collected: an error or Ctrl-C stops the I/O threads now
+            for i, batch in enumerate(tqdm(batches, total=n_batches, desc=f"epoch {epoch}", leave=False,
+                                           disable=not cfg.train.progress, mininterval=1.0), 1):
+                with self.timer.stage("compute"):
+                    y = self.labels[batch.output_nodes].to(self.device)
+                    logits = self.model(batch.blocks, batch.x)
+                    loss = F.cross_entropy(logits, y)
+                    if not math.isfinite(loss.item()):
+                        raise TrainingError(
+                            f"epoch {epoch}, mini-batch {i}/{n_batches}: the loss is {loss.item()}; "
+                            f"training stopped (the checkpoint of epoch {self.epochs_done} is kept). "
+                            f"Corrupt features or labels do this: run `gnnssd verify {cfg.store_path()}`; "
+                            "if the store is sound, lower train.lr")
+                    self.optimizer.zero_grad()
+                    loss.backward()
+                    self.optimizer.step()
+                loss_sum += loss.item() * len(y)
+                correct += int((logits.argmax(1) == y).sum())
+                seen += len(y)
+        finally:
+            batches.close()
         record = {"epoch": epoch, "train_loss": loss_sum / seen, "train_acc": correct / seen,
                   "epoch_s": round(time.perf_counter() - start, 4), "stages_s": self.timer.take(),
                   "batches": n_batches}
@@ -129,11 +176,17 @@ class Trainer:
         return record
 
     def _evaluate_epoch(self, epoch: int) -> dict[str, Any]:
-        scores = {f"{split}_acc": self.evaluate(split)["accuracy"] for split in ("valid", "test")}
-        if scores["valid_acc"] > self.best["valid_acc"]:
-            self.best = {"valid_acc": scores["valid_acc"], "test_acc": scores["test_acc"],
-                         "epoch": epoch,
+        """Scores of the non-empty evaluation splits; the best model is the one of highest
+        validation accuracy, or the latest when the store has no validation nodes."""
+        splits = [s for s in ("valid", "test") if len(self.store.split(s))]
+        scores: dict[str, Any] = {f"{s}_acc": self.evaluate(s)["accuracy"] for s in splits}
+        valid = scores.get("valid_acc")
+        if valid is None or valid > self.best["valid_acc"]:
+            self.best = {"valid_acc": valid, "test_acc": scores.get("test_acc"), "epoch": epoch,
                          "state": {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}}
+        skipped = [s for s in ("valid", "test") if s not in splits]
+        if skipped:
+            scores["skipped_splits"] = skipped
         return {**scores, "best_epoch": self.best["epoch"], "best_test_acc": self.best["test_acc"]}
 
     # --- evaluation and prediction --------------------------------------------------------
@@ -142,14 +195,14 @@ class Trainer:
     def _logits(self, nodes: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         """Logits of `nodes` (store IDs) with the evaluation fanouts, in batch order."""
         cfg = self.config
+        if len(nodes) == 0:
+            return torch.empty(0, self.store.num_classes), torch.empty(0, dtype=torch.long)
         fanouts = cfg.sampler.eval_fanouts or [-1] * cfg.model.layers
         self.model.eval()
         outputs, order = [], []
         for batch in self.loader.batches(nodes, fanouts, cfg.sampler.eval_batch_size, shuffle=False):
             outputs.append(self.model(batch.blocks, batch.x).cpu())
             order.append(batch.output_nodes)
-        if not outputs:
-            return torch.empty(0, self.store.num_classes), torch.empty(0, dtype=torch.long)
         return torch.cat(outputs), torch.cat(order)
 
     def evaluate(self, split: str = "test") -> dict[str, float]:
@@ -176,7 +229,12 @@ class Trainer:
         return by_store_id[store_ids]
 
     def load_best(self) -> None:
-        """Load the checkpoint's best-validation weights (for eval/predict after fit)."""
+        """Load the checkpoint's best-validation weights (for eval/predict after fit).
+        Takes the run directory's shared lock, held until `close()`: no training starts
+        in it meanwhile."""
+        prepare_run_dir(self.run_dir, create=False)
+        if self.lock is None:
+            self.lock = RunLock(self.run_dir, exclusive=False)
         checkpoint = load_checkpoint(self.run_dir)
         if checkpoint is None:
             raise RuntimeError(f"{self.run_dir}: no checkpoint; train first")
@@ -187,13 +245,29 @@ class Trainer:
     # --- checkpoint state ----------------------------------------------------------------
 
     def _state(self) -> dict[str, Any]:
+        """Tensors and plain types only: what `torch.load(weights_only=True)` reads back."""
+        _, keys, pos, has_gauss, gauss = np.random.get_state()
         return {"epoch": self.epochs_done, "model": self.model.state_dict(),
                 "optimizer": self.optimizer.state_dict(), "best": self.best,
-                "config": self.config.to_dict(),
-                "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state()}}
+                "config": json.dumps(self.config.to_dict()), "store": self.store.fingerprint,
+                "rng": {"torch": torch.get_rng_state(),
+                        "numpy": [torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss),
+                                  float(gauss)]}}
 
     def _restore(self, checkpoint: dict[str, Any]) -> None:
-        saved, current = checkpoint["config"], self.config.to_dict()
+        path = self.run_dir / CHECKPOINT
+        try:
+            saved = json.loads(checkpoint["config"])
+            fingerprint = checkpoint["store"]
+            keys, pos, has_gauss, gauss = checkpoint["rng"]["numpy"]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CheckpointError(f"{path}: not a checkpoint of this gnnssd ({exc!r})") from None
+        if fingerprint != self.store.fingerprint:
+            raise ConfigError(f"store: {self.config.store_path()} is not the store the checkpoint in "
+                              f"{self.run_dir} was trained on (manifest sha256 {self.store.fingerprint[:12]}, "
+                              f"checkpoint {str(fingerprint)[:12]}): it was preprocessed again since; "
+                              "pick another run_dir")
+        current = self.config.to_dict()
         for key in RESUME_KEYS:
             if saved[key] != current[key]:
                 raise ConfigError(f"{key}: the checkpoint in {self.run_dir} was trained with "
@@ -203,13 +277,28 @@ class Trainer:
         self.epochs_done = checkpoint["epoch"]
         self.best = checkpoint["best"]
         torch.set_rng_state(checkpoint["rng"]["torch"])
-        np.random.set_state(checkpoint["rng"]["numpy"])
+        np.random.set_state(("MT19937", keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+
+
+def _check_memory(cfg: Config, store: Store) -> None:
+    """Refuse a model or an ssd budget that cannot fit in the memory available now."""
+    available = psutil.virtual_memory().available
+    with torch.device("meta"):  # shapes only: nothing allocated
+        model = build_model(cfg.model, store.feat_dim, store.num_classes)
+    params = sum(p.numel() for p in model.parameters())
+    need = params * TRAINING_BYTES_PER_PARAMETER
+    if need > available:
+        raise ConfigError(f"model.hidden: {cfg.model.hidden} gives {params:,} parameters, ~{format_bytes(need)} "
+                          f"with gradients and Adam state; available memory is {format_bytes(available)}")
+    budget = parse_bytes(cfg.ssd.memory_budget)
+    if cfg.features == "ssd" and budget > available:
+        raise ConfigError(f"ssd.memory_budget: {format_bytes(budget)} is more than the available "
+                          f"memory ({format_bytes(available)})")
 
 
 def _format_record(r: dict[str, Any], epochs: int) -> str:
     parts = [f"epoch {r['epoch']}/{epochs}", f"loss {r['train_loss']:.4f}", f"train {r['train_acc']:.4f}"]
-    if "valid_acc" in r:
-        parts += [f"valid {r['valid_acc']:.4f}", f"test {r['test_acc']:.4f}"]
+    parts += [f"{split} {r[f'{split}_acc']:.4f}" for split in ("valid", "test") if f"{split}_acc" in r]
     stages = ", ".join(f"{k} {v:.2f}" for k, v in r["stages_s"].items())
     parts.append(f"{r['epoch_s']:.2f} s ({stages})")
     return "  ".join(parts)

@@ -1,6 +1,7 @@
 """Reading a store: the manifest, the topology and metadata arrays, and the feature file."""
 from __future__ import annotations
 
+import hashlib
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,11 @@ class Store:
         if verify:
             store._check_pages()
         return store
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """SHA-256 (hex) of manifest.json's bytes: which store, as preprocessed, this is."""
+        return hashlib.sha256((self.path / "manifest.json").read_bytes()).hexdigest()
 
     def verify(self) -> list[str]:
         """Check every file's checksum, features.bin page by page against its page
