@@ -115,7 +115,7 @@ def cmd_report(args: argparse.Namespace) -> None:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> None:
-    from gnnssd.sampler.calibration import calibrate
+    from gnnssd.pipeline.calibration import calibrate
 
     model = calibrate(args.store, seconds=args.seconds)
     print(f"{args.store}: {model}")

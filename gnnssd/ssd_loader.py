@@ -20,15 +20,15 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from gnnssd.sampler import (DirectIO, MegaBatchLoader, MegaBatchPlan, NeighborSampler, PlanConfig, Planner,
-                            PlanWorker, hotness, load_model, remove, repacked_windows, to_dgl_blocks)
-from gnnssd.sampler.repack import RepackReport
+from gnnssd.sampler import MegaBatchPlan, NeighborSampler, PlanConfig, Planner, hotness, to_dgl_blocks
 from gnnssd.sampler.readplan import pages_plan
 from gnnssd.storage_format import Store
 
 from .budget import MemoryBudget, format_bytes, parse_bytes
 from .config import Config, ConfigError
 from .memory_loader import Batch
+from .pipeline import DirectIO, MegaBatchLoader, PlanWorker, load_model, remove, repacked_windows
+from .pipeline.repack import RepackReport
 from .timing import StageTimer
 
 log = logging.getLogger("gnnssd.ssd")

@@ -85,7 +85,7 @@ def test_window_choice_follows_the_model_and_the_disk_budget():
 def test_dense_rows_read_through_shared_page_extents(tmp_path):
     """Rows of 5732 B, all of them: extents cut at the request limit share pages, and the
     loader still returns every row intact (regression)."""
-    from gnnssd.sampler import DirectIO, MegaBatchLoader
+    from gnnssd.pipeline import DirectIO, MegaBatchLoader
 
     rows, dim = 3000, 1433
     feats = np.random.default_rng(0).standard_normal((rows, dim)).astype(np.float32)

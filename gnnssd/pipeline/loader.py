@@ -12,9 +12,10 @@ from typing import Iterator
 import numba as nb
 import numpy as np
 
+from gnnssd.sampler.plan import MegaBatchPlan
+from gnnssd.sampler.readplan import PAGE, CostModel, plan_extents
+
 from .direct_io import DirectIO
-from .plan import MegaBatchPlan
-from .readplan import PAGE, CostModel, plan_extents
 
 
 @nb.njit(cache=True, nogil=True)

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
+from gnnssd.sampler.readplan import PAGE, CostModel
+
 from .direct_io import DirectIO
-from .readplan import PAGE, CostModel
 
 CALIBRATION_FILE = "calibration.json"
 SIZES = (4096, 16384, 65536, 262144, 1 << 20)
