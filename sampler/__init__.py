@@ -6,12 +6,12 @@ choice), order. Executing plans (reading, repacking, background stages) is gnnss
 """
 from .blocks import MFGs, to_dgl_blocks
 from .order import degree_order, hotness, locality_order
-from .plan import MegaBatchPlan, PlanConfig, Planner, load_plan, minibatch_seeds, save_plan
+from .plan import MegaBatchPlan, PlanConfig, Planner, load_plan, minibatch_seeds, save_plan, seed_batches
 from .readplan import CostModel, ReadPlan, plan_extents, read_stats, windows
 from .sampling import NeighborSampler
 
 __all__ = [
     "CostModel", "MFGs", "MegaBatchPlan", "NeighborSampler", "PlanConfig", "Planner", "ReadPlan",
     "degree_order", "hotness", "load_plan", "locality_order", "minibatch_seeds", "plan_extents",
-    "read_stats", "save_plan", "to_dgl_blocks", "windows",
+    "read_stats", "save_plan", "seed_batches", "to_dgl_blocks", "windows",
 ]
