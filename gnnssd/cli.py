@@ -9,7 +9,8 @@ from typing import Any, Callable
 
 import yaml
 
-from gnnssd.storage_format import FEATURE_DTYPES, ORDERS, Store, StoreError, write_store
+from gnnssd.sampler import ORDERS, node_order
+from gnnssd.storage_format import FEATURE_DTYPES, Store, StoreError, write_store
 
 from .config import ConfigError
 from .logs import setup_logging
@@ -51,7 +52,7 @@ def _progress_bar() -> Callable[[str, int, int], None]:
 
 def cmd_preprocess(args: argparse.Namespace) -> None:
     source = _source_from_args(args)
-    out = write_store(args.out, source, order=args.order, dtype=args.dtype, progress=_progress_bar())
+    out = write_store(args.out, source, order=node_order(args.order), dtype=args.dtype, progress=_progress_bar())
     print(Store.open(out).summary())
 
 

@@ -5,13 +5,14 @@ DGLBlocks), plan (mega-batch plans, save/load), readplan (cost model, extents, s
 choice), order. Executing plans (reading, repacking, background stages) is gnnssd.pipeline.
 """
 from .blocks import MFGs, to_dgl_blocks
-from .order import degree_order, hotness, locality_order
+from .order import ORDERS, NodeOrder, degree_order, hotness, locality_order, node_order
 from .plan import MegaBatchPlan, PlanConfig, Planner, load_plan, minibatch_seeds, save_plan, seed_batches
 from .readplan import CostModel, ReadPlan, plan_extents, read_stats, windows
 from .sampling import NeighborSampler
 
 __all__ = [
-    "CostModel", "MFGs", "MegaBatchPlan", "NeighborSampler", "PlanConfig", "Planner", "ReadPlan",
-    "degree_order", "hotness", "load_plan", "locality_order", "minibatch_seeds", "plan_extents",
+    "CostModel", "MFGs", "MegaBatchPlan", "NeighborSampler", "NodeOrder", "ORDERS", "PlanConfig", "Planner",
+    "ReadPlan", "degree_order", "hotness", "load_plan", "locality_order", "minibatch_seeds", "node_order",
+    "plan_extents",
     "read_stats", "save_plan", "seed_batches", "to_dgl_blocks", "windows",
 ]

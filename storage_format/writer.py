@@ -22,7 +22,7 @@ from .atomic import ChecksummedWriter, atomic_write_json, crc32_of_file, fsync_d
 from .csc import csc_from_edges, renumber_csc
 from .errors import DatasetError
 from .manifest import ARRAY_FILES, FEATURES, FORMAT_NAME, FORMAT_VERSION, MANIFEST, PAGE
-from .order import compute_order
+from .order import NodeOrder, order_name, resolve_order
 from .source import DatasetSource
 
 log = logging.getLogger(__name__)
@@ -33,15 +33,16 @@ STAGED_FEATURES = "features.original-order.bin"
 CHUNK_BYTES = 16 << 20
 
 
-def write_store(out: str | Path, source: DatasetSource, order: str = "original",
+def write_store(out: str | Path, source: DatasetSource, order: str | NodeOrder = "original",
                 dtype: str = "float32", progress: Callable[[str, int, int], None] | None = None,
                 ) -> Path:
-    """Preprocess `source` into the store directory `out`; returns its path."""
+    """Preprocess `source` into the store directory `out`; returns its path. `order`:
+    "original", or a NodeOrder from the planner (`gnnssd.sampler.node_order`)."""
     out = Path(out)
     if dtype not in FEATURE_DTYPES:
         raise DatasetError(f"dtype {dtype!r}: expected one of {FEATURE_DTYPES}")
     _restore_interrupted_swap(out)
-    params = {"source": source.describe(), "order": order, "dtype": dtype}
+    params = {"source": source.describe(), "order": order_name(order), "dtype": dtype}
     partial = _open_partial_dir(out, params)
     notify = progress or (lambda stage, done, total: None)
 
@@ -51,7 +52,7 @@ def write_store(out: str | Path, source: DatasetSource, order: str = "original",
     num_classes = int(labels.max()) + 1 if (labels >= 0).any() else 0
     notify("topology", 0, 1)
     indptr, indices = _checked_csc(source)
-    perm = compute_order(order, indptr, indices, train_idx=splits["train"])
+    order, perm = resolve_order(order, indptr, indices, train_idx=splits["train"])
     inv = np.empty(n, dtype=np.int64)
     inv[perm] = np.arange(n, dtype=np.int64)
     if order != "original":

@@ -8,7 +8,7 @@ import torch
 
 from gnnssd.config import ConfigError, config_from_dict
 from gnnssd.datasets import synthetic_source
-from gnnssd.sampler import PlanConfig, Planner
+from gnnssd.sampler import PlanConfig, Planner, node_order
 from gnnssd.storage_format import Store, write_store
 from gnnssd.trainer import Trainer
 
@@ -18,7 +18,7 @@ def small_store(tmp_path_factory):
     """20k nodes x 64 float32 = 5 MiB of features: far more than the budgets below hold."""
     source = synthetic_source(num_nodes=20_000, feat_dim=64, num_classes=8, avg_degree=10,
                               train_fraction=0.3)
-    return write_store(tmp_path_factory.mktemp("ssd") / "store", source, order="degree")
+    return write_store(tmp_path_factory.mktemp("ssd") / "store", source, order=node_order("degree"))
 
 
 def _config(store, run_dir, **ssd):
