@@ -93,6 +93,10 @@ def seed_batches(seeds: np.ndarray, batch_size: int, shuffle: bool, seed: int, e
     order = np.asarray(seeds, dtype=np.int64)
     if shuffle:
         order = np.random.default_rng([seed, epoch]).permutation(order)
+    return _cut(order, batch_size, drop_last)
+
+
+def _cut(order: np.ndarray, batch_size: int, drop_last: bool) -> list[np.ndarray]:
     stop = len(order) - len(order) % batch_size if drop_last else len(order)
     return [order[i : i + batch_size] for i in range(0, stop, batch_size)]
 
@@ -112,8 +116,7 @@ def minibatch_seeds(train_idx: np.ndarray, cfg: PlanConfig, epoch: int) -> list[
     ordered = np.roll(np.sort(train), -int(rng.integers(len(train))))
     runs = [ordered[i : i + span] for i in range(0, len(ordered), span)]
     order = np.concatenate([rng.permutation(runs[r]) for r in rng.permutation(len(runs))])
-    stop = len(order) - len(order) % cfg.batch_size if cfg.drop_last else len(order)
-    return [order[i : i + cfg.batch_size] for i in range(0, stop, cfg.batch_size)]
+    return _cut(order, cfg.batch_size, cfg.drop_last)
 
 
 @nb.njit(cache=True, nogil=True)
