@@ -175,7 +175,8 @@ def choose_window(plans: list, row_bytes: int, model: CostModel, disk_budget: in
     A mega-batch is a block candidate when writing and reading back its rows costs less
     than its page reads; the candidates (largest saving first, within `disk_budget`) are
     repacked together when their summed saving pays for the scan that collects their rows.
-    Returns an empty scan when no mega-batch of the window gets a block.
+    Returns an empty scan when no mega-batch of the window gets a block. A plan whose page
+    reads are planned already (`plan.read`, strategy "pages") keeps them.
     """
     page_plans = [p.read if p.read is not None and p.read.strategy == "pages"  # planned already
                   else pages_plan(p.read_rows, row_bytes, model) for p in plans]

@@ -78,6 +78,8 @@ def test_window_choice_follows_the_model_and_the_disk_budget():
         if p.read.strategy == "block":  # exactly the rows, padded to a page
             assert st["bytes_read"] == block_bytes(20_000, 512)
     free_requests = CostModel(request_s=0.0, read_bw=1e9, write_bw=1e9)
+    for p in plans:  # page plans already made are reused: plan these afresh for the new model
+        p.read = None
     scan = choose_window(plans, 512, free_requests, disk_budget=10 * each)
     assert all(p.read.strategy == "pages" for p in plans) and len(scan.lengths) == 0
 
