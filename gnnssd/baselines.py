@@ -11,9 +11,6 @@ the same `x`. `NodeLoader(..., features="mmap" | "per-row")` runs them.
 """
 from __future__ import annotations
 
-from typing import Iterator
-
-import dgl
 import numba as nb
 import numpy as np
 import torch
