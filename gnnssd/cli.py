@@ -10,7 +10,8 @@ from typing import Any, Callable, Iterator
 
 import yaml
 
-from gnnssd.storage_format import FEATURE_DTYPES, ORDERS, Store, StoreError, write_store
+from gnnssd.sampler import ORDERS, node_order
+from gnnssd.storage_format import FEATURE_DTYPES, Store, StoreError, write_store
 
 from .config import ConfigError
 from .logs import setup_logging
@@ -59,8 +60,8 @@ def _progress_bar() -> Callable[[str, int, int], None]:
 
 def cmd_preprocess(args: argparse.Namespace) -> None:
     source = _source_from_args(args)
-    out = write_store(args.out, source, order=args.order, dtype=args.dtype, progress=_progress_bar(),
-                      memory_limit=args.memory_limit)
+    out = write_store(args.out, source, order=node_order(args.order), dtype=args.dtype,
+                      progress=_progress_bar(), memory_limit=args.memory_limit)
     print(Store.open(out).summary())
 
 
@@ -149,7 +150,7 @@ def cmd_report(args: argparse.Namespace) -> None:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> None:
-    from gnnssd.sampler.calibration import calibrate
+    from gnnssd.pipeline.calibration import calibrate
 
     model = calibrate(args.store, seconds=args.seconds)
     print(f"{args.store}: {model}")

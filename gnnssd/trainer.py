@@ -20,12 +20,10 @@ from gnnssd.storage_format import Store
 from .budget import format_bytes, parse_bytes
 from .checkpoint import CHECKPOINT, CheckpointError, MetricsLog, load_checkpoint, save_checkpoint
 from .config import Config, ConfigError, load_config
-from .memory_loader import MemoryLoader
-from .ssd_loader import SSDLoader
 from .models import build_model
 from .rundir import RunLock, Scratch, prepare_run_dir
+from .node_loader import NodeLoader
 from .runtime import epoch_seed, seed_everything, select_device, use_single_thread
-from .timing import StageTimer
 
 log = logging.getLogger("gnnssd.trainer")
 
@@ -42,13 +40,15 @@ class TrainingError(RuntimeError):
 
 
 class Trainer:
-    """Trains one of the built-in models on a store, as a configuration describes.
+    """Trains a model on a store, as a configuration describes: one of the built-in models,
+    or the user's `model` (any module taking `(blocks, x)` and returning logits).
 
     `fit()` runs the epochs (resuming from the run directory's checkpoint when asked),
     `evaluate()` scores a split, `predict()` labels nodes in their original IDs.
     """
 
-    def __init__(self, config: Config | str | Path, overrides: dict[str, Any] | None = None):
+    def __init__(self, config: Config | str | Path, overrides: dict[str, Any] | None = None,
+                 model: torch.nn.Module | None = None):
         self.config = config if isinstance(config, Config) else load_config(config, overrides)
         cfg = self.config
         self.run_dir = cfg.run_path()
@@ -62,22 +62,28 @@ class Trainer:
         if cfg.deterministic:
             use_single_thread()
         seed_everything(cfg.seed)
-        self.timer = StageTimer()
         self.scratch = Scratch(self.run_dir)
         self.lock: RunLock | None = None
         self.loader = self._make_loader()
         self.labels = torch.from_numpy(np.array(self.store.labels, dtype=np.int64))
-        self.model = build_model(cfg.model, self.store.feat_dim, self.store.num_classes).to(self.device)
+        if model is None:
+            model = build_model(cfg.model, self.store.feat_dim, self.store.num_classes)
+        self.model = model.to(self.device)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.train.lr,
                                           weight_decay=cfg.train.weight_decay)
         self.epochs_done = 0
         self.best: dict[str, Any] = {"valid_acc": -1.0, "epoch": 0, "state": None}
         self.metrics = MetricsLog(self.run_dir)
 
-    def _make_loader(self) -> MemoryLoader | SSDLoader:
-        if self.config.features == "ssd":
-            return SSDLoader(self.store, self.config, self.device, self.timer, self.scratch.path)
-        return MemoryLoader(self.store, self.device, self.timer)
+    def _make_loader(self) -> NodeLoader:
+        """The training loader; evaluation takes views of it (`with_seeds`) that share its
+        features, hot cache and buffers."""
+        cfg = self.config
+        return NodeLoader(self.store, self.store.train_idx, fanouts=cfg.sampler.fanouts,
+                          batch_size=cfg.sampler.batch_size, features=cfg.features, shuffle=True,
+                          seed=cfg.seed, device=self.device, eval_fanouts=cfg.sampler.eval_fanouts,
+                          eval_batch_size=cfg.sampler.eval_batch_size, scratch_dir=self.scratch.path,
+                          **vars(cfg.ssd))
 
     def close(self) -> None:
         """Release the loader's files, buffers and I/O threads, this process's scratch
@@ -139,19 +145,17 @@ class Trainer:
         seed_everything(epoch_seed(cfg.seed, epoch))
         self.model.train()
         start = time.perf_counter()
-        self.timer.take()
-        if isinstance(self.loader, SSDLoader):
-            self.loader.io_counts.reset()
+        self.loader.stage_times()
+        self.loader.io_stats()
         loss_sum, correct, seen = 0.0, 0, 0
-        train_idx = np.asarray(self.store.train_idx)
-        n_batches = -(-len(train_idx) // cfg.sampler.batch_size)
-        batches = self.loader.batches(train_idx, cfg.sampler.fanouts, cfg.sampler.batch_size,
-                                      shuffle=True, epoch=epoch)
+        self.loader.set_epoch(epoch)
+        n_batches = len(self.loader)
+        batches = iter(self.loader)
         try:  # closed here, not when collected: an error or Ctrl-C stops the I/O threads now
             for i, batch in enumerate(tqdm(batches, total=n_batches, desc=f"epoch {epoch}", leave=False,
                                            disable=not cfg.train.progress, mininterval=1.0), 1):
-                with self.timer.stage("compute"):
-                    y = self.labels[batch.output_nodes].to(self.device)
+                with self.loader.timer.stage("compute"):
+                    y = batch.y
                     logits = self.model(batch.blocks, batch.x)
                     loss = F.cross_entropy(logits, y)
                     if not math.isfinite(loss.item()):
@@ -169,10 +173,10 @@ class Trainer:
         finally:
             batches.close()
         record = {"epoch": epoch, "train_loss": loss_sum / seen, "train_acc": correct / seen,
-                  "epoch_s": round(time.perf_counter() - start, 4), "stages_s": self.timer.take(),
-                  "batches": n_batches}
-        if isinstance(self.loader, SSDLoader):
-            record["io"] = self.loader.io_counts.take()
+                  "epoch_s": round(time.perf_counter() - start, 4), "stages_s": self.loader.stage_times(),
+                  "batches": len(self.loader)}
+        if cfg.features == "ssd":
+            record["io"] = self.loader.io_stats()
         return record
 
     def _evaluate_epoch(self, epoch: int) -> dict[str, Any]:
@@ -200,9 +204,11 @@ class Trainer:
         fanouts = cfg.sampler.eval_fanouts or [-1] * cfg.model.layers
         self.model.eval()
         outputs, order = [], []
-        for batch in self.loader.batches(nodes, fanouts, cfg.sampler.eval_batch_size, shuffle=False):
+        for batch in self.loader.with_seeds(nodes, fanouts=fanouts, batch_size=cfg.sampler.eval_batch_size):
             outputs.append(self.model(batch.blocks, batch.x).cpu())
-            order.append(batch.output_nodes)
+            order.append(batch.output_nodes.cpu())
+        if not outputs:
+            return torch.empty(0, self.store.num_classes), torch.empty(0, dtype=torch.long)
         return torch.cat(outputs), torch.cat(order)
 
     def evaluate(self, split: str = "test") -> dict[str, float]:

@@ -28,7 +28,7 @@ from .csc_external import BUCKET_IDS_PER_EDGE, external_csc
 from .errors import DatasetError, StoreError
 from .manifest import (ARRAY_FILES, FEATURE_DTYPES, FEATURES, FORMAT_NAME, FORMAT_VERSION,
                        MANIFEST, PAGE, PAGE_CHECKSUMS, is_store_manifest, manifest_checksum)
-from .order import compute_order
+from .order import NodeOrder, order_name, resolve_order
 from .source import DatasetSource, edge_chunks, edge_count
 
 log = logging.getLogger(__name__)
@@ -36,6 +36,9 @@ log = logging.getLogger(__name__)
 PROGRESS = "progress.json"
 STAGED_FEATURES = "features.original-order.bin"
 CHUNK_BYTES = 16 << 20
+#: Any store may have this many classes; more only with as many labelled nodes (a label of
+#: 10**9 on a small graph is a data error, and would size the output layer at 10**9).
+FEW_CLASSES = 1 << 16
 HEAD_BYTES = 1 << 20  # of each input file, checksummed for the resume key
 #: Edges per chunk streamed into the out-of-core topology build.
 CHUNK_EDGES = 1 << 20
@@ -46,10 +49,11 @@ DEFAULT_MEMORY_FRACTION = 0.5
 EXTERNAL_INDICES = "indices.external.npy"
 
 
-def write_store(out: str | Path, source: DatasetSource, order: str = "original",
+def write_store(out: str | Path, source: DatasetSource, order: str | NodeOrder = "original",
                 dtype: str = "float32", progress: Callable[[str, int, int], None] | None = None,
                 memory_limit: int | None = None) -> Path:
-    """Preprocess `source` into the store directory `out`; returns its path.
+    """Preprocess `source` into the store directory `out`; returns its path. `order`:
+    "original", or a NodeOrder from the planner (`gnnssd.sampler.node_order`).
 
     `out` must be new, an empty directory or an existing store (replaced atomically) and
     must not overlap the input; one preprocess at a time holds it (a lock file beside it).
@@ -67,7 +71,7 @@ def write_store(out: str | Path, source: DatasetSource, order: str = "original",
     with _destination_lock(out):
         _restore_interrupted_swap(out)
         _check_destination(out)
-        params = {"source": source.describe(), "order": order, "dtype": dtype}
+        params = {"source": source.describe(), "order": order_name(order), "dtype": dtype}
         topology: dict[str, int] = {}
         try:
             partial = _open_partial_dir(out, {**params, "inputs": _input_identity(inputs)})
@@ -76,7 +80,7 @@ def write_store(out: str | Path, source: DatasetSource, order: str = "original",
         except DiskFullError as exc:
             partial = _partial_dir(out)
             shutil.rmtree(partial, ignore_errors=True)
-            needed = _space_needed(source, dtype, order, topology.get("num_edges"))
+            needed = _space_needed(source, dtype, order_name(order), topology.get("num_edges"))
             free = shutil.disk_usage(out.parent).free
             raise DiskFullError(f"{exc}; removed the unfinished store {partial}; preprocess "
                                 f"needs about {_mib(needed)} free there ({_mib(free)} free "
@@ -85,7 +89,7 @@ def write_store(out: str | Path, source: DatasetSource, order: str = "original",
     return out
 
 
-def _write_partial(partial: Path, source: DatasetSource, order: str, dtype: str,
+def _write_partial(partial: Path, source: DatasetSource, order: str | NodeOrder, dtype: str,
                    params: dict[str, Any], progress: Callable[[str, int, int], None] | None,
                    topology: dict[str, int], memory_limit: int | None) -> None:
     """Write (or finish writing) every file of the store into `partial`, manifest last;
@@ -97,7 +101,7 @@ def _write_partial(partial: Path, source: DatasetSource, order: str, dtype: str,
     num_classes = int(labels.max()) + 1 if (labels >= 0).any() else 0
     notify("topology", 0, 1)
     indptr, indices = _checked_csc(source, memory_limit or default_memory_limit(), partial)
-    perm = compute_order(order, indptr, indices, train_idx=splits["train"])
+    order, perm = resolve_order(order, indptr, indices, train_idx=splits["train"])
     inv = np.empty(n, dtype=np.int64)
     inv[perm] = np.arange(n, dtype=np.int64)
     if order != "original":
@@ -323,12 +327,13 @@ def _checked_labels(source: DatasetSource) -> np.ndarray:
         raise DatasetError(f"{source.name}: label {labels[bad[0]]} of node {bad[0]} is out of "
                            "range (classes are 0..C-1, -1 marks unlabelled)")
     labelled = int((labels >= 0).sum())
-    if labelled and int(labels.max()) + 1 > labelled:
+    classes = int(labels.max()) + 1 if labelled else 0
+    if classes > max(labelled, FEW_CLASSES):
         top = int(np.argmax(labels))
         raise DatasetError(f"{source.name}: label {labels[top]} of node {top} makes "
-                           f"{labels[top] + 1:,} classes, more than the {labelled:,} labelled "
-                           "nodes; labels must be class indices 0..C-1 with C at most the "
-                           "number of labelled nodes")
+                           f"{classes:,} classes, more than the {labelled:,} labelled nodes "
+                           f"(and more than {FEW_CLASSES:,}); labels must be class indices 0..C-1 "
+                           f"with C at most max(labelled nodes, {FEW_CLASSES:,})")
     return labels
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from gnnssd.cli import main
 from gnnssd.datasets import OGBBinarySource, OGBSource, ogb_source
+from gnnssd.sampler import node_order
 from gnnssd.storage_format import DatasetError, Store, write_store
 
 from .conftest import random_graph_arrays
@@ -53,8 +54,8 @@ def test_binary_layout_gives_the_csv_layouts_store(tmp_path, compressed):
     _write_ogb_layout(tmp_path / "csv", data)
     binary = ogb_source(tmp_path / "bin")
     assert isinstance(binary, OGBBinarySource) and isinstance(ogb_source(tmp_path / "csv"), OGBSource)
-    a = write_store(tmp_path / "a", binary, order="degree")
-    b = write_store(tmp_path / "b", ogb_source(tmp_path / "csv"), order="degree")
+    a = write_store(tmp_path / "a", binary, order=node_order("degree"))
+    b = write_store(tmp_path / "b", ogb_source(tmp_path / "csv"), order=node_order("degree"))
     assert _store_bytes(a) == _store_bytes(b)
     assert Store.open(a).num_classes == 4
 

@@ -8,7 +8,7 @@ import torch
 
 from gnnssd.config import ConfigError, config_from_dict
 from gnnssd.datasets import synthetic_source
-from gnnssd.sampler import PlanConfig, Planner
+from gnnssd.sampler import PlanConfig, Planner, node_order
 from gnnssd.storage_format import Store, write_store
 from gnnssd.trainer import Trainer
 
@@ -18,7 +18,7 @@ def small_store(tmp_path_factory):
     """20k nodes x 64 float32 = 5 MiB of features: far more than the budgets below hold."""
     source = synthetic_source(num_nodes=20_000, feat_dim=64, num_classes=8, avg_degree=10,
                               train_fraction=0.3)
-    return write_store(tmp_path_factory.mktemp("ssd") / "store", source, order="degree")
+    return write_store(tmp_path_factory.mktemp("ssd") / "store", source, order=node_order("degree"))
 
 
 def _config(store, run_dir, **ssd):
@@ -37,17 +37,21 @@ def test_batches_carry_the_features_on_disk(small_store, tmp_path, block_budget)
     budget = "24MiB" if block_budget else "16MiB"
     trainer = Trainer(_config(small_store, tmp_path / "run", block_budget=block_budget, memory_budget=budget))
     loader = trainer.loader
-    assert 0 < len(loader.hot_rows) < trainer.store.num_nodes
+    assert 0 < len(loader._backend.hot_rows) < trainer.store.num_nodes
     features = Store.open(small_store).features_memmap()
+    labels = np.asarray(trainer.store.labels)
     train = np.asarray(trainer.store.train_idx)
     seen = []
-    for batch in loader.batches(train, [5, 5], 200, shuffle=True, epoch=1):
+    loader.set_epoch(1)
+    for batch in loader:
         inputs = batch.blocks[0].srcdata[dgl.NID].numpy()
+        np.testing.assert_array_equal(batch.input_nodes.numpy(), inputs)
         np.testing.assert_array_equal(batch.x.numpy(), features[inputs])
         np.testing.assert_array_equal(batch.blocks[-1].dstdata[dgl.NID].numpy(), batch.output_nodes.numpy())
+        np.testing.assert_array_equal(batch.y.numpy(), labels[batch.output_nodes.numpy()])
         seen.append(batch.output_nodes.numpy())
     np.testing.assert_array_equal(np.sort(np.concatenate(seen)), train)
-    counts = loader.io_counts.take()
+    counts = loader.io_stats()
     assert counts["bytes_read"] > 0 and counts["requests"] > 0
     if block_budget:  # compact blocks were repacked, read back and deleted
         assert counts["bytes_written"] > 0

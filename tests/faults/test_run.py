@@ -353,7 +353,7 @@ def test_users_config_yaml_in_run_dir_is_not_overwritten(store, tmp_path, capsys
 # --- also found: I/O counters from several threads -------------------------------------------
 
 def test_io_counters_lose_no_counts_across_threads():
-    from gnnssd.ssd_loader import IOCounters
+    from gnnssd.memory_loader import IOCounters
 
     interval = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)  # switch threads as often as possible
@@ -367,4 +367,4 @@ def test_io_counters_lose_no_counts_across_threads():
             w.join()
     finally:
         sys.setswitchinterval(interval)
-    assert counters.take() == {"bytes_read": n * threads, "bytes_written": 0, "requests": 2 * n * threads}
+    assert counters.as_dict() == {"bytes_read": n * threads, "bytes_written": 0, "requests": 2 * n * threads}

@@ -19,7 +19,7 @@ from gnnssd.datasets import HeterophilousSource, PlanetoidSource, synthetic_sour
 from gnnssd.datasets.arrays import ArraySource
 from gnnssd.io_engine import ChecksumError, Engine
 from gnnssd.io_engine.crc import crc32c, page_crc32c
-from gnnssd.sampler import DirectIO
+from gnnssd.pipeline import DirectIO
 from gnnssd.storage_format import DatasetError, Store, StoreError, write_store
 from gnnssd.trainer import Trainer
 from tests.conftest import REPO, random_graph_arrays

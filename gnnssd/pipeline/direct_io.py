@@ -12,8 +12,7 @@ from typing import Mapping
 import numpy as np
 
 from gnnssd.io_engine import Engine
-
-ALIGN = 4096
+from gnnssd.io_engine.engine import ALIGNMENT
 
 
 class DirectIO:
@@ -40,8 +39,8 @@ class DirectIO:
         f.close()
 
     def alloc(self, nbytes: int) -> np.ndarray:
-        """Page-aligned uint8 buffer of at least nbytes (rounded up to a page)."""
-        return self._engine.alloc(max(-(-nbytes // ALIGN) * ALIGN, ALIGN))
+        """Aligned uint8 buffer of at least nbytes (rounded up to the engine's alignment)."""
+        return self._engine.alloc(max(-(-nbytes // ALIGNMENT) * ALIGNMENT, ALIGNMENT))
 
     def read_extents(self, f, offsets: np.ndarray, lengths: np.ndarray, buf: np.ndarray, dest: np.ndarray) -> None:
         """Read file[offsets[i]:+lengths[i]] into buf[dest[i]:+lengths[i]]; all page-aligned."""
