@@ -25,7 +25,7 @@ from gnnssd.storage_format import DatasetError
 from gnnssd.storage_format.link_split import LinkSplit, random_negatives
 
 from .base import require_file
-from .ogb import OGBSource, split_folder
+from .ogb import OGBSource, read_column, resolve_split_name
 
 DEFAULT_NEGATIVES = 1000
 
@@ -38,10 +38,10 @@ class OGBLinkSource(OGBSource):
         self.root = Path(root)
         self.name = self.root.name
         self.symmetric = symmetric
-        self.split_name = split_folder(self.root, split_name)
+        self.split_name = resolve_split_name(self.root, split_name)
         self.eval_negatives = eval_negatives
         self.seed = seed
-        self.num_nodes = int(self._read_column(self._raw("num-node-list.csv.gz"), np.int64).sum())
+        self.num_nodes = int(read_column(self._raw("num-node-list.csv.gz"), np.int64).sum())
         self.feat_dim = int(next(self.feature_chunks(0, 1)).shape[1])
 
     def load_labels(self) -> np.ndarray:

@@ -14,10 +14,18 @@ def compile(layer):  # noqa: A001 - the public name the design gives the compile
     return compile_layer(layer)
 
 
-def __getattr__(name: str):
-    """`gnnssd.EdgeLoader`, imported on first use (it pulls in DGL and torch)."""
-    if name == "EdgeLoader":
-        from .edge_loader import EdgeLoader
+_PUBLIC = {"EdgeLoader": ".edge_loader", "NodeLoader": ".node_loader", "Store": ".storage_format",
+           "Trainer": ".trainer"}
 
-        return EdgeLoader
-    raise AttributeError(f"module 'gnnssd' has no attribute {name!r}")
+
+def __getattr__(name: str):
+    """`gnnssd.EdgeLoader`, `gnnssd.NodeLoader`, `gnnssd.Store`, `gnnssd.Trainer`, imported
+    on first use (the CLI starts without torch and DGL)."""
+    if name not in _PUBLIC:
+        raise AttributeError(f"module 'gnnssd' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(_PUBLIC[name], __name__), name)
+
+
+__all__ = ["EdgeLoader", "NodeLoader", "Store", "Trainer", "compile"]

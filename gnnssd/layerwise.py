@@ -24,14 +24,15 @@ import torch
 from torch import nn
 
 from gnnssd.io_engine import Engine
-from gnnssd.sampler.block_writer import BlockWriter
 from gnnssd.storage_format import Store
 
 from .budget import parse_bytes
 from .checkpoint import load_checkpoint
-from .config import Config
+from .config import Config, ConfigError
 from .memory_loader import load_features
 from .models import build_model
+from .pipeline.block_writer import BlockWriter
+from .rundir import reading
 
 PAGE = 4096
 CHUNK_SHARE = 8  # a chunk's input rows take at most 1/CHUNK_SHARE of the budget
@@ -238,16 +239,17 @@ def trained_model(config: Config) -> nn.Module:
     return model
 
 
-def layerwise_outputs(config: Config, model: nn.Module, layers: int | None = None) -> Iterator[np.ndarray]:
+def layerwise_outputs(config: Config, model: nn.Module, scratch_dir: Path,
+                      layers: int | None = None) -> Iterator[np.ndarray]:
     """Every node's output of the first `layers` layers, in original node order, in
-    chunks: computed in RAM (`features: memory`) or through scratch files (`ssd`)."""
+    chunks: computed in RAM (`features: memory`) or through files in `scratch_dir` (`ssd`)."""
     store = Store.open(config.store_path())
     budget = parse_bytes(config.ssd.memory_budget)
     if config.features == "memory":
         h = layerwise_memory(model, store, load_features(store), layers, budget)
         yield h[torch.from_numpy(np.array(store.inv, np.int64))].numpy()
         return
-    runner = LayerwiseSSD(store, config.run_path() / "layerwise", budget, config.ssd.queue_depth,
+    runner = LayerwiseSSD(store, scratch_dir / "layerwise", budget, config.ssd.queue_depth,
                           config.ssd.io_backend)
     try:
         path, dim = runner.run(model, layers)
@@ -259,17 +261,35 @@ def layerwise_outputs(config: Config, model: nn.Module, layers: int | None = Non
 
 def embed(config: Config, out: Path, layers: int | None = None) -> tuple[int, int]:
     """Write the embeddings (layer `layers`, default the last) of every node as an .npy in
-    original node order; returns its shape."""
-    model = trained_model(config)
-    if layers is not None and not 1 <= layers <= model.num_layers:
-        raise ValueError(f"--layer {layers}: the model has layers 1..{model.num_layers}")
+    original node order; returns its shape. Holds the run directory's reader lock; layer
+    files go to this process's scratch directory in it."""
+    with reading(config.run_path()) as scratch:
+        model = trained_model(config)
+        if layers is not None and not 1 <= layers <= model.num_layers:
+            raise ValueError(f"--layer {layers}: the model has layers 1..{model.num_layers}")
+        return _write_npy(out, layerwise_outputs(config, model, scratch.path, layers),
+                          Store.open(config.store_path()).num_nodes)
+
+
+def predict_layerwise(config: Config) -> np.ndarray:
+    """Every node's predicted class (original IDs) by layer-wise inference of a node
+    run's best model, under the run directory's reader lock."""
+    if config.task != "node":
+        raise ConfigError("predict is for task: node; use `gnnssd embed` for link models")
+    with reading(config.run_path()) as scratch:
+        chunks = layerwise_outputs(config, trained_model(config), scratch.path)
+        return np.concatenate([chunk.argmax(1) for chunk in chunks])
+
+
+def _write_npy(out: Path, chunks: Iterator[np.ndarray], total: int) -> tuple[int, int]:
+    """The float32 rows of `chunks` (`total` in all) as the .npy `out`, written to a
+    partial file and renamed into place."""
     tmp = out.with_name(out.name + ".partial")
     n = dim = 0
     with open(tmp, "wb") as f:
-        for chunk in layerwise_outputs(config, model, layers):
+        for chunk in chunks:
             if n == 0:
                 dim = chunk.shape[1]
-                total = Store.open(config.store_path()).num_nodes
                 np.lib.format.write_array_header_1_0(
                     f, {"descr": "<f4", "fortran_order": False, "shape": (total, dim)})
             f.write(np.ascontiguousarray(chunk, np.float32).tobytes())

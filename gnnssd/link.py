@@ -18,13 +18,9 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
 
-from gnnssd.storage_format import Store
-
-from .checkpoint import MetricsLog
-from .config import Config, ConfigError, load_config
+from .config import Config, ConfigError
 from .edge_loader import EdgeBatch, EdgeLoader
-from .models import build_model
-from .runtime import epoch_seed, seed_everything, select_device, use_single_thread
+from .runtime import epoch_seed, seed_everything
 from .trainer import Trainer
 
 HITS_AT = (10, 50, 100)
@@ -78,10 +74,11 @@ class LinkTrainer(Trainer):
 
     def __init__(self, config: Config | str | Path, overrides: dict[str, Any] | None = None,
                  model: nn.Module | None = None):
-        self.config = config if isinstance(config, Config) else load_config(config, overrides)
+        super().__init__(config, overrides, model)
+        self.best = {"valid_mrr": -1.0, "epoch": 0, "state": None}
+
+    def _check_store(self) -> None:
         cfg = self.config
-        self.run_dir = cfg.run_path()
-        self.store = Store.open(cfg.store_path())
         if not self.store.has_link_split:
             raise ConfigError(f"task: link needs a store with a link split; {cfg.store} has none "
                               "(preprocess with --edge-split, or from an OGB link layout)")
@@ -89,24 +86,28 @@ class LinkTrainer(Trainer):
         if cfg.link.eval_negatives > stored:
             raise ConfigError(f"link.eval_negatives: {cfg.link.eval_negatives}, but the store holds "
                               f"{stored} negatives per evaluation edge")
-        self.device = select_device(cfg.device)
-        if cfg.deterministic:
-            use_single_thread()
-        seed_everything(cfg.seed)
-        self.loader = EdgeLoader(
-            self.store, np.asarray(self.store.link_edges("train")), cfg.sampler.fanouts,
-            cfg.sampler.batch_size, negatives=cfg.link.negatives, features=cfg.features,
-            seed=cfg.seed, device=self.device,
-            eval_fanouts=cfg.sampler.eval_fanouts, eval_batch_size=cfg.sampler.eval_batch_size,
-            ssd=cfg.ssd, scratch_dir=self.run_dir)
-        encoder = model or build_model(cfg.model, self.store.feat_dim, cfg.model.hidden)
-        self.model = nn.ModuleDict({"encoder": encoder,
-                                    "decoder": EdgeDecoder(cfg.link.decoder, cfg.model.hidden)}).to(self.device)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.train.lr,
-                                          weight_decay=cfg.train.weight_decay)
-        self.epochs_done = 0
-        self.best: dict[str, Any] = {"valid_mrr": -1.0, "epoch": 0, "state": None}
-        self.metrics = MetricsLog(self.run_dir)
+
+    def _split_size(self, split: str) -> int:
+        return len(self.store.link_edges(split))
+
+    def _output_dim(self) -> int:
+        return self.config.model.hidden
+
+    def _make_loader(self) -> EdgeLoader:  # type: ignore[override]
+        """The training edges' loader; evaluation embeds nodes through its features."""
+        cfg = self.config
+        return EdgeLoader(self.store, np.asarray(self.store.link_edges("train")), fanouts=cfg.sampler.fanouts,
+                          batch_size=cfg.sampler.batch_size, negatives=cfg.link.negatives,
+                          features=cfg.features, seed=cfg.seed, device=self.device,
+                          eval_fanouts=cfg.sampler.eval_fanouts, eval_batch_size=cfg.sampler.eval_batch_size,
+                          scratch_dir=self.scratch.path, **vars(cfg.ssd))
+
+    def _build_model(self, model: nn.Module | None) -> nn.Module:
+        """The encoder (the user's `model` or the configured one, to `model.hidden`-wide
+        embeddings) and the edge decoder."""
+        cfg = self.config
+        return nn.ModuleDict({"encoder": super()._build_model(model),
+                              "decoder": EdgeDecoder(cfg.link.decoder, cfg.model.hidden)})
 
     @property
     def encoder(self) -> nn.Module:
@@ -122,16 +123,22 @@ class LinkTrainer(Trainer):
         self.loader.io_stats()
         self.loader.set_epoch(epoch)
         loss_sum, seen = 0.0, 0
-        for batch in tqdm(self.loader, total=len(self.loader), desc=f"epoch {epoch}", leave=False,
-                          disable=not self.config.train.progress, mininterval=1.0):
-            with self.loader.timer.stage("compute"):
-                h = self.encoder(batch.blocks, batch.x)
-                loss = link_loss(self.model["decoder"], h, batch)
-                self.optimizer.zero_grad()
-                loss.backward()
-                self.optimizer.step()
-            loss_sum += loss.item() * len(batch.pos)
-            seen += len(batch.pos)
+        n_batches = len(self.loader)
+        batches = iter(self.loader)
+        try:  # closed here, not when collected: an error or Ctrl-C stops the I/O threads now
+            for i, batch in enumerate(tqdm(batches, total=n_batches, desc=f"epoch {epoch}", leave=False,
+                                           disable=not self.config.train.progress, mininterval=1.0), 1):
+                with self.loader.timer.stage("compute"):
+                    h = self.encoder(batch.blocks, batch.x)
+                    loss = link_loss(self.model["decoder"], h, batch)
+                    self._check_finite(loss, epoch, i, n_batches)
+                    self.optimizer.zero_grad()
+                    loss.backward()
+                    self.optimizer.step()
+                loss_sum += loss.item() * len(batch.pos)
+                seen += len(batch.pos)
+        finally:
+            batches.close()
         record = {"epoch": epoch, "train_loss": loss_sum / max(seen, 1),
                   "epoch_s": round(time.perf_counter() - start, 4),
                   "stages_s": self.loader.stage_times(), "batches": len(self.loader)}

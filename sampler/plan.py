@@ -83,25 +83,40 @@ class MegaBatchPlan:
         return same and (self.read is None or self.read.equals(other.read))
 
 
-def minibatch_seeds(train_idx: np.ndarray, cfg: PlanConfig, epoch: int) -> list[np.ndarray]:
-    """The epoch's mini-batches of seed nodes, in training order.
+def seed_batches(seeds: np.ndarray, batch_size: int, shuffle: bool, seed: int, epoch: int,
+                 drop_last: bool = False) -> list[np.ndarray]:
+    """An epoch's mini-batches of seed nodes, in training order: the one seed order every
+    loader (memory, ssd, baselines) uses, so all see the same mini-batches for the same
+    (seed, epoch). With `shuffle`, a permutation drawn from (seed, epoch); without, `seeds`
+    in the order given. This is the seam where data-parallel ranks or edge mini-batches
+    would take their own share of the order."""
+    order = np.asarray(seeds, dtype=np.int64)
+    if shuffle:
+        order = np.random.default_rng([seed, epoch]).permutation(order)
+    return _cut(order, batch_size, drop_last)
 
-    Default: a uniform permutation. With `locality`, the sorted training nodes (rotated by a
-    random offset) are cut into runs of B*M, the runs are visited in random order and each
-    run is shuffled into its M mini-batches: a mega-batch's seeds are then neighbours in the
-    store's node order, which (with a locality order) means neighbours in the graph.
+
+def _cut(order: np.ndarray, batch_size: int, drop_last: bool) -> list[np.ndarray]:
+    stop = len(order) - len(order) % batch_size if drop_last else len(order)
+    return [order[i : i + batch_size] for i in range(0, stop, batch_size)]
+
+
+def minibatch_seeds(train_idx: np.ndarray, cfg: PlanConfig, epoch: int) -> list[np.ndarray]:
+    """The epoch's mini-batches of seed nodes for a plan config: `seed_batches` shuffled,
+    or with `locality`: the sorted training nodes (rotated by a random offset) are cut into
+    runs of B*M, the runs are visited in random order and each run is shuffled into its M
+    mini-batches: a mega-batch's seeds are then neighbours in the store's node order, which
+    (with a locality order) means neighbours in the graph.
     """
+    if not cfg.locality:
+        return seed_batches(train_idx, cfg.batch_size, True, cfg.seed, epoch, cfg.drop_last)
     rng = np.random.default_rng([cfg.seed, epoch])
     train = np.asarray(train_idx, dtype=np.int64)
-    if cfg.locality:
-        span = cfg.batch_size * cfg.mega_batch
-        ordered = np.roll(np.sort(train), -int(rng.integers(len(train))))
-        runs = [ordered[i : i + span] for i in range(0, len(ordered), span)]
-        order = np.concatenate([rng.permutation(runs[r]) for r in rng.permutation(len(runs))])
-    else:
-        order = rng.permutation(train)
-    stop = len(order) - len(order) % cfg.batch_size if cfg.drop_last else len(order)
-    return [order[i : i + cfg.batch_size] for i in range(0, stop, cfg.batch_size)]
+    span = cfg.batch_size * cfg.mega_batch
+    ordered = np.roll(np.sort(train), -int(rng.integers(len(train))))
+    runs = [ordered[i : i + span] for i in range(0, len(ordered), span)]
+    order = np.concatenate([rng.permutation(runs[r]) for r in rng.permutation(len(runs))])
+    return _cut(order, cfg.batch_size, cfg.drop_last)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -250,24 +265,19 @@ class Planner:
         self.union = RowUnion(len(indptr) - 1, hot)
         self.sampler = NeighborSampler(indptr, indices, config.fanouts)
         self.max_rows = np.iinfo(np.int64).max if max_rows is None else max_rows
-        self._prev: MegaBatchPlan | None = None  # the last plan: its buffer rows carry over
+        self._prev: MegaBatchPlan | None = None  # the last plan made: its buffer is carried from
 
     def plans(self, epochs: Iterable[int]) -> Iterator[MegaBatchPlan]:
-        """Mega-batch plans in training order; carry-over continues across epochs."""
-        self._prev = None
+        """Mega-batch plans of the training nodes' epochs, in training order."""
         for epoch in epochs:
-            yield from self._plan_epoch(minibatch_seeds(self.train_idx, self.config, epoch), epoch, None)
+            yield from self.plan_batches(minibatch_seeds(self.train_idx, self.config, epoch), epoch)
 
-    def plan_minibatches(self, batches: list[np.ndarray], epoch: int,
-                         exclude: list[np.ndarray] | None = None) -> Iterator[MegaBatchPlan]:
-        """Plans of explicit mini-batches (unique seed arrays, in this order), each sampled
-        without its `exclude[b]` edges and their reverses (see NeighborSampler.sample_many):
-        edge mini-batches, whose seeds are their edges' endpoints."""
-        self._prev = None
-        yield from self._plan_epoch(batches, epoch, exclude)
-
-    def _plan_epoch(self, batches: list[np.ndarray], epoch: int,
-                    exclude: list[np.ndarray] | None) -> Iterator[MegaBatchPlan]:
+    def plan_batches(self, batches: list[np.ndarray], epoch: int,
+                     exclude: list[np.ndarray] | None = None) -> Iterator[MegaBatchPlan]:
+        """Mega-batch plans of given mini-batches of seeds (groups of M, cut to fit
+        `max_rows`); carry-over continues from the previous call's last plan. With
+        `exclude`, batch b is sampled without the edges exclude[b] and their reverses (see
+        NeighborSampler.sample_many): edge mini-batches, whose seeds are their edges' endpoints."""
         cfg = self.config
         index = 0
         for start in range(0, len(batches), cfg.mega_batch):
@@ -279,14 +289,12 @@ class Planner:
                 if self.union.add(mfgs, self.max_rows):
                     continue
                 if self.union.members:
-                    self._prev = self._take(self._prev, epoch, index)
+                    yield self._take(epoch, index)
                     index += 1
-                    yield self._prev
                 if not self.union.add(mfgs, self.max_rows):
                     raise self._too_large(mfgs)
-            self._prev = self._take(self._prev, epoch, index)
+            yield self._take(epoch, index)
             index += 1
-            yield self._prev
 
     def _too_large(self, mfgs: MFGs) -> ValueError:
         self.union.add(mfgs, np.iinfo(np.int64).max)
@@ -295,10 +303,11 @@ class Planner:
         return ValueError(f"one mini-batch needs {needed} buffer rows beyond the hot cache, the buffer "
                           f"holds {self.max_rows}: raise the memory budget or lower batch size or fanouts")
 
-    def _take(self, prev: MegaBatchPlan | None, epoch: int, index: int) -> MegaBatchPlan:
-        if prev is None:
-            return self.union.take(None, 0, epoch, index)
-        return self.union.take(prev.rows, prev.num_read, epoch, index)
+    def _take(self, epoch: int, index: int) -> MegaBatchPlan:
+        prev = self._prev
+        self._prev = (self.union.take(None, 0, epoch, index) if prev is None
+                      else self.union.take(prev.rows, prev.num_read, epoch, index))
+        return self._prev
 
 
 def save_plan(plan: MegaBatchPlan, path: str | Path) -> None:

@@ -194,6 +194,31 @@ def exclusion_keys(exclude: Sequence[np.ndarray] | None, num_nodes: int,
     return ptr, np.concatenate(keys) if keys else np.empty(0, np.int64)
 
 
+@nb.njit(cache=True)
+def _find_in_edges(indptr, indices, dst, src, out):
+    """out[:count] = CSC positions of the in-edges src[i] -> dst[i] present in the graph."""
+    count = 0
+    for i in range(dst.shape[0]):
+        lo, hi = indptr[dst[i]], indptr[dst[i] + 1]
+        at = lo + np.searchsorted(indices[lo:hi], src[i])
+        if at < hi and indices[at] == src[i]:
+            out[count] = at
+            count += 1
+    return count
+
+
+def csc_edge_ids(indptr: np.ndarray, indices: np.ndarray, pairs: np.ndarray) -> np.ndarray:
+    """Edge IDs (CSC positions: the IDs of a DGL graph built from this CSC) of the pairs
+    (u, v) and (v, u) that are in the graph: what exclusion_keys excludes, for DGL's
+    `exclude_eids`."""
+    n = len(indptr) - 1
+    _, keys = exclusion_keys([pairs], n, 1)  # dst * n + src, both directions
+    out = np.empty(len(keys), np.int64)
+    count = _find_in_edges(np.asarray(indptr), np.asarray(indices), keys // n,
+                           (keys % n).astype(indices.dtype), out)
+    return out[:count]
+
+
 class NeighborSampler:
     """Samples the blocks of many mini-batches at once on one CSC graph.
 

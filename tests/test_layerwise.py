@@ -7,11 +7,13 @@ import pytest
 import torch
 
 from gnnssd.cli import main
-from gnnssd.config import ModelConfig, config_from_dict
+from gnnssd.config import ModelConfig, load_config
 from gnnssd.datasets import ArraySource
-from gnnssd.layerwise import LayerwiseSSD, chunk_bounds, layerwise_memory
+from gnnssd.layerwise import LayerwiseSSD, chunk_bounds, embed, layerwise_memory
 from gnnssd.memory_loader import MemoryLoader, load_features
 from gnnssd.models import build_model
+from gnnssd.rundir import RunDirBusy, RunLock
+from gnnssd.sampler import node_order, seed_batches
 from gnnssd.storage_format import Store, write_store
 from gnnssd.timing import StageTimer
 from gnnssd.trainer import Trainer
@@ -23,7 +25,7 @@ from .conftest import random_graph_arrays
 def store(tmp_path_factory):
     arrays = random_graph_arrays(num_nodes=500, num_edges=4000, dim=12, classes=5)
     out = tmp_path_factory.mktemp("layerwise") / "store"
-    return Store.open(write_store(out, ArraySource(**arrays), order="degree"))
+    return Store.open(write_store(out, ArraySource(**arrays), order=node_order("degree")))
 
 
 def _sampled_reference(model, store) -> np.ndarray:
@@ -31,7 +33,8 @@ def _sampled_reference(model, store) -> np.ndarray:
     loader = MemoryLoader(store, torch.device("cpu"), StageTimer())
     out = np.empty((store.num_nodes, 0), np.float32)
     with torch.no_grad():
-        for batch in loader.batches(np.arange(store.num_nodes), [-1] * model.num_layers, 128, shuffle=False):
+        seeds = np.arange(store.num_nodes)
+        for batch in loader.minibatches(seed_batches(seeds, 128, False, 0, 0), [-1] * model.num_layers):
             h = model(batch.blocks, batch.x).numpy()
             if out.shape[1] == 0:
                 out = np.empty((store.num_nodes, h.shape[1]), np.float32)
@@ -79,4 +82,11 @@ def test_embed_and_predict_layerwise_are_in_original_ids(store, tmp_path, featur
     assert np.load(tmp_path / "h1.npy").shape == (store.num_nodes, 8)
     assert main(["predict", "--config", str(config_file), "--out", str(tmp_path / "p.npy"), "--layerwise"]) == 0
     np.testing.assert_array_equal(np.load(tmp_path / "p.npy"), by_original.argmax(1))
-    assert not (tmp_path / "run" / "layerwise").exists() or not any((tmp_path / "run" / "layerwise").iterdir())
+    left = {p.name for p in (tmp_path / "run").iterdir()}
+    assert not left & {"layerwise", ".gnnssd-scratch"}  # layer files went to the process's scratch, removed
+    writer = RunLock(tmp_path / "run", exclusive=True)  # a training run holds the directory
+    try:
+        with pytest.raises(RunDirBusy, match="in use by training process"):
+            embed(load_config(config_file), tmp_path / "busy.npy")
+    finally:
+        writer.release()

@@ -9,6 +9,7 @@ import dgl
 import numpy as np
 import pytest
 import torch
+from dgl.nn import SAGEConv
 
 from gnnssd.cli import main
 from gnnssd.config import config_from_dict
@@ -16,7 +17,8 @@ from gnnssd.datasets import ArraySource, OGBLinkSource
 from gnnssd.edge_loader import EdgeLoader
 from gnnssd.link import LinkTrainer, ranking_metrics
 from gnnssd.memory_loader import store_graph
-from gnnssd.sampler import NeighborSampler
+from gnnssd.rundir import RunDirBusy, RunLock
+from gnnssd.sampler import NeighborSampler, node_order
 from gnnssd.storage_format import DatasetError, Store, StoreError, write_store
 from gnnssd.storage_format.link_split import pair_keys
 
@@ -36,7 +38,7 @@ def link_store(tmp_path_factory):
     arrays = random_graph_arrays(num_nodes=400, num_edges=3000, dim=16)
     source = ArraySource(**arrays, symmetric=True)
     out = tmp_path_factory.mktemp("link") / "store"
-    write_store(out, source, order="degree", edge_split=(0.8, 0.1, 0.1), split_seed=5,
+    write_store(out, source, order=node_order("degree"), edge_split=(0.8, 0.1, 0.1), split_seed=5,
                 eval_negatives=50)
     return out, arrays
 
@@ -64,7 +66,8 @@ def test_edge_split_holds_out_valid_and_test_edges_in_both_directions(link_store
         neg, edges = np.asarray(store.link_negatives(split)), np.asarray(store.link_edges(split))
         assert neg.shape == (len(edges), 50)
         assert not (neg == edges[:, 1:]).any()
-    assert len(store.verify()) == 14  # the link files are checksummed entries of the manifest
+    checked = store.verify()  # the link files are checksummed entries of the manifest
+    assert {f"link_{name}.npy" for name in ("train", "valid", "test", "valid_neg", "test_neg")} <= set(checked)
 
 
 def test_edge_split_is_seeded_and_validated(tmp_path):
@@ -119,7 +122,7 @@ def _write_ogb_link(root, layout: str, num_nodes: int = 60, dim: int = 4, seed: 
 def test_ogb_link_layouts(tmp_path, layout):
     written = _write_ogb_link(tmp_path / f"ogbl_{layout}", layout)
     source = OGBLinkSource(tmp_path / f"ogbl_{layout}", symmetric=True, eval_negatives=25)
-    store = Store.open(write_store(tmp_path / "store", source, order="degree"))
+    store = Store.open(write_store(tmp_path / "store", source, order=node_order("degree")))
     perm = np.asarray(store.perm)
     for name, edges in written["parts"].items():
         np.testing.assert_array_equal(perm[np.asarray(store.link_edges(name))], edges)
@@ -194,8 +197,10 @@ def test_edge_loader_batches(link_store, features):
     store = Store.open(link_store[0])
     train = np.asarray(store.link_edges("train"))
     rows = store.features_memmap()
-    with EdgeLoader(store, (train[:, 0], train[:, 1]), [4, 4], 64, negatives=3, features=features,
-                    memory_budget="16MiB", seed=2) as loader:
+    with EdgeLoader(store, (train[:, 0], train[:, 1]), fanouts=[4, 4], batch_size=64, negatives=3,
+                    features=features, memory_budget="16MiB", hot_fraction=0.0, seed=2, device="cpu") as loader:
+        setup = loader.io_stats()  # memory mode loads the features; ssd mode has no hot cache
+        assert setup["bytes_read"] == (store.num_nodes * store.row_bytes if features == "memory" else 0)
         loader.set_epoch(1)
         seen = []
         for batch in loader:
@@ -256,3 +261,36 @@ def test_link_config_errors_name_the_problem(link_store, tmp_path):
         _link_config(link_store[0], tmp_path, link={"decoder": "bilinear"})
     with pytest.raises(ValueError, match="link.eval_negatives: 60, but the store holds 50"):
         LinkTrainer(_link_config(link_store[0], tmp_path, link={"eval_negatives": 60}))
+
+
+class _UserEncoder(torch.nn.Module):
+    """A user's own encoder: two DGL SAGE layers, not a gnnssd model."""
+
+    def __init__(self, d_in: int, d: int):
+        super().__init__()
+        self.convs = torch.nn.ModuleList([SAGEConv(d_in, d, "mean"), SAGEConv(d, d, "mean")])
+
+    def forward(self, blocks, x):
+        return self.convs[1](blocks[1], torch.relu(self.convs[0](blocks[0], x)))
+
+
+def test_link_trainer_runs_a_user_encoder_under_the_run_lock(link_store, tmp_path):
+    """LinkTrainer is a Trainer: the user's `model=` is the encoder, training takes the run
+    directory's exclusive lock, ssd scratch lives in the process's scratch directory."""
+    store = Store.open(link_store[0])
+    run = tmp_path / "run"
+    encoder = _UserEncoder(store.feat_dim, 32)
+    trainer = LinkTrainer(_link_config(link_store[0], run, features="ssd", train={"epochs": 1}), model=encoder)
+    try:
+        assert trainer.encoder is encoder
+        run.mkdir()
+        holder = RunLock(run, exclusive=True)
+        with pytest.raises(RunDirBusy):
+            trainer.fit()
+        holder.release()
+        history = trainer.fit()
+        assert len(history) == 1 and 0 <= history[0]["valid_mrr"] <= 1
+    finally:
+        trainer.close()
+    assert not (run / ".gnnssd-scratch").exists()
+    assert (run / "checkpoint.pt").exists() and (run / "run_config.yaml").exists()
