@@ -108,6 +108,24 @@ class Store:
         if top >= self.num_classes:
             raise self._manifest_error(f"num_classes {self.num_classes}, but labels.npy holds "
                                        f"label {top} (classes are 0..num_classes-1)")
+        if self.has_link_split:
+            self._check_link_arrays()
+
+    def _check_link_arrays(self) -> None:
+        """The link split's arrays have the manifest's edge counts and negatives per edge,
+        and hold node IDs 0..num_nodes-1."""
+        link, n = self.manifest["link"], self.num_nodes
+        for split in ("train", "valid", "test"):
+            shapes = {f"link_{split}.npy": (link["edges"][split], 2)}
+            if split != "train":
+                shapes[f"link_{split}_neg.npy"] = (link["edges"][split], link["eval_negatives"])
+            for name, shape in shapes.items():
+                array = np.load(self.path / name, mmap_mode="r")
+                if array.shape != shape:
+                    raise self._manifest_error(f"{name} has shape {array.shape}, but the link "
+                                               f"section needs {shape}")
+                if array.size and (int(array.min()) < 0 or int(array.max()) >= n):
+                    raise self._manifest_error(f"{name} holds node IDs outside 0..{n - 1}")
 
     def _check_own_checksum(self) -> None:
         stored, actual = self.manifest["checksum"], manifest_checksum(self.manifest)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import shutil
 
 import dgl
 import numpy as np
@@ -21,6 +22,7 @@ from gnnssd.rundir import RunDirBusy, RunLock
 from gnnssd.sampler import NeighborSampler, node_order
 from gnnssd.storage_format import DatasetError, Store, StoreError, write_store
 from gnnssd.storage_format.link_split import pair_keys
+from gnnssd.storage_format.manifest import manifest_checksum
 
 from .conftest import random_graph_arrays
 
@@ -78,6 +80,35 @@ def test_edge_split_is_seeded_and_validated(tmp_path):
     plain = Store.open(write_store(tmp_path / "plain", ArraySource(**arrays)))
     with pytest.raises(StoreError, match="no link split"):
         plain.link_edges("train")
+
+
+def _drop_file(manifest, name):
+    del manifest["files"][name]
+
+
+def _bump(section, key):
+    section[key] += 1
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda m: _drop_file(m, "link_test_neg.npy"), r"'files' lacks \['link_test_neg.npy'\]"),
+    (lambda m: _bump(m["link"]["edges"], "test"), r"link_test.npy has shape \(\d+, 2\), but the link section"),
+    (lambda m: _bump(m["link"], "eval_negatives"), r"link_valid_neg.npy has shape \(\d+, 50\)"),
+])
+def test_link_store_manifest_is_checked_like_the_rest(link_store, tmp_path, edit, message):
+    """An edited link section is refused, naming the file, also when the manifest's own
+    checksum was recomputed to match."""
+    copy = tmp_path / "store"
+    shutil.copytree(link_store[0], copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    edit(manifest)
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(StoreError, match=f"checksum|{message}"):
+        Store.open(copy)
+    manifest["checksum"] = manifest_checksum(manifest)
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(StoreError, match=message):
+        Store.open(copy)
 
 
 def test_edge_split_argument_errors_name_the_value(tmp_path, capsys):
