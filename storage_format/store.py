@@ -282,7 +282,7 @@ class Store:
             f"splits       train {len(self.train_idx):,} / valid {len(self.valid_idx):,} / "
             f"test {len(self.test_idx):,}",
             f"node order   {m['order']}",
-            *([f"link split   " + " / ".join(f"{k} {v:,}" for k, v in m["link"]["edges"].items())
+            *([f"link split   " + " / ".join(f"{k} {m['link']['edges'][k]:,}" for k in ("train", "valid", "test"))
                + f" edges, {m['link']['eval_negatives']} negatives per eval edge"]
               if self.has_link_split else []),
             f"created      {m.get('created', '?')} by gnnssd {m.get('gnnssd_version', '?')}",
