@@ -58,10 +58,11 @@ class TensorRows:
 class FileRows:
     """Rows of a fixed-stride file (offset 0, page-padded) read through the io_engine."""
 
-    def __init__(self, engine: Engine, path: Path, dim: int, dtype: np.dtype):
+    def __init__(self, engine: Engine, path: Path, dim: int, dtype: np.dtype,
+                 checksums: np.ndarray | None = None):
         self.engine, self.dim, self.dtype = engine, dim, np.dtype(dtype)
         self.row_bytes = dim * self.dtype.itemsize
-        self.file = engine.open(path)
+        self.file = engine.open(path, checksums=checksums)
         self.bytes_read = 0
 
     def rows(self, ids: np.ndarray) -> torch.Tensor:
@@ -169,7 +170,8 @@ class LayerwiseSSD:
         model.eval()
         self.scratch_dir.mkdir(parents=True, exist_ok=True)
         path = self.store.features_path
-        source = FileRows(self.engine, path, self.store.feat_dim, self.store.feat_dtype)
+        source = FileRows(self.engine, path, self.store.feat_dim, self.store.feat_dtype,
+                          checksums=self.store.page_checksums())  # the layer files are our own
         for i in range(layers or model.num_layers):
             out = self.scratch_dir / f"layer{i}.bin"
             dim = self._write_layer(model, i, source, out)

@@ -471,3 +471,27 @@ def test_broken_ring_fails_reads_without_hanging(tmp_path):
         f.close()
     finally:
         engine.close()
+
+
+def test_layerwise_inference_stops_on_a_corrupt_page(tmp_path):
+    """Layer-wise inference reads features.bin through the engine with its page checksums."""
+    from gnnssd.config import ModelConfig
+    from gnnssd.layerwise import LayerwiseSSD
+    from gnnssd.models import build_model
+
+    path = write_store(tmp_path / "s", synthetic_source(num_nodes=3000, feat_dim=32,
+                                                        num_classes=4, avg_degree=5))
+    store = Store.open(path)
+    page = store.feature_bytes // 2 // 4096
+    with open(store.features_path, "r+b") as f:
+        f.seek(page * 4096 + 100)
+        byte = f.read(1)
+        f.seek(page * 4096 + 100)
+        f.write(bytes([byte[0] ^ 0x10]))
+    model = build_model(ModelConfig(name="sage", hidden=8, layers=2), store.feat_dim, 4)
+    runner = LayerwiseSSD(store, tmp_path / "scratch", budget=1 << 20)
+    try:
+        with pytest.raises(ChecksumError, match=rf"features.bin: page {page} .*gnnssd verify"):
+            runner.run(model)
+    finally:
+        runner.close()
