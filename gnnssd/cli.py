@@ -72,8 +72,32 @@ def _trainer(args: argparse.Namespace) -> Any:
 
 
 def cmd_train(args: argparse.Namespace) -> None:
-    trainer = _trainer(args)
-    trainer.fit(resume=args.resume)
+    from . import distributed
+    from .config import load_config
+
+    job = (args.config, _parse_overrides(args.set), args.resume)
+    if args.nproc < 1:
+        raise ConfigError(f"--nproc {args.nproc}: expected a positive number of ranks")
+    if args.nproc > 1 and distributed.launched_by_torchrun():
+        raise ConfigError("--nproc: this process is already a rank of torchrun; give the ranks "
+                          "to torchrun (--nproc-per-node) and drop --nproc")
+    if args.nproc > 1:
+        load_config(*job[:2])  # a bad config fails here, once, not on every rank
+        distributed.launch(args.nproc, train_job, *job)
+    elif distributed.launched_by_torchrun():
+        distributed.run_rank(train_job, *job)
+    else:
+        train_job(*job)
+
+
+def train_job(config: str, overrides: dict[str, Any], resume: bool) -> None:
+    """`gnnssd train` in one process, or in one rank of several (rank 0 prints)."""
+    from .trainer import Trainer
+
+    trainer = Trainer(config, overrides)
+    trainer.fit(resume=resume)
+    if not trainer.ranks.is_main:
+        return
     best = trainer.best
     print(f"best valid accuracy {best['valid_acc']:.4f} at epoch {best['epoch']}, "
           f"test accuracy {best.get('test_acc', float('nan')):.4f}")
@@ -171,6 +195,8 @@ def build_parser() -> argparse.ArgumentParser:
         sub.set_defaults(func=func)
         if name == "train":
             sub.add_argument("--resume", action="store_true", help="continue from the checkpoint")
+            sub.add_argument("--nproc", type=int, default=1,
+                             help="data-parallel ranks on this machine (torch.distributed)")
         if name == "eval":
             sub.add_argument("--split", nargs="+", default=["valid", "test"])
         if name == "predict":

@@ -140,12 +140,10 @@ class SSDLoader:
 
     def batches(self, nodes: np.ndarray, fanouts: list[int], batch_size: int, shuffle: bool,
                 epoch: int = 0) -> Iterator[Batch]:
-        """The mini-batches of `nodes` for one epoch (seeded by the config seed and `epoch`).
-
-        The planner permutes `nodes` either way; `shuffle` only matters to memory mode.
-        """
+        """The mini-batches of `nodes` for one epoch (seeded by the config seed and `epoch`);
+        with `shuffle` the planner permutes `nodes`, else takes them in order."""
         cfg = PlanConfig(batch_size=batch_size, fanouts=tuple(fanouts), mega_batch=self.config.ssd.mega_batch,
-                         seed=self.config.seed)
+                         seed=self.config.seed, shuffle=shuffle)
         planner = Planner(self.store.indptr, self.store.indices, nodes, cfg, self.hot_rows,
                           max_rows=self.budget.buffer_rows)
         if self.block_budget:

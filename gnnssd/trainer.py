@@ -14,6 +14,7 @@ from tqdm import tqdm
 
 from gnnssd.storage_format import Store
 
+from . import distributed
 from .checkpoint import MetricsLog, load_checkpoint, save_checkpoint
 from .config import Config, ConfigError, load_config
 from .memory_loader import MemoryLoader
@@ -38,11 +39,13 @@ class Trainer:
     def __init__(self, config: Config | str | Path, overrides: dict[str, Any] | None = None):
         self.config = config if isinstance(config, Config) else load_config(config, overrides)
         cfg = self.config
+        self.ranks = distributed.current()  # several when inside an initialised process group
         self.run_dir = cfg.run_path()
         self.store = Store.open(cfg.store_path())
+        distributed.check_same_store(self.store, self.ranks)
         if self.store.num_classes < 2:
             raise ConfigError(f"store {cfg.store}: {self.store.num_classes} classes; need >= 2")
-        self.device = select_device(cfg.device)
+        self.device = distributed.rank_device(select_device(cfg.device), self.ranks)
         if cfg.deterministic:
             use_single_thread()
         seed_everything(cfg.seed)
@@ -50,6 +53,8 @@ class Trainer:
         self.loader = self._make_loader()
         self.labels = torch.from_numpy(np.array(self.store.labels, dtype=np.int64))
         self.model = build_model(cfg.model, self.store.feat_dim, self.store.num_classes).to(self.device)
+        self.train_model = distributed.wrap(self.model, self.ranks, self.device)
+        self.progress = distributed.progress(self.ranks)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.train.lr,
                                           weight_decay=cfg.train.weight_decay)
         self.epochs_done = 0
@@ -58,7 +63,15 @@ class Trainer:
 
     def _make_loader(self) -> MemoryLoader | SSDLoader:
         if self.config.features == "ssd":
-            return SSDLoader(self.store, self.config, self.device, self.timer, self.run_dir / "blocks")
+            blocks = self.run_dir / ("blocks" if not self.ranks.active else f"blocks_rank{self.ranks.rank}")
+            try:
+                return SSDLoader(self.store, distributed.share_budget(self.config, self.ranks), self.device,
+                                 self.timer, blocks)
+            except ConfigError as exc:
+                if self.ranks.local_world_size == 1:
+                    raise
+                raise ConfigError(f"{exc} (ssd.memory_budget is the machine's total, split between "
+                                  f"its {self.ranks.local_world_size} local ranks)") from None
         return MemoryLoader(self.store, self.device, self.timer)
 
     def close(self) -> None:
@@ -68,10 +81,22 @@ class Trainer:
     # --- training ----------------------------------------------------------------------
 
     def fit(self, resume: bool = False) -> list[dict[str, Any]]:
-        """Train for `train.epochs` epochs; returns the per-epoch metrics of this call."""
+        """Train for `train.epochs` epochs; returns the per-epoch metrics of this call.
+
+        In a process group every rank calls it; rank 0 alone writes the run directory."""
+        try:
+            return self._fit(resume)
+        except RuntimeError as exc:
+            if self.ranks.active:  # a failed collective: name the ranks that stopped
+                raise self.progress.failure(exc) from exc
+            raise
+
+    def _fit(self, resume: bool) -> list[dict[str, Any]]:
         cfg = self.config
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        checkpoint = load_checkpoint(self.run_dir)
+        main = self.ranks.is_main
+        if main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        checkpoint = distributed.from_rank0(lambda: load_checkpoint(self.run_dir), self.ranks)
         if checkpoint is not None and not resume:
             raise RuntimeError(f"{self.run_dir}: holds a checkpoint of epoch {checkpoint['epoch']}; "
                                "pass --resume (resume=True) to continue it, or pick another run_dir")
@@ -80,17 +105,19 @@ class Trainer:
             log.info("resumed from %s at epoch %d", self.run_dir, self.epochs_done)
         elif resume:
             log.info("no checkpoint in %s: starting afresh", self.run_dir)
-        self.metrics.truncate_after(self.epochs_done)
-        (self.run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+        if main:
+            self.metrics.truncate_after(self.epochs_done)
+            (self.run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
         history = []
         for epoch in range(self.epochs_done + 1, cfg.train.epochs + 1):
             record = self._train_epoch(epoch)
             if epoch % cfg.train.eval_every == 0 or epoch == cfg.train.epochs:
                 record.update(self._evaluate_epoch(epoch))
-            self.metrics.append(record)
             self.epochs_done = epoch
-            save_checkpoint(self.run_dir, self._state())
-            log.info(_format_record(record, cfg.train.epochs))
+            if main:
+                self.metrics.append(record)
+                save_checkpoint(self.run_dir, self._state())
+                log.info(_format_record(record, cfg.train.epochs))
             history.append(record)
         if self.best["state"] is not None:
             self.model.load_state_dict(self.best["state"])
@@ -98,29 +125,32 @@ class Trainer:
 
     def _train_epoch(self, epoch: int) -> dict[str, Any]:
         cfg = self.config
-        seed_everything(epoch_seed(cfg.seed, epoch))
+        seed_everything(epoch_seed(cfg.seed, epoch) + self.ranks.rank)  # ranks draw apart
         self.model.train()
         start = time.perf_counter()
         self.timer.take()
         if isinstance(self.loader, SSDLoader):
             self.loader.io_counts.reset()
         loss_sum, correct, seen = 0.0, 0, 0
-        train_idx = np.asarray(self.store.train_idx)
-        n_batches = -(-len(train_idx) // cfg.sampler.batch_size)
-        batches = self.loader.batches(train_idx, cfg.sampler.fanouts, cfg.sampler.batch_size,
-                                      shuffle=True, epoch=epoch)
+        seeds, shuffle = self.ranks.epoch_seeds(self.store.train_idx, cfg.seed, epoch)
+        n_batches = -(-len(seeds) // cfg.sampler.batch_size)
+        batches = self.loader.batches(seeds, cfg.sampler.fanouts, cfg.sampler.batch_size,
+                                      shuffle=shuffle, epoch=epoch)
         for batch in tqdm(batches, total=n_batches, desc=f"epoch {epoch}", leave=False,
-                          disable=not cfg.train.progress, mininterval=1.0):
+                          disable=not (cfg.train.progress and self.ranks.is_main), mininterval=1.0):
             with self.timer.stage("compute"):
                 y = self.labels[batch.output_nodes].to(self.device)
-                logits = self.model(batch.blocks, batch.x)
+                logits = self.train_model(batch.blocks, batch.x)
                 loss = F.cross_entropy(logits, y)
                 self.optimizer.zero_grad()
+                self.progress.enter()  # backward averages the gradients over the ranks
                 loss.backward()
                 self.optimizer.step()
             loss_sum += loss.item() * len(y)
             correct += int((logits.argmax(1) == y).sum())
             seen += len(y)
+        self.progress.enter()
+        loss_sum, correct, seen = distributed.sum_over_ranks([loss_sum, correct, seen], self.ranks)
         record = {"epoch": epoch, "train_loss": loss_sum / seen, "train_acc": correct / seen,
                   "epoch_s": round(time.perf_counter() - start, 4), "stages_s": self.timer.take(),
                   "batches": n_batches}
@@ -153,13 +183,17 @@ class Trainer:
         return torch.cat(outputs), torch.cat(order)
 
     def evaluate(self, split: str = "test") -> dict[str, float]:
-        """Accuracy and loss of the current model on 'train', 'valid' or 'test'."""
-        logits, nodes = self._logits(np.asarray(self.store.split(split)))
-        if len(nodes) == 0:
-            return {"accuracy": float("nan"), "loss": float("nan"), "nodes": 0}
+        """Accuracy and loss of the current model on 'train', 'valid' or 'test' (each rank
+        scores its share of the nodes; the sums are added over the ranks)."""
+        logits, nodes = self._logits(self.ranks.split(self.store.split(split)))
         y = self.labels[nodes]
-        return {"accuracy": float((logits.argmax(1) == y).float().mean()),
-                "loss": float(F.cross_entropy(logits, y)), "nodes": len(nodes)}
+        local = [float((logits.argmax(1) == y).sum()),
+                 float(F.cross_entropy(logits, y, reduction="sum")), float(len(nodes))]
+        self.progress.enter()
+        correct, loss_sum, count = distributed.sum_over_ranks(local, self.ranks)
+        if count == 0:
+            return {"accuracy": float("nan"), "loss": float("nan"), "nodes": 0}
+        return {"accuracy": correct / count, "loss": loss_sum / count, "nodes": int(count)}
 
     def predict(self, original_ids: np.ndarray | None = None) -> np.ndarray:
         """Predicted class of each node, indexed by original node ID (all nodes by default)."""
@@ -170,14 +204,15 @@ class Trainer:
         if bad.size:
             raise ValueError(f"node ID {bad[0]} outside 0..{self.store.num_nodes - 1}")
         store_ids = np.asarray(self.store.inv)[original_ids]
-        logits, nodes = self._logits(store_ids)
+        logits, nodes = self._logits(self.ranks.split(store_ids))
+        nodes, classes = distributed.gather_arrays((nodes.numpy(), logits.argmax(1).numpy()), self.ranks)
         by_store_id = np.empty(self.store.num_nodes, dtype=np.int64)
-        by_store_id[nodes.numpy()] = logits.argmax(1).numpy()
+        by_store_id[nodes] = classes
         return by_store_id[store_ids]
 
     def load_best(self) -> None:
         """Load the checkpoint's best-validation weights (for eval/predict after fit)."""
-        checkpoint = load_checkpoint(self.run_dir)
+        checkpoint = distributed.from_rank0(lambda: load_checkpoint(self.run_dir), self.ranks)
         if checkpoint is None:
             raise RuntimeError(f"{self.run_dir}: no checkpoint; train first")
         self._restore(checkpoint)
@@ -189,7 +224,7 @@ class Trainer:
     def _state(self) -> dict[str, Any]:
         return {"epoch": self.epochs_done, "model": self.model.state_dict(),
                 "optimizer": self.optimizer.state_dict(), "best": self.best,
-                "config": self.config.to_dict(),
+                "config": self.config.to_dict(), "world_size": self.ranks.world_size,
                 "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state()}}
 
     def _restore(self, checkpoint: dict[str, Any]) -> None:
@@ -198,6 +233,7 @@ class Trainer:
             if saved[key] != current[key]:
                 raise ConfigError(f"{key}: the checkpoint in {self.run_dir} was trained with "
                                   f"{saved[key]!r}, the config says {current[key]!r}")
+        distributed.check_world_size(checkpoint, self.ranks, self.run_dir)
         self.model.load_state_dict(checkpoint["model"])
         self.optimizer.load_state_dict(checkpoint["optimizer"])
         self.epochs_done = checkpoint["epoch"]

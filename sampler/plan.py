@@ -34,6 +34,7 @@ class PlanConfig:
     seed: int = 0
     locality: bool = False  # draw a mega-batch's seeds from a contiguous range of node IDs
     drop_last: bool = False
+    shuffle: bool = True  # False: take the seeds in the given order (a rank's shard)
 
 
 @dataclass
@@ -86,7 +87,7 @@ class MegaBatchPlan:
 def minibatch_seeds(train_idx: np.ndarray, cfg: PlanConfig, epoch: int) -> list[np.ndarray]:
     """The epoch's mini-batches of seed nodes, in training order.
 
-    Default: a uniform permutation. With `locality`, the sorted training nodes (rotated by a
+    Default: a uniform permutation (without `shuffle`: the given order). With `locality`, the sorted training nodes (rotated by a
     random offset) are cut into runs of B*M, the runs are visited in random order and each
     run is shuffled into its M mini-batches: a mega-batch's seeds are then neighbours in the
     store's node order, which (with a locality order) means neighbours in the graph.
@@ -98,8 +99,10 @@ def minibatch_seeds(train_idx: np.ndarray, cfg: PlanConfig, epoch: int) -> list[
         ordered = np.roll(np.sort(train), -int(rng.integers(len(train))))
         runs = [ordered[i : i + span] for i in range(0, len(ordered), span)]
         order = np.concatenate([rng.permutation(runs[r]) for r in rng.permutation(len(runs))])
-    else:
+    elif cfg.shuffle:
         order = rng.permutation(train)
+    else:
+        order = train
     stop = len(order) - len(order) % cfg.batch_size if cfg.drop_last else len(order)
     return [order[i : i + cfg.batch_size] for i in range(0, stop, cfg.batch_size)]
 

@@ -1,6 +1,7 @@
 """Reading a store: the manifest, the topology and metadata arrays, and the feature file."""
 from __future__ import annotations
 
+import hashlib
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -9,7 +10,7 @@ import numpy as np
 
 from .atomic import crc32_of_file
 from .errors import StoreError
-from .manifest import FEATURES, read_manifest
+from .manifest import FEATURES, MANIFEST, read_manifest
 
 
 def _array_file(name: str, doc: str) -> cached_property:
@@ -67,6 +68,12 @@ class Store:
         if crc != self.manifest["files"][name]["crc32"]:
             raise StoreError(f"{file}: checksum mismatch (crc32 {crc:#010x}, manifest "
                              f"{self.manifest['files'][name]['crc32']:#010x}); the file is corrupt")
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """SHA-256 (hex) of manifest.json's bytes: the manifest holds every file's size and
+        checksum, so two stores with the same fingerprint hold the same data."""
+        return hashlib.sha256((self.path / MANIFEST).read_bytes()).hexdigest()
 
     # Topology and metadata: memory-mapped .npy files, opened on first use.
     indptr = _array_file("indptr", "CSC offsets: node v's sources are indices[indptr[v]:indptr[v+1]].")
