@@ -4,9 +4,10 @@ One process per rank, each with its own loader over its shard of every epoch's s
 the model wrapped in DistributedDataParallel. `gnnssd train --nproc N` starts N local
 ranks through torch's elastic launcher (what torchrun runs); under `torchrun` the ranks
 come from its environment (RANK, WORLD_SIZE, MASTER_ADDR, ...). Backend: gloo on CPU,
-nccl for CUDA tensors. Collectives time out after GNNSSD_DIST_TIMEOUT seconds (default
-30), and each rank posts its progress to the rendezvous store so that a failed collective
-names the ranks that stopped (died or hung).
+nccl for CUDA tensors. Set-up (store check, checkpoint, loaders) may take the ranks
+different times and waits up to SETUP_TIMEOUT; from DDP's first broadcast on, collectives
+time out after GNNSSD_DIST_TIMEOUT seconds (default 30), and each rank posts its progress
+to the rendezvous store so that a failed collective names the ranks that stopped.
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ log = logging.getLogger("gnnssd.distributed")
 
 TIMEOUT_ENV = "GNNSSD_DIST_TIMEOUT"
 DEFAULT_TIMEOUT_S = 30.0
+SETUP_TIMEOUT = timedelta(minutes=10)
 PROGRESS_KEY = "gnnssd/progress/{}"
 
 
@@ -140,7 +142,9 @@ def wrap(model: torch.nn.Module, ranks: Ranks, device: torch.device) -> torch.nn
     """The model that trains: DDP (rank 0's initial weights broadcast) over several ranks."""
     if not ranks.active:
         return model
-    return DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
+    dist.barrier()  # set-up done on every rank (the default group's long timeout)
+    return DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None,
+                                   process_group=_training_group)
 
 
 class Progress:
@@ -185,6 +189,7 @@ class Progress:
 
 
 _progress_store: dist.Store | None = None
+_training_group: dist.ProcessGroup | None = None  # short timeout; None: the default group
 
 
 def progress(ranks: Ranks) -> Progress:
@@ -195,15 +200,16 @@ def progress(ranks: Ranks) -> Progress:
 def init_from_env() -> Ranks:
     """Join the process group torchrun's environment describes (gloo on CPU, and nccl for
     CUDA tensors when there is a GPU); each rank gets its share of the CPU threads."""
-    global _progress_store
+    global _progress_store, _training_group
     timeout = collective_timeout()
-    store, rank, world = next(dist.rendezvous("env://", timeout=timeout))
+    store, rank, world = next(dist.rendezvous("env://", timeout=SETUP_TIMEOUT))
     if torch.cuda.is_available():
         os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
         backend = "cpu:gloo,cuda:nccl"
     else:
         backend = "gloo"
-    dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=SETUP_TIMEOUT)
+    _training_group = dist.new_group(backend=backend, timeout=timeout)
     _progress_store = store
     ranks = current()
     if "OMP_NUM_THREADS" not in os.environ:
@@ -222,7 +228,7 @@ def run_rank(job: Callable[..., Any], *args: Any) -> Any:
     try:
         return job(*args)
     finally:
-        dist.destroy_process_group()
+        dist.destroy_process_group()  # every group
 
 
 def launch(nproc: int, job: Callable[..., Any], *args: Any) -> None:
@@ -305,7 +311,7 @@ def sum_over_ranks(values: list[float], ranks: Ranks) -> list[float]:
     if not ranks.active:
         return values
     total = torch.tensor(values, dtype=torch.float64)
-    dist.all_reduce(total)
+    dist.all_reduce(total, group=_training_group)
     return total.tolist()
 
 
@@ -314,5 +320,5 @@ def gather_arrays(arrays: tuple[np.ndarray, ...], ranks: Ranks) -> tuple[np.ndar
     if not ranks.active:
         return arrays
     seen: list[Any] = [None] * ranks.world_size
-    dist.all_gather_object(seen, arrays)
+    dist.all_gather_object(seen, arrays, group=_training_group)
     return tuple(np.concatenate(parts) for parts in zip(*seen))
