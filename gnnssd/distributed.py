@@ -231,10 +231,11 @@ def run_rank(job: Callable[..., Any], *args: Any) -> Any:
         dist.destroy_process_group()  # every group
 
 
-def launch(nproc: int, job: Callable[..., Any], *args: Any) -> None:
+def launch(nproc: int, job: Callable[..., Any], *args: Any) -> dict[int, Any]:
     """Run `job(*args)` on `nproc` local ranks with torch's elastic launcher (torchrun's
-    agent: a c10d rendezvous on a free port of 127.0.0.1, no restarts). When a rank fails,
-    the launcher stops the others and the error names every failed rank."""
+    agent: a c10d rendezvous on a free port of 127.0.0.1, no restarts); returns each
+    rank's result. When a rank fails, the launcher stops the others and the error names
+    every failed rank."""
     config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=uuid.uuid4().hex,
                           rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0", local_addr="127.0.0.1",
                           max_restarts=0, monitor_interval=1)
@@ -242,7 +243,7 @@ def launch(nproc: int, job: Callable[..., Any], *args: Any) -> None:
         if name.startswith("torch.distributed.elastic"):
             logging.getLogger(name).setLevel(logging.CRITICAL)
     try:
-        elastic_launch(config, run_rank)(job, *args)
+        return elastic_launch(config, run_rank)(job, *args)
     except ChildFailedError as exc:
         raise RuntimeError(describe_failures(exc.failures)) from None
 

@@ -176,6 +176,32 @@ def test_a_killed_rank_stops_the_other_with_its_name_and_resume_continues(cora_s
     assert [r["epoch"] for r in _metrics(run)] == list(range(1, done_epochs + 2))
 
 
+def test_a_hung_rank_is_named_by_the_other_within_the_timeout(cora_store, tmp_path):
+    config = _write_config(tmp_path / "hang" / "config.yaml", cora_store,
+                           sampler={"fanouts": [10, 10], "batch_size": 70}, train={"epochs": 10_000})
+    run = tmp_path / "hang" / "run"
+    launcher = subprocess.Popen([sys.executable, "-m", "gnnssd", "train", "--config", str(config),
+                                 "--nproc", "2"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, env={**os.environ, "GNNSSD_DIST_TIMEOUT": "10"})
+    try:
+        deadline = time.monotonic() + 300
+        while len(_metrics(run)) < 2:
+            assert launcher.poll() is None and time.monotonic() < deadline, launcher.stderr.read()
+            time.sleep(0.2)
+        victim = _rank_pids(launcher.pid)[-1]
+        os.kill(victim, signal.SIGSTOP)
+        stopped = time.monotonic()
+        # 10 s until the other rank's collective fails, then the launcher ends the stopped one
+        _, stderr = launcher.communicate(timeout=60)
+        assert time.monotonic() - stopped < 60
+    finally:
+        launcher.kill()
+        launcher.wait()
+    assert "rank 1 (at collective" in stderr or "lost contact with rank 0" in stderr
+    assert launcher.returncode != 0
+    assert load_checkpoint(run)["epoch"] >= 2
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
