@@ -73,7 +73,8 @@ def main() -> None:
             config = {"store": str(Path(args.store).resolve()), "run_dir": f"{scratch}/run{nproc}",
                       "features": "ssd", "seed": 0,
                       "model": {"name": "sage", "hidden": 128, "layers": 2, "dropout": 0.5},
-                      "sampler": {"fanouts": [10, 10], "batch_size": 1024},
+                      "sampler": {"fanouts": [10, 10], "batch_size": 1024, "eval_fanouts": [10, 10],
+                                  "eval_batch_size": 1024},
                       "train": {"epochs": 1, "progress": False}, "ssd": {"memory_budget": args.budget}}
             results = distributed.launch(nproc, rank_run, config, batches)
             ranks = [results[r] for r in sorted(results)]
