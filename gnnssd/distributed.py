@@ -165,10 +165,13 @@ class Progress:
         if self.store is None:
             return {}
         self.store.set_timeout(timedelta(seconds=5))
+        self.store.set(PROGRESS_KEY.format(self.ranks.rank), str(self.count))  # raises if the store is gone
         behind: dict[int, int | None] = {}
         for rank in range(self.ranks.world_size):
-            key = PROGRESS_KEY.format(rank)
-            count = int(self.store.get(key)) if self.store.check([key]) else None
+            try:
+                count: int | None = int(self.store.get(PROGRESS_KEY.format(rank)))
+            except RuntimeError:  # never posted: the get timed out
+                count = None
             if rank != self.ranks.rank and (count is None or count < self.count):
                 behind[rank] = count
         return behind
@@ -210,6 +213,7 @@ def init_from_env() -> Ranks:
         backend = "gloo"
     dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=SETUP_TIMEOUT)
     _training_group = dist.new_group(backend=backend, timeout=timeout)
+    store.set_timeout(timeout)  # progress posts fail, not wait, when the store's host hangs
     _progress_store = store
     ranks = current()
     if "OMP_NUM_THREADS" not in os.environ:
