@@ -176,8 +176,9 @@ class Progress:
                 behind[rank] = count
         return behind
 
-    def failure(self, exc: BaseException) -> RuntimeError:
-        """`exc` (a failed collective) as an error naming the ranks that stopped."""
+    def failure(self, exc: BaseException) -> RuntimeError | None:
+        """`exc` as an error naming the ranks that stopped, or None when no rank is behind
+        this one (then `exc` is not about the others)."""
         me = self.ranks.rank
         try:
             behind = self.stalled()
@@ -185,7 +186,7 @@ class Progress:
             return RuntimeError(f"rank {me}: lost contact with rank 0 (it hosts the rendezvous "
                                 f"store: {store_error}) after {self.count} collectives: {exc}")
         if not behind:
-            return RuntimeError(f"rank {me}: collective {self.count} failed: {exc}")
+            return None
         named = ", ".join(f"rank {r} (at collective {c or 0})" for r, c in sorted(behind.items()))
         return RuntimeError(f"rank {me}: {named} stopped answering (died or hung) while this "
                             f"rank waited in collective {self.count}: {exc}")

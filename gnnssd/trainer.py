@@ -87,9 +87,10 @@ class Trainer:
         try:
             return self._fit(resume)
         except RuntimeError as exc:
-            if self.ranks.active:  # a failed collective: name the ranks that stopped
-                raise self.progress.failure(exc) from exc
-            raise
+            named = self.progress.failure(exc) if self.ranks.active else None
+            if named is None:
+                raise
+            raise named from exc  # a failed collective: the ranks that stopped are named
 
     def _fit(self, resume: bool) -> list[dict[str, Any]]:
         cfg = self.config
