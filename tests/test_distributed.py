@@ -229,8 +229,13 @@ def test_ranks_on_different_stores_are_refused(tiny_store, tmp_path):
             [sys.executable, "-m", "gnnssd", "train", "--config", str(config)], cwd=REPO,
             env={**os.environ, **env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    for process in ranks:
-        _, stderr = process.communicate(timeout=300)
+    try:
+        errors = [process.communicate(timeout=300)[1] for process in reversed(ranks)]
+    finally:
+        for process in ranks:
+            process.kill()
+            process.wait()
+    for process, stderr in zip(reversed(ranks), errors):
         assert process.returncode != 0
-        assert "the ranks opened different stores" in stderr and "rank 1:" in stderr
+        assert "the ranks opened different stores" in stderr and "rank 1:" in stderr, stderr[-2000:]
     assert not (tmp_path / "rank0" / "run" / "metrics.jsonl").exists()
