@@ -39,6 +39,10 @@ class ArraySource:
         self.num_nodes = n
         self.feat_dim = int(self.features.shape[1])
 
+    @property
+    def num_edges(self) -> int:
+        return int(self._edges[0].shape[0])
+
     def load_edges(self) -> tuple[np.ndarray, np.ndarray]:
         return self._edges
 
@@ -53,7 +57,7 @@ class ArraySource:
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "arrays", "name": self.name, "num_nodes": self.num_nodes,
-                "feat_dim": self.feat_dim, "num_edges": int(self._edges[0].shape[0]),
+                "feat_dim": self.feat_dim, "num_edges": self.num_edges,
                 "symmetric": self.symmetric}
 
 

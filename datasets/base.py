@@ -62,3 +62,34 @@ class InMemoryTables:
 
     def feature_chunks(self, start_row: int, chunk_rows: int) -> Iterator[np.ndarray]:
         return slice_chunks(self._features, start_row, chunk_rows)
+
+
+def load_npy(path: Path, what: str) -> np.ndarray:
+    """A .npy file memory-mapped (nothing read yet), or an error naming the file."""
+    try:
+        return np.load(require_file(path), mmap_mode="r", allow_pickle=False)
+    except ValueError as exc:
+        raise DatasetError(f"{path}: not a .npy array of {what} ({exc})") from exc
+
+
+def mapped_edge_chunks(edges: np.ndarray, chunk_edges: int,
+                       by_row: bool) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(src, dst) chunks of a (memory-mapped) edge array: (2, E) if `by_row` (GraphBolt),
+    else (E, 2) (IGB). Each chunk of a whole-file mapping is mapped and copied on its own,
+    so the pages read do not stay resident (see slice_chunks)."""
+    if not edges.flags.c_contiguous:  # Fortran order: the transpose is C order
+        edges, by_row = edges.T, not by_row
+    if not by_row:
+        for block in slice_chunks(edges, 0, chunk_edges):
+            yield np.ascontiguousarray(block[:, 0]), np.ascontiguousarray(block[:, 1])
+        return
+    total = edges.shape[1]
+    mapped = isinstance(edges, np.memmap) and isinstance(edges.base, mmap.mmap)
+    for lo in range(0, total, chunk_edges):
+        n = min(chunk_edges, total - lo)
+        if mapped:
+            yield tuple(np.array(np.memmap(edges.filename, dtype=edges.dtype, mode="r", shape=(n,),
+                                           offset=edges.offset + (side * total + lo) * edges.itemsize))
+                        for side in (0, 1))
+        else:
+            yield np.array(edges[0, lo:lo + n]), np.array(edges[1, lo:lo + n])

@@ -56,5 +56,8 @@ class HeterophilousSource(InMemoryTables):
     def load_edges(self) -> tuple[np.ndarray, np.ndarray]:
         return self._edges[:, 0], self._edges[:, 1]
 
+    def input_paths(self) -> list[Path]:
+        return [self.path]
+
     def describe(self) -> dict[str, Any]:
         return {"kind": "npz", "file": self.path.name, "split": self.split}

@@ -6,7 +6,9 @@
     ROOT/raw/num-node-list.csv.gz the node count (optional)
     ROOT/split/NAME/{train,valid,test}.csv.gz  node IDs, one per line
 
-Features are streamed through pandas in chunks, never held whole.
+Features are streamed through pandas in chunks, never held whole. The binary layout
+(raw/data.npz, as ogbn-papers100M ships) is read by `ogb_binary.OGBBinarySource`;
+`ogb_source` picks the reader by what ROOT holds.
 """
 from __future__ import annotations
 
@@ -21,24 +23,56 @@ from gnnssd.storage_format import DatasetError
 from .base import require_file
 
 
+def ogb_source(root: str | Path, split_name: str | None = None, symmetric: bool = False) -> Any:
+    """The reader for the OGB layout ROOT holds: binary if raw/data.npz is there, else CSV."""
+    if (Path(root) / "raw" / "data.npz").exists():
+        from .ogb_binary import OGBBinarySource
+
+        return OGBBinarySource(root, split_name, symmetric)
+    return OGBSource(root, split_name, symmetric)
+
+
+def resolve_split_name(root: Path, split_name: str | None) -> str:
+    """`split_name`, or the only folder under ROOT/split when none is given."""
+    split_root = root / "split"
+    if split_name is None:
+        names = sorted(p.name for p in split_root.iterdir() if p.is_dir()) if split_root.is_dir() else []
+        if len(names) != 1:
+            raise DatasetError(f"{split_root}: expected one split directory, found {names}; "
+                               "name one with --split-name")
+        split_name = names[0]
+    return split_name
+
+
+def read_column(path: Path, dtype: Any) -> np.ndarray:
+    """A one-number-per-line (optionally gzipped) CSV file as an array."""
+    try:
+        frame = pd.read_csv(path, header=None, dtype=dtype)
+    except (ValueError, OSError, EOFError, pd.errors.ParserError) as exc:
+        raise DatasetError(f"{path}: cannot parse as one number per line ({exc})") from exc
+    if frame.shape[1] != 1:
+        raise DatasetError(f"{path}: {frame.shape[1]} columns, expected 1")
+    return frame[0].to_numpy()
+
+
+def read_splits(root: Path, split_name: str) -> dict[str, np.ndarray]:
+    """ROOT/split/NAME/{train,valid,test}.csv.gz: node IDs, one per line."""
+    folder = root / "split" / split_name
+    return {name: read_column(require_file(folder / f"{name}.csv.gz"), np.int64)
+            for name in ("train", "valid", "test")}
+
+
 class OGBSource:
     def __init__(self, root: str | Path, split_name: str | None = None, symmetric: bool = False):
         self.root = Path(root)
         self.name = self.root.name
         self.symmetric = symmetric
-        split_root = self.root / "split"
-        if split_name is None:
-            names = sorted(p.name for p in split_root.iterdir() if p.is_dir()) if split_root.is_dir() else []
-            if len(names) != 1:
-                raise DatasetError(f"{split_root}: expected one split directory, found {names}; "
-                                   "name one with --split-name")
-            split_name = names[0]
-        self.split_name = split_name
-        self._labels = self._read_column(self._raw("node-label.csv.gz"), np.float64)
+        self.split_name = resolve_split_name(self.root, split_name)
+        self._labels = read_column(self._raw("node-label.csv.gz"), np.float64)
         self.num_nodes = self._labels.shape[0]
         counts = self.root / "raw" / "num-node-list.csv.gz"
         if counts.exists():
-            declared = int(self._read_column(counts, np.int64).sum())
+            declared = int(read_column(counts, np.int64).sum())
             if declared != self.num_nodes:
                 raise DatasetError(f"{counts}: {declared} nodes, but {self._raw('node-label.csv.gz')}"
                                    f" has {self.num_nodes} lines")
@@ -47,16 +81,6 @@ class OGBSource:
 
     def _raw(self, name: str) -> Path:
         return require_file(self.root / "raw" / name)
-
-    @staticmethod
-    def _read_column(path: Path, dtype: Any) -> np.ndarray:
-        try:
-            frame = pd.read_csv(path, header=None, dtype=dtype)
-        except (ValueError, OSError, EOFError, pd.errors.ParserError) as exc:
-            raise DatasetError(f"{path}: cannot parse as one number per line ({exc})") from exc
-        if frame.shape[1] != 1:
-            raise DatasetError(f"{path}: {frame.shape[1]} columns, expected 1")
-        return frame[0].to_numpy()
 
     def load_edges(self) -> tuple[np.ndarray, np.ndarray]:
         path = self._raw("edge.csv.gz")
@@ -72,9 +96,7 @@ class OGBSource:
         return self._labels
 
     def load_splits(self) -> dict[str, np.ndarray]:
-        folder = self.root / "split" / self.split_name
-        return {name: self._read_column(require_file(folder / f"{name}.csv.gz"), np.int64)
-                for name in ("train", "valid", "test")}
+        return read_splits(self.root, self.split_name)
 
     def feature_chunks(self, start_row: int, chunk_rows: int) -> Iterator[np.ndarray]:
         path = self._raw("node-feat.csv.gz")
@@ -85,6 +107,9 @@ class OGBSource:
                 yield frame.to_numpy()
         except (ValueError, OSError, EOFError, pd.errors.ParserError) as exc:
             raise DatasetError(f"{path}: cannot parse feature rows ({exc})") from exc
+
+    def input_paths(self) -> list[Path]:
+        return [self.root]
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "ogb", "name": self.name, "split": self.split_name,

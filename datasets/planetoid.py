@@ -93,6 +93,9 @@ class PlanetoidSource(InMemoryTables):
         dst = np.fromiter((v for nbrs in self._graph.values() for v in nbrs), dtype=np.int64)
         return src, dst
 
+    def input_paths(self) -> list[Path]:
+        return [self.root]
+
     def describe(self) -> dict[str, Any]:
         return {"kind": "planetoid", "name": self.name, "root": self.root.name,
                 "normalize": self.normalize}

@@ -12,3 +12,19 @@ def compile(layer):  # noqa: A001 - the public name the design gives the compile
     from .compiler import compile as compile_layer
 
     return compile_layer(layer)
+
+
+_PUBLIC = {"NodeLoader": ".node_loader", "Store": ".storage_format", "Trainer": ".trainer"}
+
+
+def __getattr__(name: str):
+    """`gnnssd.NodeLoader`, `gnnssd.Store`, `gnnssd.Trainer`, imported on first use (the CLI
+    starts without torch and DGL)."""
+    if name not in _PUBLIC:
+        raise AttributeError(f"module 'gnnssd' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(_PUBLIC[name], __name__), name)
+
+
+__all__ = ["NodeLoader", "Store", "Trainer", "compile"]

@@ -5,19 +5,18 @@
 - `PerRowLoader`: DGL's sampler, each input row not in an LRU cache read as its own page
   with O_DIRECT through the io_engine: the Ginex / GraphBolt DiskBasedFeature way.
 
-Both sample exactly as `MemoryLoader` does (they share its `SampledLoader` base), so for
-the same `dgl.seed` (and one thread) they yield the same blocks and the same `x`.
+Both sample exactly as `MemoryLoader` does (they share its `SampledLoader` base and its
+loader protocol), so for the same `dgl.seed` (and one thread) they yield the same blocks and
+the same `x`. `NodeLoader(..., features="mmap" | "per-row")` runs them.
 """
 from __future__ import annotations
 
-from typing import Iterator
-
-import dgl
 import numba as nb
 import numpy as np
 import torch
 
 from gnnssd.io_engine import Engine
+from gnnssd.sampler.readplan import per_row_requests
 from gnnssd.storage_format import Store
 
 from .memory_loader import SampledLoader
@@ -26,10 +25,11 @@ from .timing import StageTimer
 
 class MmapLoader(SampledLoader):
     """Features indexed out of `store.features_memmap()`. The page faults happen inside
-    the indexing, so reading and gathering are one stage: "read"."""
+    the indexing, so reading and gathering are one stage: "read"; `io_stats` cannot see
+    them (they are the kernel's reads)."""
 
-    def __init__(self, store: Store, device: torch.device, timer: StageTimer):
-        super().__init__(store, device, timer)
+    def __init__(self, store: Store, device: torch.device, timer: StageTimer, seed: int = 0):
+        super().__init__(store, device, timer, seed)
         self.features = store.features_memmap()
 
     def _inputs(self, rows: np.ndarray) -> torch.Tensor:
@@ -132,14 +132,14 @@ class PerRowLoader(SampledLoader):
     `Engine.read_rows`); stages "read" (the engine) and "gather" (cache bookkeeping and
     copies). `close()` (or a with-block) closes the engine."""
 
-    def __init__(self, store: Store, device: torch.device, timer: StageTimer,
+    def __init__(self, store: Store, device: torch.device, timer: StageTimer, seed: int,
                  budget_bytes: int, engine: Engine | None = None):
-        super().__init__(store, device, timer)
+        super().__init__(store, device, timer, seed)
         self.row_bytes = store.row_bytes
         self.cache = LRUCache(budget_bytes // self.row_bytes, store.num_nodes)
         self.data = np.empty((self.cache.capacity, self.row_bytes), dtype=np.uint8)
         self.engine = engine or Engine()
-        self.file = self.engine.open(store.features_path)
+        self.file = self.engine.open(store.features_path, checksums=store.page_checksums())
         self.rows_read = 0
 
     def _inputs(self, rows: np.ndarray) -> torch.Tensor:
@@ -153,7 +153,8 @@ class PerRowLoader(SampledLoader):
         with self.timer.stage("gather"):
             raw[missed] = fresh
             self._keep(slots[missed], fresh)
-            self.rows_read += len(missed)
+            self.io.add(bytes_read=int(per_row_requests(rows[missed], self.row_bytes)[1].sum()),
+                        requests=len(missed))
             return self._as_float32(raw.view(self.store.feat_dtype))
 
     def _keep(self, slots: np.ndarray, fresh: np.ndarray) -> None:
@@ -166,12 +167,10 @@ class PerRowLoader(SampledLoader):
             kept = kept[len(kept) - 1 - last_first]
         self.data[slots[kept]] = fresh[kept]
 
+    def io_stats(self) -> dict[str, int]:
+        return {**self.io.as_dict(), "cache_rows": self.cache.capacity,
+                "cache_hits": self.cache.hits, "cache_misses": self.cache.misses}
+
     def close(self) -> None:
         self.file.close()
         self.engine.close()
-
-    def __enter__(self) -> PerRowLoader:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -13,9 +13,9 @@ Policy (in this order, because each part can give way less than the next):
 
 A budget that cannot hold 1 and 2 is refused with a ValueError that names the largest
 mega-batch buffer that would fit and the smallest budget that would hold this one.
-The caller's plan decides `buffer_rows` (the unique cold rows of its largest mega-batch,
-which depend on the hot cache), so a caller that changes the hot cache re-plans and
-splits again.
+The caller decides `buffer_rows` (the ssd loader: enough for the largest sampled
+mini-batch with a margin, or its share of the budget); the planner then cuts mega-batches
+so that none needs more buffer rows than that. Nothing here re-plans or re-splits.
 """
 from __future__ import annotations
 

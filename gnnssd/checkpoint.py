@@ -1,7 +1,15 @@
-"""Atomic checkpoints and the metrics log of a run directory."""
+"""Atomic, checksummed checkpoints and the metrics log of a run directory.
+
+A checkpoint never runs code when opened: it holds only tensors and plain types and is
+read with `torch.load(weights_only=True)`. Its payload (the state, saved by torch) is stored
+as a byte tensor beside its SHA-256, so a flipped byte is found before the state is used.
+"""
 from __future__ import annotations
 
+import hashlib
+import io
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -12,13 +20,26 @@ from gnnssd.storage_format.atomic import fsync_dir
 
 CHECKPOINT = "checkpoint.pt"
 METRICS = "metrics.jsonl"
+FORMAT = "gnnssd-checkpoint-1"
+
+log = logging.getLogger("gnnssd.checkpoint")
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint file cannot be used; the message names the file and the fault."""
 
 
 def save_checkpoint(run_dir: Path, state: dict[str, Any]) -> None:
+    """Write `state` (tensors and plain types only) atomically with its checksum."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    payload = buffer.getvalue()
+    wrapped = {"format": FORMAT, "sha256": hashlib.sha256(payload).hexdigest(),
+               "payload": torch.frombuffer(bytearray(payload), dtype=torch.uint8)}
     path = run_dir / CHECKPOINT
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as f:
-        torch.save(state, f)
+        torch.save(wrapped, f)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
@@ -26,13 +47,35 @@ def save_checkpoint(run_dir: Path, state: dict[str, Any]) -> None:
 
 
 def load_checkpoint(run_dir: Path) -> dict[str, Any] | None:
+    """The state saved in `run_dir`, or None; never unpickles anything but tensors and
+    plain types, and refuses a file whose payload does not match its checksum."""
     path = run_dir / CHECKPOINT
     if not path.exists():
         return None
+    wrapped = _safe_load(path, path)
+    if not (isinstance(wrapped, dict) and wrapped.get("format") == FORMAT
+            and isinstance(wrapped.get("payload"), torch.Tensor)):
+        raise CheckpointError(f"{path}: not a gnnssd checkpoint (no {FORMAT!r} header); it may "
+                              "come from an older gnnssd or another program")
+    payload = wrapped["payload"].numpy().tobytes()
+    digest = hashlib.sha256(payload).hexdigest()
+    if digest != wrapped["sha256"]:
+        raise CheckpointError(f"{path}: corrupt checkpoint: payload sha256 {digest[:16]}..., "
+                              f"recorded {str(wrapped['sha256'])[:16]}...")
+    state = _safe_load(io.BytesIO(payload), path)
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{path}: the payload is {type(state).__name__}, expected a dict")
+    return state
+
+
+def _safe_load(source: Path | io.BytesIO, path: Path) -> Any:
     try:
-        return torch.load(path, map_location="cpu")
-    except Exception as exc:  # torch.load raises many kinds on a damaged file
-        raise RuntimeError(f"{path}: unreadable checkpoint ({type(exc).__name__}: {exc})") from exc
+        return torch.load(source, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch.load raises many kinds on a damaged or hostile file
+        raise CheckpointError(
+            f"{path}: refused to load: it does not load as tensors and plain values only "
+            f"(torch.load weights_only=True: {type(exc).__name__}: {str(exc).splitlines()[0]}); "
+            "it is damaged, or not a gnnssd checkpoint, and may contain code") from None
 
 
 class MetricsLog:
@@ -42,11 +85,12 @@ class MetricsLog:
         self.path = run_dir / METRICS
 
     def truncate_after(self, epoch: int) -> None:
-        """Drop records of epochs past the checkpoint (their training is redone on resume)."""
+        """Drop records of epochs past the checkpoint (their training is redone on resume),
+        and a torn last line (the epoch being written when the run stopped)."""
         if not self.path.exists():
             return
-        kept = [line for line in self.path.read_text().splitlines()
-                if line.strip() and json.loads(line).get("epoch", 0) <= epoch]
+        kept = [json.dumps(r, sort_keys=True) for r in self.read(drop_torn=True)
+                if r.get("epoch", 0) <= epoch]
         tmp = self.path.with_name(self.path.name + ".tmp")
         tmp.write_text("".join(line + "\n" for line in kept))
         os.replace(tmp, self.path)
@@ -57,7 +101,25 @@ class MetricsLog:
             f.flush()
             os.fsync(f.fileno())
 
-    def read(self) -> list[dict[str, Any]]:
+    def read(self, drop_torn: bool = False) -> list[dict[str, Any]]:
+        """The records; a bad line is an error naming the file and line, except the last
+        one when `drop_torn` (a write cut short), which is dropped with a warning."""
         if not self.path.exists():
             return []
-        return [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
+        lines = self.path.read_text().splitlines()
+        records = []
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+                if not isinstance(record, dict):
+                    raise ValueError(f"a JSON {type(record).__name__}, expected an object")
+            except ValueError as exc:
+                if drop_torn and number == len(lines):
+                    log.warning("%s: dropping a torn last line %d (%s)", self.path, number, exc)
+                    continue
+                raise CheckpointError(f"{self.path}: line {number} is not a metrics record "
+                                      f"({exc})") from None
+            records.append(record)
+        return records

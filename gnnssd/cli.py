@@ -2,17 +2,20 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import yaml
 
-from gnnssd.storage_format import FEATURE_DTYPES, ORDERS, Store, StoreError, write_store
+from gnnssd.sampler import ORDERS, node_order
+from gnnssd.storage_format import FEATURE_DTYPES, Store, StoreError, write_store
 
 from .config import ConfigError
 from .logs import setup_logging
+from .runtime import one_interrupt
 
 
 def _source_from_args(args: argparse.Namespace) -> Any:
@@ -28,7 +31,13 @@ def _source_from_args(args: argparse.Namespace) -> Any:
     if args.source == "npz":
         return datasets.HeterophilousSource(args.file, split=args.split)
     if args.source == "ogb":
-        return datasets.OGBSource(args.root, split_name=args.split_name, symmetric=args.symmetric)
+        return datasets.ogb_source(args.root, split_name=args.split_name, symmetric=args.symmetric)
+    if args.source == "graphbolt":
+        return datasets.GraphBoltSource(args.root, task=args.task, feature=args.feature,
+                                        symmetric=args.symmetric)
+    if args.source == "igb":
+        return datasets.IGBSource(args.root, size=args.size, classes=args.classes,
+                                  symmetric=args.symmetric)
     raise AssertionError(args.source)
 
 
@@ -51,24 +60,46 @@ def _progress_bar() -> Callable[[str, int, int], None]:
 
 def cmd_preprocess(args: argparse.Namespace) -> None:
     source = _source_from_args(args)
-    out = write_store(args.out, source, order=args.order, dtype=args.dtype, progress=_progress_bar())
+    out = write_store(args.out, source, order=node_order(args.order), dtype=args.dtype,
+                      progress=_progress_bar(), memory_limit=args.memory_limit)
     print(Store.open(out).summary())
+
+
+def _size_arg(value: str) -> int:
+    from .budget import parse_bytes
+
+    try:
+        return parse_bytes(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def _parse_overrides(pairs: list[str]) -> dict[str, Any]:
     overrides = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
-        if not sep:
+        if not sep or not key:
             raise ConfigError(f"--set {pair!r}: expected KEY=VALUE, e.g. train.epochs=5")
-        overrides[key] = yaml.safe_load(value)
+        try:
+            overrides[key] = yaml.safe_load(value)  # plain YAML only: a tag such as !!python/... fails
+        except yaml.YAMLError as exc:
+            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+            raise ConfigError(f"{key}: --set value {value!r} is not a plain YAML value ({problem})") from None
     return overrides
 
 
-def _trainer(args: argparse.Namespace) -> Any:
+@contextlib.contextmanager
+def _trainer(config: str, overrides: dict[str, Any]) -> Iterator[Any]:
+    """A Trainer for the command, closed (threads joined, scratch removed, lock released)
+    however the command ends; a second Ctrl-C cannot cut that short."""
     from .trainer import Trainer
 
-    return Trainer(args.config, _parse_overrides(args.set))
+    with one_interrupt():
+        trainer = Trainer(config, overrides)
+        try:
+            yield trainer
+        finally:
+            trainer.close()
 
 
 def cmd_train(args: argparse.Namespace) -> None:
@@ -92,31 +123,32 @@ def cmd_train(args: argparse.Namespace) -> None:
 
 def train_job(config: str, overrides: dict[str, Any], resume: bool) -> None:
     """`gnnssd train` in one process, or in one rank of several (rank 0 prints)."""
-    from .trainer import Trainer
+    from .trainer import RUN_CONFIG
 
-    trainer = Trainer(config, overrides)
-    trainer.fit(resume=resume)
+    with _trainer(config, overrides) as trainer:
+        trainer.fit(resume=resume)
     if not trainer.ranks.is_main:
         return
     best = trainer.best
-    print(f"best valid accuracy {best['valid_acc']:.4f} at epoch {best['epoch']}, "
-          f"test accuracy {best.get('test_acc', float('nan')):.4f}")
-    print(f"run directory: {trainer.run_dir} (metrics.jsonl, checkpoint.pt, config.yaml)")
+    valid = "none (empty split)" if best["valid_acc"] is None else f"{best['valid_acc']:.4f}"
+    test = "none (empty split)" if best.get("test_acc") is None else f"{best['test_acc']:.4f}"
+    print(f"best valid accuracy {valid} at epoch {best['epoch']}, test accuracy {test}")
+    print(f"run directory: {trainer.run_dir} (metrics.jsonl, checkpoint.pt, {RUN_CONFIG})")
 
 
 def cmd_eval(args: argparse.Namespace) -> None:
-    trainer = _trainer(args)
-    trainer.load_best()
-    result = {split: trainer.evaluate(split) for split in args.split}
+    with _trainer(args.config, _parse_overrides(args.set)) as trainer:
+        trainer.load_best()
+        result = {split: trainer.evaluate(split) for split in args.split}
     print(json.dumps(result, indent=2))
 
 
 def cmd_predict(args: argparse.Namespace) -> None:
     import numpy as np
 
-    trainer = _trainer(args)
-    trainer.load_best()
-    predictions = trainer.predict()
+    with _trainer(args.config, _parse_overrides(args.set)) as trainer:
+        trainer.load_best()
+        predictions = trainer.predict()
     out = Path(args.out)
     np.save(out, predictions)
     print(f"wrote {len(predictions):,} predicted classes, indexed by original node ID, to {out}")
@@ -128,7 +160,8 @@ def cmd_info(args: argparse.Namespace) -> None:
 
 def cmd_verify(args: argparse.Namespace) -> None:
     checked = Store.open(args.store).verify()
-    print(f"{args.store}: all {len(checked)} files match their checksums")
+    print(f"{args.store}: all {len(checked)} files match their checksums, and every page of "
+          "features.bin its page checksum")
 
 
 def cmd_report(args: argparse.Namespace) -> None:
@@ -139,7 +172,7 @@ def cmd_report(args: argparse.Namespace) -> None:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> None:
-    from gnnssd.sampler.calibration import calibrate
+    from gnnssd.pipeline.calibration import calibrate
 
     model = calibrate(args.store, seconds=args.seconds)
     print(f"{args.store}: {model}")
@@ -175,14 +208,29 @@ def build_parser() -> argparse.ArgumentParser:
     npz = sources.add_parser("npz", help="heterophilous-graphs .npz file")
     npz.add_argument("--file", required=True)
     npz.add_argument("--split", type=int, default=0, help="which of the ten splits")
-    ogb = sources.add_parser("ogb", help="OGB node-property raw layout (raw/, split/)")
+    ogb = sources.add_parser("ogb", help="OGB node-property raw layout (raw/*.csv.gz or "
+                             "raw/data.npz, split/)")
     ogb.add_argument("--root", required=True)
     ogb.add_argument("--split-name", help="folder under split/ (default: the only one)")
     ogb.add_argument("--symmetric", action="store_true", help="add reverse edges")
-    for sub in (synthetic, planetoid, npz, ogb):
+    graphbolt = sources.add_parser("graphbolt", help="DGL GraphBolt OnDiskDataset (metadata.yaml), "
+                                   "homogeneous")
+    graphbolt.add_argument("--root", required=True, help="folder holding metadata.yaml")
+    graphbolt.add_argument("--task", help="task name in metadata.yaml (default: the only one)")
+    graphbolt.add_argument("--feature", default="feat", help="node feature name (default feat)")
+    graphbolt.add_argument("--symmetric", action="store_true", help="add reverse edges")
+    igb = sources.add_parser("igb", help="IGB260M homogeneous layout (paper, paper__cites__paper)")
+    igb.add_argument("--root", required=True, help="folder holding SIZE/processed/")
+    igb.add_argument("--size", default="small", choices=["experimental", "small", "medium", "large", "full"])
+    igb.add_argument("--classes", default="19", choices=["19", "2K"])
+    igb.add_argument("--symmetric", action="store_true", help="add reverse edges")
+    for sub in (synthetic, planetoid, npz, ogb, graphbolt, igb):
         sub.add_argument("--out", required=True, help="store directory to write")
         sub.add_argument("--order", choices=ORDERS, default="original", help="node order on disk")
         sub.add_argument("--dtype", choices=FEATURE_DTYPES, default="float32")
+        sub.add_argument("--memory-limit", type=_size_arg, metavar="SIZE",
+                         help="bound on the topology build, e.g. 2GiB; a larger edge list is "
+                              "sorted out of core (default: half the available memory)")
         sub.set_defaults(func=cmd_preprocess)
 
     for name, func, text in (("train", cmd_train, "train a model"),

@@ -7,6 +7,7 @@ required key or a value of the wrong type or range is a ConfigError naming the k
 from __future__ import annotations
 
 import dataclasses
+import math
 import tomllib
 import types
 import typing
@@ -25,8 +26,12 @@ def _positive(value: Any) -> bool:
     return value > 0
 
 
-def _non_negative(value: Any) -> bool:
-    return value >= 0
+def _finite_positive(value: float) -> bool:
+    return math.isfinite(value) and value > 0
+
+
+def _finite_non_negative(value: float) -> bool:
+    return math.isfinite(value) and value >= 0
 
 
 def _check(check: typing.Callable[[Any], bool], expected: str) -> dict[str, Any]:
@@ -82,13 +87,16 @@ class SSDConfig:
     block_budget: int | str = field(default=0, metadata=SIZE)
     queue_depth: int = field(default=128, metadata=_check(_positive, "a positive integer"))
     io_backend: Literal["auto", "io_uring", "threads"] = "auto"
+    #: Check every page read from features.bin against the store's CRC32C page checksums.
+    verify_checksums: bool = True
 
 
 @dataclass
 class TrainConfig:
     epochs: int = field(default=10, metadata=_check(_positive, "a positive integer"))
-    lr: float = field(default=0.003, metadata=_check(_positive, "a positive number"))
-    weight_decay: float = field(default=0.0, metadata=_check(_non_negative, "non-negative"))
+    lr: float = field(default=0.003, metadata=_check(_finite_positive, "a finite positive number"))
+    weight_decay: float = field(default=0.0, metadata=_check(_finite_non_negative,
+                                                             "a finite non-negative number"))
     eval_every: int = field(default=1, metadata=_check(_positive, "a positive integer"))
     progress: bool = True
 
@@ -166,8 +174,11 @@ def config_from_dict(data: dict[str, Any], base_dir: Path = Path(".")) -> Config
 
 def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
     *parents, last = dotted.split(".")
-    for key in parents:
+    for depth, key in enumerate(parents, 1):
         data = data.setdefault(key, {})
+        if not isinstance(data, dict):
+            prefix = ".".join(parents[:depth])
+            raise ConfigError(f"{dotted}: {prefix} is {data!r}, not a section with keys")
     data[last] = value
 
 

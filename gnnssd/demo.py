@@ -8,6 +8,7 @@ import numpy as np
 import yaml
 
 from gnnssd.datasets import synthetic_source
+from gnnssd.sampler import node_order
 from gnnssd.storage_format import Store, write_store
 
 from .trainer import Trainer
@@ -22,18 +23,19 @@ DEMO_CONFIG = {
 }
 
 
-def run_demo(out: Path) -> None:
-    """Generate -> preprocess -> train -> evaluate -> predict, printing where things are."""
+def run_demo(out: Path, epochs: int = DEMO_CONFIG["train"]["epochs"]) -> None:
+    """Generate -> preprocess -> train (`epochs`) -> evaluate -> predict, printing where
+    things are."""
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
     print(f"[1/4] generating and preprocessing the 'tiny' synthetic graph into {out / 'store'}")
-    write_store(out / "store", synthetic_source("tiny"), order="degree")
+    write_store(out / "store", synthetic_source("tiny"), order=node_order("degree"))
     print(Store.open(out / "store").summary())
     config_path = out / "config.yaml"
     config_path.write_text(yaml.safe_dump(DEMO_CONFIG, sort_keys=False))
     print(f"[2/4] training GraphSAGE with {config_path}")
-    trainer = Trainer(config_path, {"train.progress": False})
+    trainer = Trainer(config_path, {"train.progress": False, "train.epochs": epochs})
     trainer.fit()
     print("[3/4] evaluating the best checkpoint")
     scores = {split: trainer.evaluate(split)["accuracy"] for split in ("train", "valid", "test")}

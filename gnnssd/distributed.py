@@ -1,10 +1,11 @@
 """Data-parallel training with torch.distributed: ranks, seed shards, DDP, fault reports.
 
-One process per rank, each with its own loader over its shard of every epoch's seeds and
-the model wrapped in DistributedDataParallel. `gnnssd train --nproc N` starts N local
-ranks through torch's elastic launcher (what torchrun runs); under `torchrun` the ranks
-come from its environment (RANK, WORLD_SIZE, MASTER_ADDR, ...). Backend: gloo on CPU,
-nccl for CUDA tensors. Set-up (store check, checkpoint, loaders) may take the ranks
+One process per rank, each with its own NodeLoader over its shard of every epoch's seeds
+(NodeLoader shards by the process group's rank) and the model wrapped in
+DistributedDataParallel. `gnnssd train --nproc N` starts N local ranks through torch's
+elastic launcher (what torchrun runs); under `torchrun` the ranks come from its
+environment (RANK, WORLD_SIZE, MASTER_ADDR, ...). Backend: gloo on CPU, nccl for CUDA
+tensors. Set-up (store check, checkpoint, loaders) may take the ranks
 different times and waits up to SETUP_TIMEOUT; from DDP's first broadcast on, collectives
 time out after GNNSSD_DIST_TIMEOUT seconds (default 30), and each rank posts its progress
 to the rendezvous store so that a failed collective names the ranks that stopped.
@@ -52,29 +53,6 @@ def collective_timeout() -> timedelta:
     return timedelta(seconds=seconds)
 
 
-def epoch_order(train_idx: np.ndarray, seed: int, epoch: int) -> np.ndarray:
-    """The epoch's seeded permutation of the training seeds, the same on every rank (and the
-    order the ssd planner draws for one process)."""
-    return np.random.default_rng([seed, epoch]).permutation(np.asarray(train_idx, dtype=np.int64))
-
-
-def shard(order: np.ndarray, rank: int, world_size: int) -> np.ndarray:
-    """Rank `rank`'s equal share of `order`, as torch's DistributedSampler deals it: padded
-    by wrapping to a multiple of `world_size`, then every `world_size`-th seed.
-
-    Every rank gets ceil(n / world_size) seeds, hence the same number of mini-batches of a
-    given size; and mini-batch k of all ranks together is the k-th run of
-    world_size * batch_size seeds of the (padded) order.
-    """
-    if not 0 <= rank < world_size:
-        raise ValueError(f"rank {rank} outside 0..{world_size - 1}")
-    if len(order) == 0:
-        raise ValueError("no seeds to shard")
-    total = -(-len(order) // world_size) * world_size
-    padded = np.resize(np.asarray(order), total)  # np.resize repeats from the start
-    return padded[rank::world_size]
-
-
 @dataclass(frozen=True)
 class Ranks:
     """Where this process sits: its rank among all, and among the ranks of its machine."""
@@ -97,13 +75,6 @@ class Ranks:
     def split(self, nodes: np.ndarray) -> np.ndarray:
         """This rank's share of evaluation nodes: every node on exactly one rank, no padding."""
         return np.asarray(nodes)[self.rank::self.world_size]
-
-    def epoch_seeds(self, train_idx: np.ndarray, seed: int, epoch: int) -> tuple[np.ndarray, bool]:
-        """(seeds, shuffle) for one epoch's loader: one process shuffles all seeds itself;
-        a rank takes its shard of the common epoch order, in order."""
-        if not self.active:
-            return np.asarray(train_idx), True
-        return shard(epoch_order(train_idx, seed, epoch), self.rank, self.world_size), False
 
 
 def current() -> Ranks:
@@ -225,15 +196,15 @@ def init_from_env() -> Ranks:
 @record
 def run_rank(job: Callable[..., Any], *args: Any) -> Any:
     """One rank: join the group, run `job(*args)`, leave. Rank 0 logs at INFO, the others
-    only warnings."""
+    only warnings. A failed job leaves the group as it is: the process exits, and
+    destroying a group whose peer (or store host) is gone can wait forever."""
     setup_logging()
     ranks = init_from_env()
     if not ranks.is_main:
         logging.getLogger("gnnssd").setLevel(logging.WARNING)
-    try:
-        return job(*args)
-    finally:
-        dist.destroy_process_group()  # every group
+    result = job(*args)
+    dist.destroy_process_group()  # every group
+    return result
 
 
 def launch(nproc: int, job: Callable[..., Any], *args: Any) -> dict[int, Any]:

@@ -1,11 +1,16 @@
 """`features: memory`: the reference loader, the plain DGL way.
 
-Features sit in RAM as one tensor; DGL's NeighborSampler and DataLoader make the
-blocks; each mini-batch's inputs are gathered by indexing. Every other mode is
-measured against this one.
+Features sit in RAM as one tensor; DGL's NeighborSampler makes the blocks of gnnssd's
+seed batches (`gnnssd.sampler.seed_batches`: the same seeds as every other mode); each
+mini-batch's inputs are gathered by indexing. Every other mode is measured against this one.
+
+The loader protocol every feature backend follows (memory, ssd, the baselines), which
+`NodeLoader` drives: `minibatches(batches, fanouts, epoch)` yields a `MiniBatch` per given
+array of seed nodes, `io_stats()` counts what reached the disk, `close()` releases it all.
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -15,14 +20,40 @@ import torch
 
 from gnnssd.storage_format import Store
 
+from .runtime import epoch_seed
 from .timing import StageTimer
 
 
 @dataclass
-class Batch:
+class MiniBatch:
+    """One mini-batch, all on the loader's device: `x` holds the float32 features of
+    `input_nodes`, `y` the labels of `output_nodes` (store IDs both)."""
+
+    input_nodes: torch.Tensor
+    output_nodes: torch.Tensor
     blocks: list[dgl.DGLGraph]
     x: torch.Tensor
-    output_nodes: torch.Tensor
+    y: torch.Tensor
+
+
+class IOCounters:
+    """Bytes and requests a loader sent to the disk since it was opened; the ssd loader's
+    read and repack threads add to them at once, hence the lock."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.bytes_read = self.bytes_written = self.requests = 0
+
+    def add(self, bytes_read: int = 0, bytes_written: int = 0, requests: int = 0) -> None:
+        with self._lock:
+            self.bytes_read += bytes_read
+            self.bytes_written += bytes_written
+            self.requests += requests
+
+    def as_dict(self) -> dict[str, int]:
+        with self._lock:
+            return {"bytes_read": self.bytes_read, "bytes_written": self.bytes_written,
+                    "requests": self.requests}
 
 
 def store_graph(store: Store) -> dgl.DGLGraph:
@@ -37,56 +68,51 @@ def store_graph(store: Store) -> dgl.DGLGraph:
     return dgl.graph(("csc", (indptr, indices, empty)), num_nodes=store.num_nodes)
 
 
+def store_labels(store: Store) -> torch.Tensor:
+    """The labels of every node (store IDs) as int64."""
+    return torch.from_numpy(np.array(store.labels, dtype=np.int64))
+
+
 def load_features(store: Store) -> torch.Tensor:
-    """The whole feature matrix in RAM as float32 (memory mode only)."""
-    rows = np.fromfile(store.features_path, dtype=store.feat_dtype,
-                       count=store.num_nodes * store.feat_dim)
-    return torch.from_numpy(rows.reshape(store.num_nodes, store.feat_dim).astype(np.float32, copy=False))
-
-
-def sampled(graph: dgl.DGLGraph, nodes: np.ndarray, fanouts: list[int], batch_size: int,
-            shuffle: bool, timer: StageTimer) -> Iterator[tuple[torch.Tensor, torch.Tensor,
-                                                                list[dgl.DGLGraph]]]:
-    """(input_nodes, output_nodes, blocks) per mini-batch from DGL's NeighborSampler and
-    DataLoader; sampling time goes to "sample".
-
-    The draws repeat for a given dgl.seed when DGL runs on one thread (Config.deterministic);
-    with more threads the sampler's parallel loops make them vary.
-    """
-    sampler = dgl.dataloading.NeighborSampler(fanouts)
-    ids = torch.from_numpy(np.array(nodes, dtype=np.int64))  # a copy: store arrays are read-only
-    iterator = iter(dgl.dataloading.DataLoader(graph, ids, sampler, batch_size=batch_size,
-                                               shuffle=shuffle, drop_last=False))
-    while True:
-        with timer.stage("sample"):
-            try:
-                input_nodes, output_nodes, blocks = next(iterator)
-            except StopIteration:
-                return
-        yield input_nodes.long(), output_nodes.long(), blocks
+    """The whole feature matrix in RAM as float32 (memory mode only), every page checked
+    against the store's page checksums as it loads."""
+    return torch.from_numpy(store.read_features().astype(np.float32, copy=False))
 
 
 class SampledLoader:
     """DGL sampling over the store's graph plus a subclass's `_inputs(rows)`: the loaders
-    that fetch features per mini-batch (memory here; mmap and per-row in baselines)."""
+    that fetch features per mini-batch (memory here; mmap and per-row in baselines).
 
-    def __init__(self, store: Store, device: torch.device, timer: StageTimer):
-        self.store = store
+    DGL's sampler draws from DGL's global RNG, reseeded from (seed, epoch) at the start of
+    each epoch's mini-batches, as the ssd pipeline's draws are; they repeat when DGL runs
+    on one thread (Config.deterministic); with more, its parallel loops vary them.
+    """
+
+    def __init__(self, store: Store, device: torch.device, timer: StageTimer, seed: int = 0):
+        self.store, self.seed = store, seed
         self.graph = store_graph(store)
+        self.labels = store_labels(store)
         self.device = device
         self.timer = timer
+        self.io = IOCounters()
 
-    def batches(self, nodes: np.ndarray, fanouts: list[int], batch_size: int,
-                shuffle: bool, epoch: int = 0) -> Iterator[Batch]:
-        """Mini-batches of `nodes`; the shuffle follows torch's RNG (seeded per epoch by
-        the trainer), so `epoch` is not needed here."""
-        for input_nodes, output_nodes, blocks in sampled(self.graph, nodes, fanouts,
-                                                         batch_size, shuffle, self.timer):
+    def minibatches(self, batches: list[np.ndarray], fanouts: list[int],
+                    epoch: int = 0) -> Iterator[MiniBatch]:
+        """A mini-batch per array of seed nodes, sampled by DGL's NeighborSampler."""
+        sampler = dgl.dataloading.NeighborSampler(fanouts)
+        dgl.seed(epoch_seed(self.seed, epoch))
+        for seeds in batches:
+            with self.timer.stage("sample"):
+                input_nodes, output_nodes, blocks = sampler.sample(self.graph, torch.from_numpy(seeds))
             x = self._inputs(input_nodes.numpy())
             with self.timer.stage("transfer"):
-                x = x.to(self.device, non_blocking=True)
-                blocks = [b.to(self.device) for b in blocks]
-            yield Batch(blocks, x, output_nodes)
+                batch = MiniBatch(input_nodes.to(self.device), output_nodes.to(self.device),
+                                  [b.to(self.device) for b in blocks], x.to(self.device, non_blocking=True),
+                                  self.labels[output_nodes].to(self.device))
+            yield batch
+
+    def io_stats(self) -> dict[str, int]:
+        return self.io.as_dict()
 
     def _inputs(self, rows: np.ndarray) -> torch.Tensor:
         raise NotImplementedError
@@ -102,9 +128,10 @@ class SampledLoader:
 class MemoryLoader(SampledLoader):
     """The whole feature matrix in RAM; inputs gathered by indexing."""
 
-    def __init__(self, store: Store, device: torch.device, timer: StageTimer):
-        super().__init__(store, device, timer)
+    def __init__(self, store: Store, device: torch.device, timer: StageTimer, seed: int = 0):
+        super().__init__(store, device, timer, seed)
         self.features = load_features(store)
+        self.io.add(bytes_read=store.num_nodes * store.row_bytes)
 
     def _inputs(self, rows: np.ndarray) -> torch.Tensor:
         with self.timer.stage("gather"):

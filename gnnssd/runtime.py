@@ -1,9 +1,13 @@
 """Process-wide set-up for training: device choice, seeding, thread counts."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
+import signal
+import threading
 import warnings
+from typing import Iterator
 
 import dgl
 import numpy as np
@@ -35,10 +39,21 @@ def select_device(preference: str) -> torch.device:
     return device
 
 
+#: Seeds every consumer accepts: DGL takes a C int, NumPy's and the planner's RNGs no negatives.
+SEED_RANGE = 2**31 - 1
+
+
+def run_seed(seed: int) -> int:
+    """Any integer seed (negative, or past 2**31) mapped into [0, SEED_RANGE); every RNG of
+    a run (Python, NumPy, torch, DGL, the planner) is seeded from this value."""
+    return seed % SEED_RANGE
+
+
 def seed_everything(seed: int) -> None:
     """Seed every RNG a run draws from (Python, NumPy, torch, DGL's sampler)."""
+    seed = run_seed(seed)
     random.seed(seed)
-    np.random.seed(seed % 2**32)
+    np.random.seed(seed)
     torch.manual_seed(seed)
     dgl.seed(seed)
 
@@ -51,4 +66,29 @@ def use_single_thread() -> None:
 
 def epoch_seed(seed: int, epoch: int) -> int:
     """The seed of one epoch: a resumed run draws exactly what an uninterrupted one would."""
-    return (seed * 1_000_003 + epoch) % 2**63
+    return (run_seed(seed) * 1_000_003 + epoch) % SEED_RANGE
+
+
+@contextlib.contextmanager
+def one_interrupt() -> Iterator[None]:
+    """The first Ctrl-C raises KeyboardInterrupt as usual; later ones are then ignored (the
+    process is on its way out), so cleanup (joining the I/O threads, removing scratch) runs
+    to its end. Without an interrupt, the previous handler is back when the block exits."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    interrupted = False
+
+    def first(signum: int, frame: object) -> None:
+        nonlocal interrupted
+        interrupted = True
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, first)
+    try:
+        yield
+    finally:
+        if not interrupted:  # once interrupted, stay deaf until the process exits
+            signal.signal(signal.SIGINT, previous)

@@ -1,18 +1,19 @@
 """`features: ssd`: mini-batches whose input features stream from the SSD.
 
-Three stages overlap, each a thread with a bounded hand-off:
-  plan   sample an epoch's mini-batches, group them into mega-batches, plan each one's
-         reads (and repack compact blocks when a block budget is given);
-  read   fill the next mega-batch buffer through the io_engine while the current one
-         trains (two buffers: the one trained on, the one being filled);
-  train  (the caller) gather each mini-batch's rows from [hot cache | buffer], build
-         DGL blocks, run the model.
+Four stages overlap, three threads with bounded hand-offs and the caller:
+  plan    sample the given seed batches, group them into mega-batches, plan each one's
+          reads;
+  repack  (with a block budget) write compact blocks for a window of plans;
+  read    fill the next mega-batch buffer through the io_engine while the current one
+          trains (two buffers: the one trained on, the one being filled);
+  caller  gather each mini-batch's rows from [hot cache | buffer], build DGL blocks.
 The hot cache holds the rows sampling reaches most often for the whole run.
 """
 from __future__ import annotations
 
 import logging
 import shutil
+import threading
 import time
 from pathlib import Path
 from typing import Iterator
@@ -20,15 +21,16 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from gnnssd.sampler import (DirectIO, MegaBatchLoader, MegaBatchPlan, NeighborSampler, PlanConfig, Planner,
-                            PlanWorker, hotness, load_model, remove, repacked_windows, to_dgl_blocks)
-from gnnssd.sampler.repack import RepackReport
+from gnnssd.sampler import MegaBatchPlan, NeighborSampler, PlanConfig, Planner, hotness, to_dgl_blocks
 from gnnssd.sampler.readplan import pages_plan
 from gnnssd.storage_format import Store
 
 from .budget import MemoryBudget, format_bytes, parse_bytes
-from .config import Config, ConfigError
-from .memory_loader import Batch
+from .config import ConfigError, SamplerConfig, SSDConfig
+from .memory_loader import IOCounters, MiniBatch, store_labels
+from .pipeline import DirectIO, MegaBatchLoader, PlanWorker, load_model, remove, repacked_windows
+from .pipeline.loader import BUFFERS
+from .pipeline.repack import RepackReport
 from .timing import StageTimer
 
 log = logging.getLogger("gnnssd.ssd")
@@ -44,32 +46,20 @@ def staging_bytes(budget: int) -> int:
     return min(MAX_STAGING, max(MIN_STAGING, budget // 16))
 
 
-class IOCounters:
-    """Bytes and requests the pipeline sent to the disk since the last `take`."""
-
-    def __init__(self) -> None:
-        self.reset()
-
-    def reset(self) -> None:
-        self.bytes_read = self.bytes_written = self.requests = 0
-
-    def take(self) -> dict[str, int]:
-        counts = {"bytes_read": self.bytes_read, "bytes_written": self.bytes_written,
-                  "requests": self.requests}
-        self.reset()
-        return counts
-
-
 class SSDLoader:
-    def __init__(self, store: Store, config: Config, device: torch.device, timer: StageTimer,
-                 block_dir: Path):
-        ssd = config.ssd
-        self.store, self.config, self.device, self.timer = store, config, device, timer
-        self.io_counts = IOCounters()
-        self.model = load_model(store.path)
+    """The out-of-core loader (the loader protocol of memory_loader): its memory is
+    `ssd.memory_budget`; buffers are sized for the largest mini-batch of `sampling`'s
+    training and evaluation settings; compact blocks go to `block_dir`."""
+
+    def __init__(self, store: Store, ssd: SSDConfig, sampling: SamplerConfig, seed: int,
+                 device: torch.device, timer: StageTimer, block_dir: Path):
+        self.store, self.sampling, self.seed, self.device, self.timer = store, sampling, seed, device, timer
+        self.mega_batch = ssd.mega_batch
+        self.labels = store_labels(store)
+        self.io = IOCounters()
+        self.cost_model = load_model(store.path)
         self.block_budget = parse_bytes(ssd.block_budget)
-        self.block_dir = block_dir
-        shutil.rmtree(block_dir, ignore_errors=True)  # blocks of an interrupted run are stale
+        self.block_dir = block_dir  # scratch this loader owns: made on use, removed after
         total = parse_bytes(ssd.memory_budget)
         row_bytes = store.row_bytes
         self.staging_bytes = staging_bytes(total)
@@ -100,23 +90,25 @@ class SSDLoader:
             raise ConfigError(f"ssd.memory_budget: {exc}") from None
         self.hot_rows = self._hot_rows(self.budget.hot_rows)
         log.info(self.budget.describe())
-        self.io = DirectIO(queue_depth=ssd.queue_depth, backend=ssd.io_backend)
+        self.direct_io = DirectIO(queue_depth=ssd.queue_depth, backend=ssd.io_backend,
+                                  checksums={store.features_path: store.page_checksums()}
+                                  if ssd.verify_checksums else None)
         log.info("features from %s through the %s backend; %s of hot rows loaded",
-                 store.features_path, self.io.backend, format_bytes(len(self.hot_rows) * row_bytes))
+                 store.features_path, self.direct_io.backend, format_bytes(len(self.hot_rows) * row_bytes))
         with timer.stage("read"):
-            self.loader = MegaBatchLoader(self.io, store.features_path, store.feat_dim, store.feat_dtype,
-                                          self.hot_rows, self.budget.buffer_rows, self.model,
-                                          block_dir, staging_bytes=self.staging_bytes)
-        self.io_counts.bytes_read += len(self.hot_rows) * row_bytes
+            self.buffers = MegaBatchLoader(self.direct_io, store.features_path, store.feat_dim, store.feat_dtype,
+                                           self.hot_rows, self.budget.buffer_rows, self.cost_model,
+                                           block_dir, staging_bytes=self.staging_bytes)
+        self.io.add(bytes_read=len(self.hot_rows) * row_bytes)
 
     def _rows_per_minibatch(self) -> int:
         """Most input rows among a few sampled mini-batches, with the training and with the
         evaluation settings: what a buffer must hold at the least."""
-        sampler_cfg = self.config.sampler
+        sampler_cfg = self.sampling
         layers = len(sampler_cfg.fanouts)
         settings = [(sampler_cfg.fanouts, sampler_cfg.batch_size),
                     (sampler_cfg.eval_fanouts or [-1] * layers, sampler_cfg.eval_batch_size)]
-        rng = np.random.default_rng(self.config.seed)
+        rng = np.random.default_rng(self.seed)
         most = 0
         for fanouts, batch_size in settings:
             sampler = NeighborSampler(self.store.indptr, self.store.indices, fanouts)
@@ -124,7 +116,7 @@ class SSDLoader:
                 nodes = np.asarray(nodes)
                 if len(nodes):
                     seeds = np.sort(rng.choice(nodes, min(len(nodes), batch_size), replace=False))
-                    most = max(most, len(sampler.sample(seeds, self.config.seed).input_nodes))
+                    most = max(most, len(sampler.sample(seeds, self.seed).input_nodes))
         return most
 
     def _hot_rows(self, count: int) -> np.ndarray:
@@ -134,23 +126,24 @@ class SSDLoader:
             return np.empty(0, np.int64)
         if self.store.manifest["order"] in ("degree", "locality"):
             return np.arange(count, dtype=np.int64)
-        heat = hotness(self.store.indptr, self.store.indices, self.config.sampler.fanouts,
+        heat = hotness(self.store.indptr, self.store.indices, self.sampling.fanouts,
                        np.asarray(self.store.train_idx))
         return np.sort(np.argsort(-heat, kind="stable")[:count]).astype(np.int64)
 
-    def batches(self, nodes: np.ndarray, fanouts: list[int], batch_size: int, shuffle: bool,
-                epoch: int = 0) -> Iterator[Batch]:
-        """The mini-batches of `nodes` for one epoch (seeded by the config seed and `epoch`);
-        with `shuffle` the planner permutes `nodes`, else takes them in order."""
-        cfg = PlanConfig(batch_size=batch_size, fanouts=tuple(fanouts), mega_batch=self.config.ssd.mega_batch,
-                         seed=self.config.seed, shuffle=shuffle)
-        planner = Planner(self.store.indptr, self.store.indices, nodes, cfg, self.hot_rows,
+    def minibatches(self, batches: list[np.ndarray], fanouts: list[int],
+                    epoch: int = 0) -> Iterator[MiniBatch]:
+        """A mini-batch per array of seed nodes, in order; neighbour draws are seeded by
+        (seed, epoch, position)."""
+        cfg = PlanConfig(batch_size=max(map(len, batches), default=1), fanouts=tuple(fanouts),
+                         mega_batch=self.mega_batch, seed=self.seed)
+        planner = Planner(self.store.indptr, self.store.indices, np.empty(0, np.int64), cfg, self.hot_rows,
                           max_rows=self.budget.buffer_rows)
         if self.block_budget:
             self.block_dir.mkdir(parents=True, exist_ok=True)
-        plans = PlanWorker(self._planned(planner.plans([epoch])), depth=2)
-        planned = PlanWorker(self._repacked_windows(iter(plans)), depth=2)
-        loaded = PlanWorker(self._loaded(planned), depth=2)
+        plans = PlanWorker(self._planned(planner.plan_batches(batches, epoch)), depth=2, name="gnnssd-plan")
+        windows = PlanWorker(self._repacked_windows(iter(plans)), depth=2, name="gnnssd-repack")
+        # Depth BUFFERS: the buffer the caller gathers from and the one being filled.
+        loaded = PlanWorker(self._loaded(windows), depth=BUFFERS, name="gnnssd-read")
         try:
             pending = iter(loaded)
             while True:
@@ -163,7 +156,7 @@ class SSDLoader:
                 yield from self._minibatches(plan, buffer)
         finally:
             loaded.close()
-            planned.close()
+            windows.close()
             plans.close()
             shutil.rmtree(self.block_dir, ignore_errors=True)
 
@@ -173,7 +166,7 @@ class SSDLoader:
         directory: memory then does not grow with the window."""
         for plan in _timed(plans, self.timer, "plan"):
             with self.timer.stage("plan"):
-                plan.read = pages_plan(plan.read_rows, self.store.row_bytes, self.model)
+                plan.read = pages_plan(plan.read_rows, self.store.row_bytes, self.cost_model)
                 if self.block_budget:
                     plan = plan.spill(self.block_dir / f"plan_e{plan.epoch}_m{plan.index}.npz")
             yield plan
@@ -184,15 +177,14 @@ class SSDLoader:
         plan is its own window with page reads."""
         if self.block_budget == 0:
             return ([plan] for plan in plans)
-        return repacked_windows(plans, self.io, self.store.features_path, self.store.row_bytes, self.model,
+        return repacked_windows(plans, self.direct_io, self.store.features_path, self.store.row_bytes,
+                                self.cost_model,
                                 self.block_budget, self.block_dir, self.staging_bytes, self.writer_bytes,
                                 report=self._count_repack)
 
     def _count_repack(self, report: RepackReport) -> None:
         self.timer.add("repack", report.seconds)
-        self.io_counts.bytes_read += report.bytes_read
-        self.io_counts.requests += report.requests
-        self.io_counts.bytes_written += report.bytes_written
+        self.io.add(report.bytes_read, report.bytes_written, report.requests)
 
     def _loaded(self, windows_: PlanWorker) -> Iterator[tuple[MegaBatchPlan, np.ndarray]]:
         """Read stage: each plan's buffer filled; block files deleted once read."""
@@ -201,28 +193,34 @@ class SSDLoader:
                 with self.timer.stage("read"):
                     if plan.spill_path:
                         plan = plan.restore()
-                    buffer = self.loader.load(plan)
-                self.io_counts.bytes_read += plan.read.nbytes
-                self.io_counts.requests += len(plan.read.offsets)
+                    buffer = self.buffers.load(plan)
+                self.io.add(bytes_read=plan.read.nbytes, requests=len(plan.read.offsets))
                 remove([plan], self.block_dir)
                 yield plan, buffer
 
-    def _minibatches(self, plan: MegaBatchPlan, buffer: np.ndarray) -> Iterator[Batch]:
+    def _minibatches(self, plan: MegaBatchPlan, buffer: np.ndarray) -> Iterator[MiniBatch]:
         for i, mfgs in enumerate(plan.minibatches):
             with self.timer.stage("gather"):
-                x = torch.from_numpy(self.loader.gather(plan, i, buffer))
+                x = torch.from_numpy(self.buffers.gather(plan, i, buffer))
                 if x.dtype != torch.float32:
                     x = x.float()
                 blocks = to_dgl_blocks(mfgs)
+                input_nodes = torch.from_numpy(mfgs.input_nodes)
+                output_nodes = torch.from_numpy(mfgs.seeds)
+                y = self.labels[output_nodes]
             with self.timer.stage("transfer"):
                 if self.device.type == "cuda":
                     x = x.pin_memory().to(self.device, non_blocking=True)
                     blocks = [b.to(self.device) for b in blocks]
-            yield Batch(blocks, x, torch.from_numpy(mfgs.seeds))
+                    input_nodes, output_nodes, y = (t.to(self.device) for t in (input_nodes, output_nodes, y))
+            yield MiniBatch(input_nodes, output_nodes, blocks, x, y)
+
+    def io_stats(self) -> dict[str, int]:
+        return self.io.as_dict()
 
     def close(self) -> None:
-        self.loader.close()
-        self.io.shutdown()
+        self.buffers.close()
+        self.direct_io.shutdown()
 
 
 def _timed(items: Iterator, timer: StageTimer, stage: str) -> Iterator:

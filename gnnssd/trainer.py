@@ -1,12 +1,15 @@
 """The Trainer: fit, evaluate and predict from a store, with checkpoints and resume."""
 from __future__ import annotations
 
+import json
 import logging
+import math
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 import torch
 import torch.nn.functional as F
 import yaml
@@ -15,28 +18,42 @@ from tqdm import tqdm
 from gnnssd.storage_format import Store
 
 from . import distributed
-from .checkpoint import MetricsLog, load_checkpoint, save_checkpoint
+from .budget import format_bytes, parse_bytes
+from .checkpoint import CHECKPOINT, CheckpointError, MetricsLog, load_checkpoint, save_checkpoint
 from .config import Config, ConfigError, load_config
-from .memory_loader import MemoryLoader
-from .ssd_loader import SSDLoader
 from .models import build_model
+from .rundir import RunLock, Scratch, prepare_run_dir
+from .node_loader import NodeLoader
 from .runtime import epoch_seed, seed_everything, select_device, use_single_thread
-from .timing import StageTimer
 
 log = logging.getLogger("gnnssd.trainer")
 
 # Parts of the config a resumed run must share with the run that wrote the checkpoint.
 RESUME_KEYS = ("store", "features", "seed", "deterministic", "model", "sampler")
+#: The run's own copy of its configuration (never the user's config.yaml beside it).
+RUN_CONFIG = "run_config.yaml"
+#: Bytes per parameter while training: weights, gradients and Adam's two moments (float32).
+TRAINING_BYTES_PER_PARAMETER = 16
+
+
+class TrainingError(RuntimeError):
+    """Training cannot go on (e.g. a non-finite loss); the checkpoint is left as it was."""
 
 
 class Trainer:
-    """Trains one of the built-in models on a store, as a configuration describes.
+    """Trains a model on a store, as a configuration describes: one of the built-in models,
+    or the user's `model` (any module taking `(blocks, x)` and returning logits).
 
     `fit()` runs the epochs (resuming from the run directory's checkpoint when asked),
     `evaluate()` scores a split, `predict()` labels nodes in their original IDs.
+
+    Inside an initialised torch.distributed process group every rank builds its own
+    Trainer: each loads its shard of the seeds, DDP averages the gradients, evaluation is
+    split between the ranks, and rank 0 alone locks and writes the run directory.
     """
 
-    def __init__(self, config: Config | str | Path, overrides: dict[str, Any] | None = None):
+    def __init__(self, config: Config | str | Path, overrides: dict[str, Any] | None = None,
+                 model: torch.nn.Module | None = None):
         self.config = config if isinstance(config, Config) else load_config(config, overrides)
         cfg = self.config
         self.ranks = distributed.current()  # several when inside an initialised process group
@@ -45,14 +62,20 @@ class Trainer:
         distributed.check_same_store(self.store, self.ranks)
         if self.store.num_classes < 2:
             raise ConfigError(f"store {cfg.store}: {self.store.num_classes} classes; need >= 2")
+        if len(self.store.train_idx) == 0:
+            raise ConfigError(f"store {cfg.store}: the train split is empty; nothing to train on")
+        _check_memory(distributed.share_budget(cfg, self.ranks), self.store)
         self.device = distributed.rank_device(select_device(cfg.device), self.ranks)
         if cfg.deterministic:
             use_single_thread()
         seed_everything(cfg.seed)
-        self.timer = StageTimer()
+        self.scratch = Scratch(self.run_dir)  # each rank its own
+        self.lock: RunLock | None = None
         self.loader = self._make_loader()
         self.labels = torch.from_numpy(np.array(self.store.labels, dtype=np.int64))
-        self.model = build_model(cfg.model, self.store.feat_dim, self.store.num_classes).to(self.device)
+        if model is None:
+            model = build_model(cfg.model, self.store.feat_dim, self.store.num_classes)
+        self.model = model.to(self.device)
         self.train_model = distributed.wrap(self.model, self.ranks, self.device)
         self.progress = distributed.progress(self.ranks)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.train.lr,
@@ -61,42 +84,65 @@ class Trainer:
         self.best: dict[str, Any] = {"valid_acc": -1.0, "epoch": 0, "state": None}
         self.metrics = MetricsLog(self.run_dir)
 
-    def _make_loader(self) -> MemoryLoader | SSDLoader:
-        if self.config.features == "ssd":
-            blocks = self.run_dir / ("blocks" if not self.ranks.active else f"blocks_rank{self.ranks.rank}")
-            try:
-                return SSDLoader(self.store, distributed.share_budget(self.config, self.ranks), self.device,
-                                 self.timer, blocks)
-            except ConfigError as exc:
-                if self.ranks.local_world_size == 1:
-                    raise
-                raise ConfigError(f"{exc} (ssd.memory_budget is the machine's total, split between "
-                                  f"its {self.ranks.local_world_size} local ranks)") from None
-        return MemoryLoader(self.store, self.device, self.timer)
+    def _make_loader(self) -> NodeLoader:
+        """The training loader; evaluation takes views of it (`with_seeds`) that share its
+        features, hot cache and buffers. A rank loads its shard of the seeds, within its
+        share of the machine's `ssd.memory_budget`."""
+        cfg = self.config
+        ssd = distributed.share_budget(cfg, self.ranks).ssd
+        try:
+            return NodeLoader(self.store, self.store.train_idx, fanouts=cfg.sampler.fanouts,
+                              batch_size=cfg.sampler.batch_size, features=cfg.features, shuffle=True,
+                              seed=cfg.seed, device=self.device, eval_fanouts=cfg.sampler.eval_fanouts,
+                              eval_batch_size=cfg.sampler.eval_batch_size, scratch_dir=self.scratch.path,
+                              rank=self.ranks.rank, world_size=self.ranks.world_size, **vars(ssd))
+        except ConfigError as exc:
+            if self.ranks.local_world_size == 1:
+                raise
+            raise ConfigError(f"{exc} (ssd.memory_budget is the machine's total, split between "
+                              f"its {self.ranks.local_world_size} local ranks)") from None
 
     def close(self) -> None:
-        """Release the loader's files, buffers and I/O threads."""
+        """Release the loader's files, buffers and I/O threads, this process's scratch
+        directory and the run directory's lock."""
         self.loader.close()
+        self.scratch.remove()
+        self._unlock()
+
+    def _unlock(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
 
     # --- training ----------------------------------------------------------------------
 
     def fit(self, resume: bool = False) -> list[dict[str, Any]]:
         """Train for `train.epochs` epochs; returns the per-epoch metrics of this call.
 
-        In a process group every rank calls it; rank 0 alone writes the run directory."""
+        In a process group every rank calls it; rank 0 alone locks and writes the run
+        directory, and a failed collective names the ranks that stopped."""
         try:
-            return self._fit(resume)
-        except RuntimeError as exc:
-            named = self.progress.failure(exc) if self.ranks.active else None
-            if named is None:
-                raise
-            raise named from exc  # a failed collective: the ranks that stopped are named
+            # rank 0 clears stale scratch before any rank writes its own; its error fails all
+            distributed.from_rank0(self._lock_for_writing, self.ranks)
+            try:
+                return self._fit(resume)
+            except RuntimeError as exc:
+                named = self.progress.failure(exc) if self.ranks.active else None
+                if named is None:
+                    raise
+                raise named from exc
+        finally:
+            self._unlock()
+
+    def _lock_for_writing(self) -> None:
+        prepare_run_dir(self.run_dir, create=True)
+        self._unlock()  # a reader's lock of our own (after load_best) gives way to the writer's
+        self.lock = RunLock(self.run_dir, exclusive=True)
+        self.scratch.clear_stale()
 
     def _fit(self, resume: bool) -> list[dict[str, Any]]:
         cfg = self.config
         main = self.ranks.is_main
-        if main:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
         checkpoint = distributed.from_rank0(lambda: load_checkpoint(self.run_dir), self.ranks)
         if checkpoint is not None and not resume:
             raise RuntimeError(f"{self.run_dir}: holds a checkpoint of epoch {checkpoint['epoch']}; "
@@ -108,7 +154,10 @@ class Trainer:
             log.info("no checkpoint in %s: starting afresh", self.run_dir)
         if main:
             self.metrics.truncate_after(self.epochs_done)
-            (self.run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+            (self.run_dir / RUN_CONFIG).write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+        for split in ("valid", "test"):
+            if len(self.store.split(split)) == 0:
+                log.info("the %s split of %s is empty: its evaluation is skipped", split, cfg.store)
         history = []
         for epoch in range(self.epochs_done + 1, cfg.train.epochs + 1):
             record = self._train_epoch(epoch)
@@ -126,45 +175,59 @@ class Trainer:
 
     def _train_epoch(self, epoch: int) -> dict[str, Any]:
         cfg = self.config
-        seed_everything(epoch_seed(cfg.seed, epoch) + self.ranks.rank)  # ranks draw apart
+        seed_everything(epoch_seed(cfg.seed, epoch) + self.ranks.rank)  # ranks draw apart (dropout)
         self.model.train()
         start = time.perf_counter()
-        self.timer.take()
-        if isinstance(self.loader, SSDLoader):
-            self.loader.io_counts.reset()
+        self.loader.stage_times()
+        self.loader.io_stats()
         loss_sum, correct, seen = 0.0, 0, 0
-        seeds, shuffle = self.ranks.epoch_seeds(self.store.train_idx, cfg.seed, epoch)
-        n_batches = -(-len(seeds) // cfg.sampler.batch_size)
-        batches = self.loader.batches(seeds, cfg.sampler.fanouts, cfg.sampler.batch_size,
-                                      shuffle=shuffle, epoch=epoch)
-        for batch in tqdm(batches, total=n_batches, desc=f"epoch {epoch}", leave=False,
-                          disable=not (cfg.train.progress and self.ranks.is_main), mininterval=1.0):
-            with self.timer.stage("compute"):
-                y = self.labels[batch.output_nodes].to(self.device)
-                logits = self.train_model(batch.blocks, batch.x)
-                loss = F.cross_entropy(logits, y)
-                self.optimizer.zero_grad()
-                self.progress.enter()  # backward averages the gradients over the ranks
-                loss.backward()
-                self.optimizer.step()
-            loss_sum += loss.item() * len(y)
-            correct += int((logits.argmax(1) == y).sum())
-            seen += len(y)
+        self.loader.set_epoch(epoch)
+        n_batches = len(self.loader)
+        batches = iter(self.loader)
+        try:  # closed here, not when collected: an error or Ctrl-C stops the I/O threads now
+            for i, batch in enumerate(tqdm(batches, total=n_batches, desc=f"epoch {epoch}", leave=False,
+                                           disable=not (cfg.train.progress and self.ranks.is_main),
+                                           mininterval=1.0), 1):
+                with self.loader.timer.stage("compute"):
+                    y = batch.y
+                    logits = self.train_model(batch.blocks, batch.x)
+                    loss = F.cross_entropy(logits, y)
+                    if not math.isfinite(loss.item()):
+                        raise TrainingError(
+                            f"epoch {epoch}, mini-batch {i}/{n_batches}: the loss is {loss.item()}; "
+                            f"training stopped (the checkpoint of epoch {self.epochs_done} is kept). "
+                            f"Corrupt features or labels do this: run `gnnssd verify {cfg.store_path()}`; "
+                            "if the store is sound, lower train.lr")
+                    self.optimizer.zero_grad()
+                    self.progress.enter()  # backward averages the gradients over the ranks
+                    loss.backward()
+                    self.optimizer.step()
+                loss_sum += loss.item() * len(y)
+                correct += int((logits.argmax(1) == y).sum())
+                seen += len(y)
+        finally:
+            batches.close()
         self.progress.enter()
         loss_sum, correct, seen = distributed.sum_over_ranks([loss_sum, correct, seen], self.ranks)
         record = {"epoch": epoch, "train_loss": loss_sum / seen, "train_acc": correct / seen,
-                  "epoch_s": round(time.perf_counter() - start, 4), "stages_s": self.timer.take(),
-                  "batches": n_batches}
-        if isinstance(self.loader, SSDLoader):
-            record["io"] = self.loader.io_counts.take()
+                  "epoch_s": round(time.perf_counter() - start, 4), "stages_s": self.loader.stage_times(),
+                  "batches": len(self.loader)}
+        if cfg.features == "ssd":
+            record["io"] = self.loader.io_stats()
         return record
 
     def _evaluate_epoch(self, epoch: int) -> dict[str, Any]:
-        scores = {f"{split}_acc": self.evaluate(split)["accuracy"] for split in ("valid", "test")}
-        if scores["valid_acc"] > self.best["valid_acc"]:
-            self.best = {"valid_acc": scores["valid_acc"], "test_acc": scores["test_acc"],
-                         "epoch": epoch,
+        """Scores of the non-empty evaluation splits; the best model is the one of highest
+        validation accuracy, or the latest when the store has no validation nodes."""
+        splits = [s for s in ("valid", "test") if len(self.store.split(s))]
+        scores: dict[str, Any] = {f"{s}_acc": self.evaluate(s)["accuracy"] for s in splits}
+        valid = scores.get("valid_acc")
+        if valid is None or valid > self.best["valid_acc"]:
+            self.best = {"valid_acc": valid, "test_acc": scores.get("test_acc"), "epoch": epoch,
                          "state": {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}}
+        skipped = [s for s in ("valid", "test") if s not in splits]
+        if skipped:
+            scores["skipped_splits"] = skipped
         return {**scores, "best_epoch": self.best["epoch"], "best_test_acc": self.best["test_acc"]}
 
     # --- evaluation and prediction --------------------------------------------------------
@@ -173,12 +236,14 @@ class Trainer:
     def _logits(self, nodes: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         """Logits of `nodes` (store IDs) with the evaluation fanouts, in batch order."""
         cfg = self.config
+        if len(nodes) == 0:
+            return torch.empty(0, self.store.num_classes), torch.empty(0, dtype=torch.long)
         fanouts = cfg.sampler.eval_fanouts or [-1] * cfg.model.layers
         self.model.eval()
         outputs, order = [], []
-        for batch in self.loader.batches(nodes, fanouts, cfg.sampler.eval_batch_size, shuffle=False):
+        for batch in self.loader.with_seeds(nodes, fanouts=fanouts, batch_size=cfg.sampler.eval_batch_size):
             outputs.append(self.model(batch.blocks, batch.x).cpu())
-            order.append(batch.output_nodes)
+            order.append(batch.output_nodes.cpu())
         if not outputs:
             return torch.empty(0, self.store.num_classes), torch.empty(0, dtype=torch.long)
         return torch.cat(outputs), torch.cat(order)
@@ -212,7 +277,12 @@ class Trainer:
         return by_store_id[store_ids]
 
     def load_best(self) -> None:
-        """Load the checkpoint's best-validation weights (for eval/predict after fit)."""
+        """Load the checkpoint's best-validation weights (for eval/predict after fit).
+        Takes the run directory's shared lock, held until `close()`: no training starts
+        in it meanwhile."""
+        prepare_run_dir(self.run_dir, create=False)
+        if self.lock is None:
+            self.lock = RunLock(self.run_dir, exclusive=False)
         checkpoint = distributed.from_rank0(lambda: load_checkpoint(self.run_dir), self.ranks)
         if checkpoint is None:
             raise RuntimeError(f"{self.run_dir}: no checkpoint; train first")
@@ -223,13 +293,30 @@ class Trainer:
     # --- checkpoint state ----------------------------------------------------------------
 
     def _state(self) -> dict[str, Any]:
+        """Tensors and plain types only: what `torch.load(weights_only=True)` reads back."""
+        _, keys, pos, has_gauss, gauss = np.random.get_state()
         return {"epoch": self.epochs_done, "model": self.model.state_dict(),
                 "optimizer": self.optimizer.state_dict(), "best": self.best,
-                "config": self.config.to_dict(), "world_size": self.ranks.world_size,
-                "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state()}}
+                "config": json.dumps(self.config.to_dict()), "store": self.store.fingerprint,
+                "world_size": self.ranks.world_size,
+                "rng": {"torch": torch.get_rng_state(),
+                        "numpy": [torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss),
+                                  float(gauss)]}}
 
     def _restore(self, checkpoint: dict[str, Any]) -> None:
-        saved, current = checkpoint["config"], self.config.to_dict()
+        path = self.run_dir / CHECKPOINT
+        try:
+            saved = json.loads(checkpoint["config"])
+            fingerprint = checkpoint["store"]
+            keys, pos, has_gauss, gauss = checkpoint["rng"]["numpy"]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CheckpointError(f"{path}: not a checkpoint of this gnnssd ({exc!r})") from None
+        if fingerprint != self.store.fingerprint:
+            raise ConfigError(f"store: {self.config.store_path()} is not the store the checkpoint in "
+                              f"{self.run_dir} was trained on (manifest sha256 {self.store.fingerprint[:12]}, "
+                              f"checkpoint {str(fingerprint)[:12]}): it was preprocessed again since; "
+                              "pick another run_dir")
+        current = self.config.to_dict()
         for key in RESUME_KEYS:
             if saved[key] != current[key]:
                 raise ConfigError(f"{key}: the checkpoint in {self.run_dir} was trained with "
@@ -240,13 +327,28 @@ class Trainer:
         self.epochs_done = checkpoint["epoch"]
         self.best = checkpoint["best"]
         torch.set_rng_state(checkpoint["rng"]["torch"])
-        np.random.set_state(checkpoint["rng"]["numpy"])
+        np.random.set_state(("MT19937", keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+
+
+def _check_memory(cfg: Config, store: Store) -> None:
+    """Refuse a model or an ssd budget that cannot fit in the memory available now."""
+    available = psutil.virtual_memory().available
+    with torch.device("meta"):  # shapes only: nothing allocated
+        model = build_model(cfg.model, store.feat_dim, store.num_classes)
+    params = sum(p.numel() for p in model.parameters())
+    need = params * TRAINING_BYTES_PER_PARAMETER
+    if need > available:
+        raise ConfigError(f"model.hidden: {cfg.model.hidden} gives {params:,} parameters, ~{format_bytes(need)} "
+                          f"with gradients and Adam state; available memory is {format_bytes(available)}")
+    budget = parse_bytes(cfg.ssd.memory_budget)
+    if cfg.features == "ssd" and budget > available:
+        raise ConfigError(f"ssd.memory_budget: {format_bytes(budget)} is more than the available "
+                          f"memory ({format_bytes(available)})")
 
 
 def _format_record(r: dict[str, Any], epochs: int) -> str:
     parts = [f"epoch {r['epoch']}/{epochs}", f"loss {r['train_loss']:.4f}", f"train {r['train_acc']:.4f}"]
-    if "valid_acc" in r:
-        parts += [f"valid {r['valid_acc']:.4f}", f"test {r['test_acc']:.4f}"]
+    parts += [f"{split} {r[f'{split}_acc']:.4f}" for split in ("valid", "test") if f"{split}_acc" in r]
     stages = ", ".join(f"{k} {v:.2f}" for k, v in r["stages_s"].items())
     parts.append(f"{r['epoch_s']:.2f} s ({stages})")
     return "  ".join(parts)

@@ -1,5 +1,6 @@
 """gnnssd.io_engine: batched O_DIRECT reads through io_uring (C, via cffi), with a C
 thread-pool fallback, and fixed-stride row readers built on them."""
+from .crc import ChecksumError
 from .engine import Engine, EngineFile, Handle, alloc
 
-__all__ = ["Engine", "EngineFile", "Handle", "alloc"]
+__all__ = ["ChecksumError", "Engine", "EngineFile", "Handle", "alloc"]

@@ -18,7 +18,7 @@ from cffi import FFI
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CSRC = os.path.join(HERE, "csrc")
-SOURCES = ["gio_core.c", "gio_uring.c", "gio_rows.c"]
+SOURCES = ["gio_core.c", "gio_uring.c", "gio_rows.c", "gio_crc.c"]
 
 _PROBE = """#include <liburing.h>
 int main(void) { struct io_uring ring; return io_uring_queue_init(1, &ring, 0); }

@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 
 from ._gnnssd_io import ffi, lib
+from .crc import PAGE as CHECKSUM_PAGE
+from .crc import checksum_error
 from .rows import read_rows
 
 log = logging.getLogger(__name__)
@@ -68,6 +70,21 @@ def _int64_array(name: str, values: Any) -> np.ndarray:
     return np.ascontiguousarray(arr, dtype=np.int64)
 
 
+# Buffers of batches whose io_uring ring broke before it could be drained: the kernel may
+# still write into them, so they are kept alive for the life of the process.
+_abandoned_buffers: list[tuple[Any, ...]] = []
+
+
+def _page_checksums(path: str, size: int, checksums: Any) -> np.ndarray:
+    """The per-page CRC32C array for a file of `size` bytes, checked for length."""
+    arr = np.ascontiguousarray(checksums, dtype=np.uint32)
+    pages = -(-size // CHECKSUM_PAGE)
+    if arr.shape != (pages,):
+        raise ValueError(f"{path}: {size} bytes are {pages} pages of {CHECKSUM_PAGE}, but "
+                         f"{arr.size} page checksums were given")
+    return arr
+
+
 def _first(mask: np.ndarray) -> int | None:
     return int(np.argmax(mask)) if mask.any() else None
 
@@ -76,8 +93,9 @@ class EngineFile:
     """A read-only handle opened by Engine.open (O_DIRECT unless direct=False)."""
 
     def __init__(self, engine: Engine, path: str, fd: int, size: int, block_size: int,
-                 mem_align: int, direct: bool) -> None:
+                 mem_align: int, direct: bool, checksums: np.ndarray | None = None) -> None:
         self.path = path
+        self.checksums = checksums  # CRC32C per 4 KiB page, verified on every read
         self.size = size
         self.block_size = block_size  # offsets and lengths must be multiples of it
         self.mem_align = mem_align    # destination addresses must be multiples of it
@@ -176,9 +194,17 @@ class Handle:
         with self._engine._lock:
             if self._finished:
                 return
-            index = ffi.new("size_t *")
-            err = lib.gio_batch_error(self._batch, index)
-            if err:
+            index, page, got = ffi.new("size_t *"), ffi.new("int64_t *"), ffi.new("uint32_t *")
+            err = lib.gio_batch_error(self._batch, index, page, got)
+            if lib.gio_batch_abandoned(self._batch):
+                log.error("the io_uring ring broke with reads of %s in flight; their buffers "
+                          "are kept for the life of the process", self._file.path)
+                _abandoned_buffers.append(self._keep)
+            if err == errno.EBADMSG and page[0] >= 0:
+                bad = int(page[0])
+                self._error = checksum_error(self._file.path, bad, int(got[0]),
+                                             int(self._file.checksums[bad]))
+            elif err:
                 i = int(index[0])
                 self._error = OSError(
                     err,
@@ -243,9 +269,13 @@ class Engine:
 
     # -- files and buffers --------------------------------------------------------------
 
-    def open(self, path: str | os.PathLike[str], direct: bool = True) -> EngineFile:
+    def open(self, path: str | os.PathLike[str], direct: bool = True,
+             checksums: Any = None) -> EngineFile:
         """Open path for reading; with direct=True (O_DIRECT) offsets, lengths and
-        destination addresses must be aligned (f.block_size, f.mem_align)."""
+        destination addresses must be aligned (f.block_size, f.mem_align). With
+        `checksums` (the CRC32C of every 4 KiB page, e.g. Store.page_checksums()) every
+        page read is verified in C and a mismatch raises ChecksumError; reads must then
+        cover whole pages."""
         self._check_open()
         path_s = os.fspath(path)
         size, off_al, mem_al, err = (ffi.new("int64_t *"), ffi.new("int *"),
@@ -257,8 +287,13 @@ class Engine:
                 raise OSError(e, f"cannot open {path_s} with O_DIRECT: its filesystem "
                               "refuses direct I/O (tmpfs does); use direct=False", path_s)
             raise OSError(e, os.strerror(e), path_s)
+        try:
+            crcs = None if checksums is None else _page_checksums(path_s, int(size[0]), checksums)
+        except ValueError:
+            os.close(fd)
+            raise
         return EngineFile(self, path_s, fd, int(size[0]), int(off_al[0]), int(mem_al[0]),
-                          direct)
+                          direct, crcs)
 
     @staticmethod
     def alloc(nbytes: int) -> np.ndarray:
@@ -282,16 +317,19 @@ class Engine:
         cbuf = ffi.from_buffer("uint8_t[]", buf, require_writable=True)
         _check_requests(f, offsets, lengths, dests, len(cbuf),
                         int(ffi.cast("uintptr_t", cbuf)))
+        crcs = ffi.NULL if f.checksums is None else ffi.from_buffer("uint32_t[]", f.checksums)
+        ncrcs = 0 if f.checksums is None else len(f.checksums)
         with self._lock:
             self._prune()
             batch = lib.gio_submit(self._eng, fd, f.size, ffi.from_buffer("int64_t[]", offsets),
                                    ffi.from_buffer("int64_t[]", lengths),
-                                   ffi.from_buffer("int64_t[]", dests), cbuf, len(offsets))
+                                   ffi.from_buffer("int64_t[]", dests), cbuf, len(offsets),
+                                   crcs, ncrcs)
             if batch == ffi.NULL:
                 raise MemoryError("cannot allocate an I/O batch")
             # freed with the handle, so that threads still in wait() never see it go
             batch = ffi.gc(batch, lib.gio_batch_free)
-            h = Handle(self, f, batch, offsets, lengths, (dests, cbuf, buf))
+            h = Handle(self, f, batch, offsets, lengths, (dests, cbuf, buf, crcs))
             self._inflight.add(h)
         return h
 
@@ -388,13 +426,16 @@ def _check_requests(f: EngineFile, offsets: np.ndarray, lengths: np.ndarray,
     if i is not None:
         raise ValueError(f"request {i} overflows the buffer: dest_offset {dests[i]} + "
                          f"length {lengths[i]} > buffer size {buf_bytes}")
-    if bs > 1:
+    units = [(bs, f"the block size O_DIRECT needs for {f.path} (read_rows reads unaligned "
+                  "data)")] if bs > 1 else []
+    if f.checksums is not None:
+        units.append((CHECKSUM_PAGE, f"as {f.path} is opened with page checksums, reads "
+                                     "cover whole pages"))
+    for unit, why in units:
         for name, arr in (("offset", offsets), ("length", lengths)):
-            i = _first(live & (arr % bs != 0))
+            i = _first(live & (arr % unit != 0))
             if i is not None:
-                raise ValueError(
-                    f"request {i}: {name} {arr[i]} is not a multiple of {bs}, the block "
-                    f"size O_DIRECT needs for {f.path} (read_rows reads unaligned data)")
+                raise ValueError(f"request {i}: {name} {arr[i]} is not a multiple of {unit}, {why}")
     if f.mem_align > 1:
         i = _first(live & ((buf_addr + dests) % f.mem_align != 0))
         if i is not None:

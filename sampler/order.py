@@ -6,7 +6,8 @@ mega-batch's rows dense on disk.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Callable, Sequence
 
 import numba as nb
 import numpy as np
@@ -140,3 +141,37 @@ def locality_order(
     label = _label_propagation(indptr, indices, np.random.default_rng(0).permutation(n), 10, max_community)
     order[num_hot:] = rest[np.argsort(label[rest], kind="stable")]
     return order
+
+
+@dataclass(frozen=True)
+class NodeOrder:
+    """A named node order for `write_store`: `permutation(indptr, indices, train_idx)` is
+    perm with perm[store_id] = original_id. The store records the name."""
+
+    name: str
+    permutation: Callable[[np.ndarray, np.ndarray, np.ndarray | None], np.ndarray]
+
+
+def _original(indptr: np.ndarray, indices: np.ndarray, train_idx: np.ndarray | None) -> np.ndarray:
+    return np.arange(indptr.shape[0] - 1, dtype=np.int64)
+
+
+def _degree(indptr: np.ndarray, indices: np.ndarray, train_idx: np.ndarray | None) -> np.ndarray:
+    return degree_order(indptr, indices)
+
+
+def _locality(indptr: np.ndarray, indices: np.ndarray, train_idx: np.ndarray | None) -> np.ndarray:
+    """The hottest 5% of rows (expected sampling frequency from `train_idx` with fanouts
+    15,10,5) first, then the rest grouped by graph community."""
+    return locality_order(indptr, indices, hot_fraction=0.05, fanouts=(15, 10, 5), seeds=train_idx)
+
+
+ORDERS = {o.name: o for o in (NodeOrder("original", _original), NodeOrder("degree", _degree),
+                              NodeOrder("locality", _locality))}
+
+
+def node_order(name: str) -> NodeOrder:
+    """The order called `name`: original, degree (most-referenced rows first) or locality."""
+    if name not in ORDERS:
+        raise ValueError(f"order {name!r}: expected one of {tuple(ORDERS)}")
+    return ORDERS[name]

@@ -34,7 +34,6 @@ class PlanConfig:
     seed: int = 0
     locality: bool = False  # draw a mega-batch's seeds from a contiguous range of node IDs
     drop_last: bool = False
-    shuffle: bool = True  # False: take the seeds in the given order (a rank's shard)
 
 
 @dataclass
@@ -84,27 +83,59 @@ class MegaBatchPlan:
         return same and (self.read is None or self.read.equals(other.read))
 
 
-def minibatch_seeds(train_idx: np.ndarray, cfg: PlanConfig, epoch: int) -> list[np.ndarray]:
-    """The epoch's mini-batches of seed nodes, in training order.
+def seed_batches(seeds: np.ndarray, batch_size: int, shuffle: bool, seed: int, epoch: int,
+                 drop_last: bool = False, rank: int = 0, world_size: int = 1) -> list[np.ndarray]:
+    """An epoch's mini-batches of seed nodes, in training order: the one seed order every
+    loader (memory, ssd, baselines) uses, so all see the same mini-batches for the same
+    (seed, epoch). With `shuffle`, a permutation drawn from (seed, epoch); without, `seeds`
+    in the order given. Of `world_size` data-parallel ranks, rank `rank` takes its `shard`
+    of that order (the same on every rank) before it is cut into batches."""
+    order = np.asarray(seeds, dtype=np.int64)
+    if shuffle:
+        order = np.random.default_rng([seed, epoch]).permutation(order)
+    if world_size > 1 and len(order):
+        order = shard(order, rank, world_size)
+    return _cut(order, batch_size, drop_last)
 
-    Default: a uniform permutation (without `shuffle`: the given order). With `locality`, the sorted training nodes (rotated by a
-    random offset) are cut into runs of B*M, the runs are visited in random order and each
-    run is shuffled into its M mini-batches: a mega-batch's seeds are then neighbours in the
-    store's node order, which (with a locality order) means neighbours in the graph.
+
+def shard(order: np.ndarray, rank: int, world_size: int) -> np.ndarray:
+    """Rank `rank`'s equal share of `order`, as torch's DistributedSampler deals it: padded
+    by wrapping to a multiple of `world_size`, then every `world_size`-th seed.
+
+    Every rank gets ceil(n / world_size) seeds, hence the same number of mini-batches of a
+    given size; and mini-batch k of all ranks together is the k-th run of
+    world_size * batch_size seeds of the (padded) order.
     """
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} outside 0..{world_size - 1}")
+    if len(order) == 0:
+        raise ValueError("no seeds to shard")
+    total = -(-len(order) // world_size) * world_size
+    padded = np.resize(np.asarray(order), total)  # np.resize repeats from the start
+    return padded[rank::world_size]
+
+
+def _cut(order: np.ndarray, batch_size: int, drop_last: bool) -> list[np.ndarray]:
+    stop = len(order) - len(order) % batch_size if drop_last else len(order)
+    return [order[i : i + batch_size] for i in range(0, stop, batch_size)]
+
+
+def minibatch_seeds(train_idx: np.ndarray, cfg: PlanConfig, epoch: int) -> list[np.ndarray]:
+    """The epoch's mini-batches of seed nodes for a plan config: `seed_batches` shuffled,
+    or with `locality`: the sorted training nodes (rotated by a random offset) are cut into
+    runs of B*M, the runs are visited in random order and each run is shuffled into its M
+    mini-batches: a mega-batch's seeds are then neighbours in the store's node order, which
+    (with a locality order) means neighbours in the graph.
+    """
+    if not cfg.locality:
+        return seed_batches(train_idx, cfg.batch_size, True, cfg.seed, epoch, cfg.drop_last)
     rng = np.random.default_rng([cfg.seed, epoch])
     train = np.asarray(train_idx, dtype=np.int64)
-    if cfg.locality:
-        span = cfg.batch_size * cfg.mega_batch
-        ordered = np.roll(np.sort(train), -int(rng.integers(len(train))))
-        runs = [ordered[i : i + span] for i in range(0, len(ordered), span)]
-        order = np.concatenate([rng.permutation(runs[r]) for r in rng.permutation(len(runs))])
-    elif cfg.shuffle:
-        order = rng.permutation(train)
-    else:
-        order = train
-    stop = len(order) - len(order) % cfg.batch_size if cfg.drop_last else len(order)
-    return [order[i : i + cfg.batch_size] for i in range(0, stop, cfg.batch_size)]
+    span = cfg.batch_size * cfg.mega_batch
+    ordered = np.roll(np.sort(train), -int(rng.integers(len(train))))
+    runs = [ordered[i : i + span] for i in range(0, len(ordered), span)]
+    order = np.concatenate([rng.permutation(runs[r]) for r in rng.permutation(len(runs))])
+    return _cut(order, cfg.batch_size, cfg.drop_last)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -253,29 +284,31 @@ class Planner:
         self.union = RowUnion(len(indptr) - 1, hot)
         self.sampler = NeighborSampler(indptr, indices, config.fanouts)
         self.max_rows = np.iinfo(np.int64).max if max_rows is None else max_rows
+        self._prev: MegaBatchPlan | None = None  # the last plan made: its buffer is carried from
 
     def plans(self, epochs: Iterable[int]) -> Iterator[MegaBatchPlan]:
-        """Mega-batch plans in training order; carry-over continues across epochs."""
-        cfg = self.config
-        prev = None
+        """Mega-batch plans of the training nodes' epochs, in training order."""
         for epoch in epochs:
-            batches = minibatch_seeds(self.train_idx, cfg, epoch)
-            index = 0
-            for start in range(0, len(batches), cfg.mega_batch):
-                group = batches[start : start + cfg.mega_batch]
-                ptr = np.concatenate([[0], np.cumsum([len(b) for b in group])])
-                for mfgs in self.sampler.sample_many(np.concatenate(group), ptr, cfg.seed, (epoch << 32) + start):
-                    if self.union.add(mfgs, self.max_rows):
-                        continue
-                    if self.union.members:
-                        prev = self._take(prev, epoch, index)
-                        index += 1
-                        yield prev
-                    if not self.union.add(mfgs, self.max_rows):
-                        raise self._too_large(mfgs)
-                prev = self._take(prev, epoch, index)
-                index += 1
-                yield prev
+            yield from self.plan_batches(minibatch_seeds(self.train_idx, self.config, epoch), epoch)
+
+    def plan_batches(self, batches: list[np.ndarray], epoch: int) -> Iterator[MegaBatchPlan]:
+        """Mega-batch plans of given mini-batches of seeds (groups of M, cut to fit
+        `max_rows`); carry-over continues from the previous call's last plan."""
+        cfg = self.config
+        index = 0
+        for start in range(0, len(batches), cfg.mega_batch):
+            group = batches[start : start + cfg.mega_batch]
+            ptr = np.concatenate([[0], np.cumsum([len(b) for b in group])])
+            for mfgs in self.sampler.sample_many(np.concatenate(group), ptr, cfg.seed, (epoch << 32) + start):
+                if self.union.add(mfgs, self.max_rows):
+                    continue
+                if self.union.members:
+                    yield self._take(epoch, index)
+                    index += 1
+                if not self.union.add(mfgs, self.max_rows):
+                    raise self._too_large(mfgs)
+            yield self._take(epoch, index)
+            index += 1
 
     def _too_large(self, mfgs: MFGs) -> ValueError:
         self.union.add(mfgs, np.iinfo(np.int64).max)
@@ -284,10 +317,11 @@ class Planner:
         return ValueError(f"one mini-batch needs {needed} buffer rows beyond the hot cache, the buffer "
                           f"holds {self.max_rows}: raise the memory budget or lower batch size or fanouts")
 
-    def _take(self, prev: MegaBatchPlan | None, epoch: int, index: int) -> MegaBatchPlan:
-        if prev is None:
-            return self.union.take(None, 0, epoch, index)
-        return self.union.take(prev.rows, prev.num_read, epoch, index)
+    def _take(self, epoch: int, index: int) -> MegaBatchPlan:
+        prev = self._prev
+        self._prev = (self.union.take(None, 0, epoch, index) if prev is None
+                      else self.union.take(prev.rows, prev.num_read, epoch, index))
+        return self._prev
 
 
 def save_plan(plan: MegaBatchPlan, path: str | Path) -> None:

@@ -30,7 +30,8 @@ class CostModel:
 
     @classmethod
     def default(cls) -> "CostModel":
-        """The development drive of DESIGN.md: 61k IOPS of 4 KiB at depth 64, 1.1 GB/s."""
+        """A development drive measured with fio: 61k IOPS of 4 KiB at depth 64, 1.1 GB/s
+        sequential (used until `gnnssd calibrate` measures the actual drive)."""
         return cls(request_s=1 / 61e3 - PAGE / 1.1e9, read_bw=1.1e9, write_bw=1.0e9)
 
     def read_time(self, lengths: np.ndarray) -> float:
@@ -174,9 +175,11 @@ def choose_window(plans: list, row_bytes: int, model: CostModel, disk_budget: in
     A mega-batch is a block candidate when writing and reading back its rows costs less
     than its page reads; the candidates (largest saving first, within `disk_budget`) are
     repacked together when their summed saving pays for the scan that collects their rows.
-    Returns an empty scan when no mega-batch of the window gets a block.
+    Returns an empty scan when no mega-batch of the window gets a block. A plan whose page
+    reads are planned already (`plan.read`, strategy "pages") keeps them.
     """
-    page_plans = [pages_plan(p.read_rows, row_bytes, model) for p in plans]
+    page_plans = [p.read if p.read is not None and p.read.strategy == "pages"  # planned already
+                  else pages_plan(p.read_rows, row_bytes, model) for p in plans]
     saving = []
     for p, pp in zip(plans, page_plans):
         nbytes = block_bytes(p.num_read, row_bytes)

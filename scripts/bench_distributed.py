@@ -15,6 +15,7 @@ speed-up of 2 ranks is not the point; the memory is.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import resource
 import sys
@@ -36,18 +37,20 @@ RANK_OVERHEAD = 1.5 * 2**30  # the target's allowance per rank (interpreter, tor
 def rank_run(config: dict, batches: int) -> dict:
     """One rank: `batches` training mini-batches of its shard; its rate and peak RSS."""
     trainer = Trainer(config_from_dict(config))
-    cfg = trainer.config
-    seeds, shuffle = trainer.ranks.epoch_seeds(trainer.store.train_idx, cfg.seed, 1)
-    seeds = seeds[: batches * cfg.sampler.batch_size]
     trainer.model.train()
+    trainer.loader.set_epoch(1)
+    minibatches = iter(trainer.loader)  # this rank's shard of the epoch's seeds
     done, start = 0, time.perf_counter()
-    for batch in trainer.loader.batches(seeds, cfg.sampler.fanouts, cfg.sampler.batch_size, shuffle, epoch=1):
-        logits = trainer.train_model(batch.blocks, batch.x)
-        loss = F.cross_entropy(logits, trainer.labels[batch.output_nodes])
-        trainer.optimizer.zero_grad()
-        loss.backward()
-        trainer.optimizer.step()
-        done += 1
+    try:
+        for batch in itertools.islice(minibatches, batches):
+            logits = trainer.train_model(batch.blocks, batch.x)
+            loss = F.cross_entropy(logits, batch.y)
+            trainer.optimizer.zero_grad()
+            loss.backward()
+            trainer.optimizer.step()
+            done += 1
+    finally:
+        minibatches.close()
     seconds = time.perf_counter() - start
     trainer.close()
     return {"rank": trainer.ranks.rank, "batches": done, "seconds": round(seconds, 3),

@@ -35,13 +35,13 @@ from pathlib import Path
 
 import numpy as np
 
-from gnnssd.sampler.calibration import CALIBRATION_FILE, calibrate, load_model
-from gnnssd.sampler.direct_io import DirectIO
-from gnnssd.sampler.loader import MegaBatchLoader
+from gnnssd.pipeline.calibration import CALIBRATION_FILE, calibrate, load_model
+from gnnssd.pipeline.direct_io import DirectIO
+from gnnssd.pipeline.loader import MegaBatchLoader
 from gnnssd.sampler.order import degree_order, hotness, locality_order
 from gnnssd.sampler.plan import PlanConfig, Planner
 from gnnssd.sampler.readplan import pages_plan, per_row_requests, windows
-from gnnssd.sampler.repack import remove, repack
+from gnnssd.pipeline.repack import remove, repack
 from gnnssd.storage_format import Store
 from gnnssd.storage_format.csc import renumber_csc
 

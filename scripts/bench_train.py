@@ -5,7 +5,7 @@ Systems: `memory` (features in RAM, DGL's sampler: the reference, unlimited memo
 `mmap` (DGL's sampler, features indexed out of a NumPy memmap: what most users do),
 `per-row` (DGL's sampler, each row missing from an LRU cache of the budget read as its own
 O_DIRECT page through the io_engine: the Ginex / GraphBolt way) and `gnnssd` (`features:
-ssd`; see run_gnnssd). Same store, model (3-layer GraphSAGE, hidden 256, fanouts
+ssd`), all through `gnnssd.NodeLoader` (`features=`). Same store, model (3-layer GraphSAGE, hidden 256, fanouts
 15,10,5, batch 1024), seed and number of mini-batches for every system. Regimes:
 `end-to-end` (forward, backward and step per mini-batch) and `loader-only` (the inputs
 materialised and touched, no model: the regime of a fast GPU).
@@ -46,18 +46,21 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from gnnssd.baselines import MmapLoader, PerRowLoader
+from gnnssd import NodeLoader
 from gnnssd.budget import format_bytes, parse_bytes
-from gnnssd.config import ModelConfig, config_from_dict
+from gnnssd.config import ModelConfig
 from gnnssd.datasets import synthetic_source
-from gnnssd.memory_loader import Batch, MemoryLoader
+from gnnssd.memory_loader import MiniBatch
 from gnnssd.models import build_model
 from gnnssd.runtime import seed_everything
-from gnnssd.ssd_loader import SSDLoader
-from gnnssd.storage_format import ORDERS, Store, write_store
+from gnnssd.sampler import ORDERS, node_order
+from gnnssd.storage_format import Store, write_store
 from gnnssd.timing import StageTimer
 
-SYSTEMS = ("memory", "mmap", "per-row", "gnnssd")
+FEATURES = {"memory": "memory", "mmap": "mmap", "per-row": "per-row", "gnnssd": "ssd"}  # system -> loader
+SYSTEMS = tuple(FEATURES)
+# on request (--systems): gnnssd without page checksums, to measure what they cost
+NO_VERIFY = "gnnssd-no-verify"
 REGIMES = ("end-to-end", "loader-only")
 MODEL = ModelConfig(name="sage", hidden=256, layers=3, dropout=0.5, compile=False)  # dgl.nn SAGEConv
 FANOUTS = [15, 10, 5]
@@ -79,28 +82,6 @@ class Measured:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-# --- the gnnssd hook ---------------------------------------------------------------------
-
-def run_gnnssd(store: Store, budget: int, batches: int, regime: str, block_budget: int,
-               mega_batch: int, time_limit: float) -> Measured:
-    """`features: ssd`: the planner, the io_engine and the hot cache in `budget` bytes,
-    compact blocks repacked within `block_budget` bytes of disk beside the store."""
-    timer = StageTimer()
-    config = config_from_dict({
-        "store": str(store.path), "run_dir": str(store.path.parent / "bench-train-run"),
-        "features": "ssd", "model": {"layers": MODEL.layers},
-        "sampler": {"fanouts": FANOUTS, "batch_size": BATCH_SIZE,
-                    "eval_fanouts": FANOUTS, "eval_batch_size": BATCH_SIZE},
-        "ssd": {"memory_budget": budget, "block_budget": block_budget, "mega_batch": mega_batch}})
-    loader = SSDLoader(store, config, CPU, timer, store.path.parent / "bench-train-blocks")
-    setup_io = loader.io_counts.take()
-    measured = consume(mini_batches(loader, store, batches), make_step(regime, store), timer, time_limit)
-    measured.extra = {"pipeline_io": loader.io_counts.take(), "hot_cache_load": setup_io,
-                      "budget_split": loader.budget.describe()}
-    loader.close()
-    return measured
-
-
 # --- the shared loop ---------------------------------------------------------------------
 
 def storage_bytes_read() -> int:
@@ -111,28 +92,26 @@ def storage_bytes_read() -> int:
     raise RuntimeError("/proc/self/io has no read_bytes line")
 
 
-def mini_batches(loader: Any, store: Store, n: int) -> Iterator[Batch]:
-    """The first n training mini-batches, epoch after epoch (shuffled), from a loader with
-    MemoryLoader's `batches` interface."""
-    train_idx = np.array(store.train_idx)  # writable: torch warns on read-only memmaps
+def mini_batches(loader: NodeLoader, n: int) -> Iterator[MiniBatch]:
+    """The first n training mini-batches, epoch after epoch (shuffled)."""
     for epoch in itertools.count(1):
-        for batch in loader.batches(train_idx, FANOUTS, BATCH_SIZE, shuffle=True, epoch=epoch):
+        loader.set_epoch(epoch)
+        for batch in loader:
             yield batch
             n -= 1
             if n == 0:
                 return
 
 
-def make_step(regime: str, store: Store) -> Callable[[Batch], None]:
+def make_step(regime: str, store: Store) -> Callable[[MiniBatch], None]:
     """What each mini-batch is for: a training step (end-to-end) or touching x."""
     if regime == "loader-only":
         return lambda batch: float(batch.x.sum())
-    labels = torch.from_numpy(np.array(store.labels, dtype=np.int64))
     model = build_model(MODEL, store.feat_dim, store.num_classes)
     optimizer = torch.optim.Adam(model.parameters(), lr=LR)
 
-    def train(batch: Batch) -> None:
-        loss = F.cross_entropy(model(batch.blocks, batch.x), labels[batch.output_nodes])
+    def train(batch: MiniBatch) -> None:
+        loss = F.cross_entropy(model(batch.blocks, batch.x), batch.y)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -140,7 +119,7 @@ def make_step(regime: str, store: Store) -> Callable[[Batch], None]:
     return train
 
 
-def consume(batches: Iterator[Batch], step: Callable[[Batch], None],
+def consume(batches: Iterator[MiniBatch], step: Callable[[MiniBatch], None],
             timer: StageTimer, time_limit: float) -> Measured:
     """Run `step` on every batch, or until `time_limit` seconds have passed; wall time,
     storage reads and the stage breakdown (the loader's stages plus "compute")."""
@@ -155,22 +134,19 @@ def consume(batches: Iterator[Batch], step: Callable[[Batch], None],
     return Measured(time.perf_counter() - start, n, storage_bytes_read() - read0, timer.take())
 
 
-def run_baseline(system: str, store: Store, budget: int, batches: int, regime: str,
-                 time_limit: float) -> Measured:
-    timer = StageTimer()
-    if system == "memory":
-        loader = MemoryLoader(store, CPU, timer)
-    elif system == "mmap":
-        loader = MmapLoader(store, CPU, timer)
-    else:
-        loader = PerRowLoader(store, CPU, timer, budget)
-    step = make_step(regime, store)
-    measured = consume(mini_batches(loader, store, batches), step, timer, time_limit)
-    if isinstance(loader, PerRowLoader):
-        cache = loader.cache
-        measured.extra = {"cache_rows": cache.capacity, "cache_hits": cache.hits,
-                          "cache_misses": cache.misses, "pages_read": loader.rows_read}
-        loader.close()
+def run_system(system: str, store: Store, budget: int, batches: int, regime: str, block_budget: int,
+               mega_batch: int, seed: int, time_limit: float, verify: bool = True) -> Measured:
+    """One system through NodeLoader (`features=system`) within `budget` bytes: the
+    per-row cache, or gnnssd's hot cache and buffers (compact blocks within `block_budget`
+    bytes of disk, every page read checked against its checksum unless verify=False);
+    `memory` holds all the features whatever the budget."""
+    with NodeLoader(store, store.train_idx, fanouts=FANOUTS, batch_size=BATCH_SIZE, features=system,
+                    memory_budget=budget, shuffle=True, seed=seed, device=CPU, block_budget=block_budget,
+                    mega_batch=mega_batch, eval_fanouts=FANOUTS, eval_batch_size=BATCH_SIZE,
+                    verify_checksums=verify) as loader:
+        setup_io = loader.io_stats()
+        measured = consume(mini_batches(loader, batches), make_step(regime, store), loader.timer, time_limit)
+        measured.extra = {"loader_io": loader.io_stats(), "setup_io": setup_io}
     return measured
 
 
@@ -182,12 +158,9 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     system, regime = spec["system"], spec["regime"]
     row: dict[str, Any] = {"system": system, "regime": regime}
     try:
-        if system == "gnnssd":
-            measured = run_gnnssd(store, spec["budget"], spec["batches"], regime,
-                                  spec["block_budget"], spec["mega_batch"], spec["time_limit"])
-        else:
-            measured = run_baseline(system, store, spec["budget"], spec["batches"], regime,
-                                    spec["time_limit"])
+        measured = run_system(FEATURES.get(system, "ssd"), store, spec["budget"], spec["batches"], regime,
+                              spec["block_budget"], spec["mega_batch"], spec["seed"], spec["time_limit"],
+                              verify=system != NO_VERIFY)
     except NotImplementedError as exc:
         return {**row, "status": f"not run: {exc}"}
     total_s = time.perf_counter() - start
@@ -282,7 +255,7 @@ def open_or_make_store(args: argparse.Namespace) -> Store:
     if not (path / "manifest.json").exists():
         print(f"writing the {args.preset} synthetic store to {path} (order {args.order})",
               flush=True)
-        write_store(path, synthetic_source(args.preset), order=args.order)
+        write_store(path, synthetic_source(args.preset), order=node_order(args.order))
     return Store.open(path)
 
 
@@ -349,13 +322,17 @@ def targets(rows: list[dict[str, Any]], budget: int, store: Store) -> list[dict[
                            ratio(get("gnnssd", regime, "batches_per_s"), get(other, regime, "batches_per_s")),
                            ">=", factor))
     checks.append(("gnnssd peak RSS, bytes", max(gn_rss) if None not in gn_rss else None, "<=", rss_limit))
+    for regime in REGIMES:
+        checks.append((f"{regime} throughput, gnnssd checksums on / off",
+                       ratio(get("gnnssd", regime, "batches_per_s"), get(NO_VERIFY, regime, "batches_per_s")),
+                       ">=", 0.95))
     return [{"target": name, "value": value, "want": f"{op} {limit}",
              "met": None if value is None else (value <= limit if op == "<=" else value >= limit)}
             for name, value, op, limit in checks]
 
 
 def _fmt(row: dict[str, Any]) -> str:
-    head = f"{row['system']:<8} {row['regime']:<12}"
+    head = f"{row['system']:<16} {row['regime']:<12}"
     if row["status"] != "ok":
         return f"{head} {row['status']}"
     ratio = row.get("ratio_to_memory")
@@ -365,7 +342,7 @@ def _fmt(row: dict[str, Any]) -> str:
             f"{format_bytes(row['bytes_read']):>10} {format_bytes(row['peak_rss_bytes']):>10}  {stages}{stopped}")
 
 
-HEADER = (f"{'system':<8} {'regime':<12} {'batches/s':>9} {'x mem':>7} {'read':>10} "
+HEADER = (f"{'system':<16} {'regime':<12} {'batches/s':>9} {'x mem':>7} {'read':>10} "
           f"{'peak RSS':>10}  stages (s)")
 
 
@@ -392,7 +369,8 @@ def main() -> int:
                    help="gnnssd: disk space for compact blocks (default 0: extents only)")
     p.add_argument("--mega-batch", type=int, default=16,
                    help="gnnssd: mini-batches per mega-batch (split to fit the buffers)")
-    p.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
+    p.add_argument("--systems", nargs="+", choices=(*SYSTEMS, NO_VERIFY), default=list(SYSTEMS),
+                   help=f"(default: %(default)s; {NO_VERIFY}: gnnssd without page checksums)")
     p.add_argument("--regimes", nargs="+", choices=REGIMES, default=list(REGIMES))
     p.add_argument("--limit-page-cache", action="store_true",
                    help="hold all but budget + headroom of memory during mmap/per-row/gnnssd runs")

@@ -2,21 +2,38 @@
 from __future__ import annotations
 
 import json
+import zlib
 from pathlib import Path
 from typing import Any
 
 from .errors import StoreError
 
 FORMAT_NAME = "gnnssd-store"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: page checksums (features.crc32c) and the manifest's own checksum
 MANIFEST = "manifest.json"
 FEATURES = "features.bin"
+PAGE_CHECKSUMS = "features.crc32c"  # CRC32C of every PAGE of features.bin, uint32 LE
 PAGE = 4096
+FEATURE_DTYPES = ("float32", "float16")
 
 # The store's files other than features.bin, all NumPy .npy.
 ARRAY_FILES = ("indptr", "indices", "labels", "perm", "inv", "train_idx", "valid_idx", "test_idx")
 REQUIRED_KEYS = ("format", "format_version", "num_nodes", "num_edges", "num_classes",
-                 "features", "files", "order")
+                 "features", "files", "order", "checksum")
+
+
+def manifest_checksum(manifest: dict[str, Any]) -> int:
+    """CRC-32 of the manifest's canonical JSON without its own 'checksum' key."""
+    body = {k: v for k, v in manifest.items() if k != "checksum"}
+    return zlib.crc32(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
+
+
+def is_store_manifest(path: Path) -> bool:
+    """Whether path is a gnnssd manifest (of any format version)."""
+    try:
+        return json.loads(path.read_text()).get("format") == FORMAT_NAME
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        return False
 
 
 def read_manifest(store_dir: Path) -> dict[str, Any]:
@@ -33,15 +50,16 @@ def read_manifest(store_dir: Path) -> dict[str, Any]:
         raise StoreError(f"{path}: unreadable manifest: {exc}") from exc
     if not isinstance(manifest, dict):
         raise StoreError(f"{path}: expected a JSON object, got {type(manifest).__name__}")
+    if manifest.get("format") != FORMAT_NAME:
+        raise StoreError(f"{path}: format {manifest.get('format')!r}, expected {FORMAT_NAME!r}")
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise StoreError(f"{path}: format_version {manifest.get('format_version')}, this gnnssd "
+                         f"reads version {FORMAT_VERSION}; rerun `gnnssd preprocess` to rewrite "
+                         "the store")
     missing = [k for k in REQUIRED_KEYS if k not in manifest]
     if missing:
         raise StoreError(f"{path}: missing keys {missing}")
-    if manifest["format"] != FORMAT_NAME:
-        raise StoreError(f"{path}: format {manifest['format']!r}, expected {FORMAT_NAME!r}")
-    if manifest["format_version"] != FORMAT_VERSION:
-        raise StoreError(f"{path}: format_version {manifest['format_version']}, this gnnssd "
-                         f"reads version {FORMAT_VERSION}; rerun `gnnssd preprocess`")
-    expected_files = {FEATURES, *(f"{name}.npy" for name in ARRAY_FILES)}
+    expected_files = {FEATURES, PAGE_CHECKSUMS, *(f"{name}.npy" for name in ARRAY_FILES)}
     absent = sorted(expected_files - set(manifest["files"]))
     if absent:
         raise StoreError(f"{path}: 'files' lacks {absent}")

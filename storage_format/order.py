@@ -1,30 +1,41 @@
-"""Node orders for the store: which node gets which row of features.bin.
+"""Node orders as the store sees them: which node gets which row of features.bin.
 
-An order is a permutation `perm` with perm[store_id] = original_id. The orders
-themselves are computed by the planner's module (`gnnssd.sampler.order`), which knows
-how rows are accessed; this is the store's list of them.
+The store lays rows out by a permutation it is handed (perm[store_id] = original_id)
+and records the order's name; orders other than the original are computed by the
+planner (`gnnssd.sampler.node_order`), which knows how rows are accessed, so this layer
+imports nothing above it.
 """
 from __future__ import annotations
 
+from typing import Callable, Protocol
+
 import numpy as np
 
-ORDERS = ("original", "degree", "locality")
+from .errors import DatasetError
 
 
-def compute_order(name: str, indptr: np.ndarray, indices: np.ndarray,
-                  train_idx: np.ndarray | None = None) -> np.ndarray:
-    """The permutation for order `name` (one of ORDERS).
+class NodeOrder(Protocol):
+    name: str
+    permutation: Callable[[np.ndarray, np.ndarray, np.ndarray | None], np.ndarray]
 
-    degree: most-referenced rows first. locality: the hottest 5% of rows (expected
-    sampling frequency from `train_idx` with fanouts 15,10,5) first, then the rest grouped
-    by graph community so that rows sampled together share pages.
-    """
-    from gnnssd.sampler.order import degree_order, locality_order
 
-    if name == "original":
-        return np.arange(indptr.shape[0] - 1, dtype=np.int64)
-    if name == "degree":
-        return degree_order(indptr, indices)
-    if name == "locality":
-        return locality_order(indptr, indices, hot_fraction=0.05, fanouts=(15, 10, 5), seeds=train_idx)
-    raise ValueError(f"order {name!r}: expected one of {ORDERS}")
+def order_name(order: str | NodeOrder) -> str:
+    """The name the manifest records: "original" by name, any other as a NodeOrder."""
+    if not isinstance(order, str):
+        return order.name
+    if order != "original":
+        raise DatasetError(f"order {order!r}: the store computes only 'original'; pass "
+                           f"gnnssd.sampler.node_order({order!r}) for the planner's orders")
+    return order
+
+
+def resolve_order(order: str | NodeOrder, indptr: np.ndarray, indices: np.ndarray,
+                  train_idx: np.ndarray) -> tuple[str, np.ndarray]:
+    """(name, perm) of `order` over the graph (indptr, indices)."""
+    n = indptr.shape[0] - 1
+    if isinstance(order, str):
+        return order_name(order), np.arange(n, dtype=np.int64)
+    perm = np.asarray(order.permutation(indptr, indices, train_idx), dtype=np.int64)
+    if perm.shape != (n,) or not np.array_equal(np.sort(perm), np.arange(n)):
+        raise DatasetError(f"order {order.name!r}: not a permutation of the {n:,} nodes")
+    return order.name, perm

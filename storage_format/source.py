@@ -10,7 +10,9 @@ class DatasetSource(Protocol):
     """A node-classification dataset in its original node IDs.
 
     Features are streamed in row order so that no source has to hold the feature
-    matrix; everything else (edges, labels, splits) is held in memory.
+    matrix; labels and splits are held in memory. Edges are either loaded whole
+    (`load_edges`) or, by sources that also define `num_edges` and
+    `edge_chunks(chunk_edges)`, streamed: see `edge_chunks` below.
     """
 
     name: str
@@ -33,3 +35,27 @@ class DatasetSource(Protocol):
 
     def describe(self) -> dict[str, Any]:
         """JSON-able parameters that identify this input (recorded in the manifest)."""
+
+    # Optional: `input_paths() -> list[Path]`, the files or folders the source reads.
+    # Preprocess keys its resume on their identity and never writes a store inside them.
+
+
+def edge_count(source: DatasetSource) -> int | None:
+    """The number of edges a streaming source declares (None: it only loads them whole)."""
+    count = getattr(source, "num_edges", None)
+    return None if count is None else int(count)
+
+
+def edge_chunks(source: DatasetSource, chunk_edges: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """The source's edges as consecutive (src, dst) chunks of up to `chunk_edges`: its own
+    `edge_chunks` stream when it has one, else slices of `load_edges()`."""
+    stream = getattr(source, "edge_chunks", None)
+    if stream is not None:
+        yield from stream(chunk_edges)
+        return
+    src, dst = (np.asarray(a) for a in source.load_edges())
+    if src.shape != dst.shape or src.ndim != 1:
+        yield src, dst  # the caller's checks report the shapes
+        return
+    for lo in range(0, src.shape[0], chunk_edges):
+        yield src[lo:lo + chunk_edges], dst[lo:lo + chunk_edges]

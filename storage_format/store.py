@@ -8,9 +8,10 @@ from typing import Any
 
 import numpy as np
 
-from .atomic import crc32_of_file
+from .atomic import CHUNK_BYTES, crc32_of_file
 from .errors import StoreError
-from .manifest import FEATURES, MANIFEST, read_manifest
+from .manifest import (FEATURE_DTYPES, FEATURES, MANIFEST, PAGE, PAGE_CHECKSUMS,
+                       manifest_checksum, read_manifest)
 
 
 def _array_file(name: str, doc: str) -> cached_property:
@@ -24,9 +25,10 @@ def _array_file(name: str, doc: str) -> cached_property:
 class Store:
     """A complete store directory, opened read-only.
 
-    Opening checks the manifest, every file's size, and the checksums of all files
-    except features.bin (cheap next to loading them); `verify()` also checks
-    features.bin, which may be far larger than memory.
+    Opening checks the manifest (its own checksum, and its keys against each other and
+    against the files), every file's size, and the checksums of all files except
+    features.bin (cheap next to loading them); `verify()` also checks features.bin, which
+    may be far larger than memory, page by page against its checksum file.
     """
 
     def __init__(self, path: Path, manifest: dict[str, Any]):
@@ -37,20 +39,85 @@ class Store:
     def open(cls, path: str | Path, verify: bool = False) -> "Store":
         path = Path(path)
         store = cls(path, read_manifest(path))
+        store._check_feature_keys()
         store._check_sizes()
         for name in store.manifest["files"]:
             if name != FEATURES:
                 store._check_crc(name)
+        store._check_arrays()
+        store._check_own_checksum()
         if verify:
-            store._check_crc(FEATURES)
+            store._check_pages()
         return store
 
+    @cached_property
+    def fingerprint(self) -> str:
+        """SHA-256 (hex) of manifest.json's bytes: which store, as preprocessed, this is."""
+        return hashlib.sha256((self.path / "manifest.json").read_bytes()).hexdigest()
+
     def verify(self) -> list[str]:
-        """Check every file's checksum; returns the names checked, raises on the first bad one."""
+        """Check every file's checksum, features.bin page by page against its page
+        checksums (which name the bad page); returns the names checked, raises on the
+        first bad one."""
         self._check_sizes()
         for name in self.manifest["files"]:
-            self._check_crc(name)
+            if name != FEATURES:
+                self._check_crc(name)
+        self._check_pages()
         return sorted(self.manifest["files"])
+
+    def _manifest_error(self, what: str) -> StoreError:
+        return StoreError(f"{self.path / MANIFEST}: {what}; the manifest was edited or is "
+                          "corrupt: rerun `gnnssd preprocess`")
+
+    def _check_feature_keys(self) -> None:
+        """The feature keys agree with each other and with features.bin's size."""
+        feats = self.manifest["features"]
+        dtype, dim, row_bytes = feats.get("dtype"), feats.get("dim"), feats.get("row_bytes")
+        if dtype not in FEATURE_DTYPES:
+            raise self._manifest_error(f"features.dtype {dtype!r}, expected one of "
+                                       f"{FEATURE_DTYPES}")
+        if not isinstance(dim, int) or dim < 1:
+            raise self._manifest_error(f"features.dim {dim!r}, expected a positive integer")
+        if dim * np.dtype(dtype).itemsize != row_bytes:
+            raise self._manifest_error(
+                f"features.dim {dim} x features.dtype {dtype} ({np.dtype(dtype).itemsize} B) = "
+                f"{dim * np.dtype(dtype).itemsize} B per row, but features.row_bytes is "
+                f"{row_bytes!r}")
+        padded = -(-self.num_nodes * row_bytes // PAGE) * PAGE
+        for name, size in ((FEATURES, padded), (PAGE_CHECKSUMS, padded // PAGE * 4)):
+            if self.manifest["files"][name]["size"] != size:
+                raise self._manifest_error(
+                    f"files.{name}.size is {self.manifest['files'][name]['size']}, but "
+                    f"num_nodes {self.num_nodes} x row_bytes {row_bytes} (padded to {PAGE}) "
+                    f"needs {size}")
+
+    def _check_arrays(self) -> None:
+        """Array lengths match num_nodes/num_edges, and labels fit num_classes."""
+        n, m = self.num_nodes, self.num_edges
+        expected = {"indptr": n + 1, "indices": m, "labels": n, "perm": n, "inv": n}
+        for name, length in expected.items():
+            actual = len(getattr(self, name))
+            if actual != length:
+                key = "num_edges" if name == "indices" else "num_nodes"
+                raise self._manifest_error(f"{name}.npy holds {actual} entries, but "
+                                           f"{key} {self.manifest[key]} needs {length}")
+        if int(self.indptr[-1]) != m:
+            raise self._manifest_error(f"num_edges {m}, but indptr ends at {int(self.indptr[-1])}")
+        top = int(self.labels.max()) if n else -1
+        if top >= self.num_classes:
+            raise self._manifest_error(f"num_classes {self.num_classes}, but labels.npy holds "
+                                       f"label {top} (classes are 0..num_classes-1)")
+
+    def _check_own_checksum(self) -> None:
+        stored, actual = self.manifest["checksum"], manifest_checksum(self.manifest)
+        if stored != actual:
+            raise self._manifest_error(f"checksum {stored!r} does not match its content "
+                                       f"({actual})")
+
+    def _check_pages(self) -> None:
+        """Every page of features.bin against features.crc32c (names the first bad page)."""
+        self._read_pages(None, verify=True)
 
     def _check_sizes(self) -> None:
         for name, meta in self.manifest["files"].items():
@@ -68,12 +135,6 @@ class Store:
         if crc != self.manifest["files"][name]["crc32"]:
             raise StoreError(f"{file}: checksum mismatch (crc32 {crc:#010x}, manifest "
                              f"{self.manifest['files'][name]['crc32']:#010x}); the file is corrupt")
-
-    @cached_property
-    def fingerprint(self) -> str:
-        """SHA-256 (hex) of manifest.json's bytes: the manifest holds every file's size and
-        checksum, so two stores with the same fingerprint hold the same data."""
-        return hashlib.sha256((self.path / MANIFEST).read_bytes()).hexdigest()
 
     # Topology and metadata: memory-mapped .npy files, opened on first use.
     indptr = _array_file("indptr", "CSC offsets: node v's sources are indices[indptr[v]:indptr[v+1]].")
@@ -123,6 +184,44 @@ class Store:
     def feature_bytes(self) -> int:
         """Bytes of feature rows (without the page padding at the end of the file)."""
         return self.num_nodes * self.row_bytes
+
+    @cached_property
+    def _page_checksums(self) -> np.ndarray:
+        sums = np.fromfile(self.path / PAGE_CHECKSUMS, dtype="<u4").astype(np.uint32, copy=False)
+        sums.flags.writeable = False
+        return sums
+
+    def page_checksums(self) -> np.ndarray:
+        """CRC32C of every 4 KiB page of features.bin (uint32, read-only): what the I/O
+        engine verifies each page it reads against (Engine.open(..., checksums=))."""
+        return self._page_checksums
+
+    def read_features(self, verify: bool = True) -> np.ndarray:
+        """The feature matrix (num_nodes, dim) read into memory, each page checked
+        against its checksum as it arrives (unless verify=False)."""
+        data = np.empty(self.manifest["files"][FEATURES]["size"], dtype=np.uint8)
+        self._read_pages(data, verify)
+        return data[:self.feature_bytes].view(self.feat_dtype).reshape(self.num_nodes, self.feat_dim)
+
+    def _read_pages(self, out: np.ndarray | None, verify: bool) -> None:
+        """Read features.bin in chunks into `out` (the whole file), or with out=None into
+        one reused chunk (to check it in bounded memory); with verify, a page that does
+        not match features.crc32c raises ChecksumError naming it."""
+        from gnnssd.io_engine.crc import checksum_error, first_bad_page
+
+        size = self.manifest["files"][FEATURES]["size"]
+        scratch = np.empty(min(size, CHUNK_BYTES), dtype=np.uint8) if out is None else None
+        sums = self.page_checksums() if verify else None
+        with open(self.features_path, "rb", buffering=0) as f:
+            for lo in range(0, size, CHUNK_BYTES):
+                n = min(CHUNK_BYTES, size - lo)
+                chunk = scratch[:n] if out is None else out[lo:lo + n]
+                if f.readinto(memoryview(chunk)) != n:
+                    raise StoreError(f"{self.features_path}: shorter than its {size} bytes")
+                bad = None if sums is None else first_bad_page(chunk, lo, sums)
+                if bad is not None:
+                    raise checksum_error(str(self.features_path), bad[0], bad[1],
+                                         int(sums[bad[0]]))
 
     def features_memmap(self) -> np.memmap:
         """The feature matrix (num_nodes, dim), memory-mapped: pages load on access."""

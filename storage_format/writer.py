@@ -8,54 +8,106 @@ copy from the last chunk that reached the disk.
 from __future__ import annotations
 
 import datetime
+import errno
+import fcntl
 import json
 import logging
 import mmap
 import os
 import shutil
+import zlib
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import numpy as np
 
 from .atomic import ChecksummedWriter, atomic_write_json, crc32_of_file, fsync_dir
-from .csc import csc_from_edges, renumber_csc
-from .errors import DatasetError
-from .manifest import ARRAY_FILES, FEATURES, FORMAT_NAME, FORMAT_VERSION, MANIFEST, PAGE
-from .order import compute_order
-from .source import DatasetSource
+from .csc import csc_from_edges, index_dtype, renumber_csc
+from .csc_external import BUCKET_IDS_PER_EDGE, external_csc
+from .errors import DatasetError, StoreError
+from .manifest import (ARRAY_FILES, FEATURE_DTYPES, FEATURES, FORMAT_NAME, FORMAT_VERSION,
+                       MANIFEST, PAGE, PAGE_CHECKSUMS, is_store_manifest, manifest_checksum)
+from .order import NodeOrder, order_name, resolve_order
+from .source import DatasetSource, edge_chunks, edge_count
 
 log = logging.getLogger(__name__)
 
-FEATURE_DTYPES = ("float32", "float16")
 PROGRESS = "progress.json"
 STAGED_FEATURES = "features.original-order.bin"
 CHUNK_BYTES = 16 << 20
+#: Any store may have this many classes; more only with as many labelled nodes (a label of
+#: 10**9 on a small graph is a data error, and would size the output layer at 10**9).
+FEW_CLASSES = 1 << 16
+HEAD_BYTES = 1 << 20  # of each input file, checksummed for the resume key
+#: Edges per chunk streamed into the out-of-core topology build.
+CHUNK_EDGES = 1 << 20
+#: Memory preprocess needs besides its arrays (interpreter, libraries, edge chunks in flight).
+RUNTIME_BYTES = 512 << 20
+#: The default --memory-limit: this fraction of the memory available when preprocess starts.
+DEFAULT_MEMORY_FRACTION = 0.5
+EXTERNAL_INDICES = "indices.external.npy"
 
 
-def write_store(out: str | Path, source: DatasetSource, order: str = "original",
+def write_store(out: str | Path, source: DatasetSource, order: str | NodeOrder = "original",
                 dtype: str = "float32", progress: Callable[[str, int, int], None] | None = None,
-                ) -> Path:
-    """Preprocess `source` into the store directory `out`; returns its path."""
+                memory_limit: int | None = None) -> Path:
+    """Preprocess `source` into the store directory `out`; returns its path. `order`:
+    "original", or a NodeOrder from the planner (`gnnssd.sampler.node_order`).
+
+    `out` must be new, an empty directory or an existing store (replaced atomically) and
+    must not overlap the input; one preprocess at a time holds it (a lock file beside it).
+    `memory_limit` (bytes; default half the available memory) bounds the topology build:
+    an edge list that does not fit is sorted out of core (storage_format/csc_external.py).
+    """
     out = Path(out)
     if dtype not in FEATURE_DTYPES:
         raise DatasetError(f"dtype {dtype!r}: expected one of {FEATURE_DTYPES}")
-    _restore_interrupted_swap(out)
-    params = {"source": source.describe(), "order": order, "dtype": dtype}
-    partial = _open_partial_dir(out, params)
-    notify = progress or (lambda stage, done, total: None)
+    if source.feat_dim < 1:
+        raise DatasetError(f"{source.name}: feature dim {source.feat_dim}; every node needs at "
+                           "least one feature")
+    inputs = [Path(p).resolve() for p in getattr(source, "input_paths", list)()]
+    _check_no_overlap(out, inputs)
+    with _destination_lock(out):
+        _restore_interrupted_swap(out)
+        _check_destination(out)
+        params = {"source": source.describe(), "order": order_name(order), "dtype": dtype}
+        topology: dict[str, int] = {}
+        try:
+            partial = _open_partial_dir(out, {**params, "inputs": _input_identity(inputs)})
+            _write_partial(partial, source, order, dtype, params, progress, topology,
+                           memory_limit)
+        except DiskFullError as exc:
+            partial = _partial_dir(out)
+            shutil.rmtree(partial, ignore_errors=True)
+            needed = _space_needed(source, dtype, order_name(order), topology.get("num_edges"))
+            free = shutil.disk_usage(out.parent).free
+            raise DiskFullError(f"{exc}; removed the unfinished store {partial}; preprocess "
+                                f"needs about {_mib(needed)} free there ({_mib(free)} free "
+                                "now)") from None
+        _swap_into_place(partial, out)
+    return out
 
+
+def _write_partial(partial: Path, source: DatasetSource, order: str | NodeOrder, dtype: str,
+                   params: dict[str, Any], progress: Callable[[str, int, int], None] | None,
+                   topology: dict[str, int], memory_limit: int | None) -> None:
+    """Write (or finish writing) every file of the store into `partial`, manifest last;
+    `topology` gets num_edges once known (for the disk-full estimate)."""
+    notify = progress or (lambda stage, done, total: None)
     n = source.num_nodes
     labels = _checked_labels(source)
     splits = _checked_splits(source, labels)
     num_classes = int(labels.max()) + 1 if (labels >= 0).any() else 0
     notify("topology", 0, 1)
-    indptr, indices = _checked_csc(source)
-    perm = compute_order(order, indptr, indices, train_idx=splits["train"])
+    indptr, indices = _checked_csc(source, memory_limit or default_memory_limit(), partial)
+    order, perm = resolve_order(order, indptr, indices, train_idx=splits["train"])
     inv = np.empty(n, dtype=np.int64)
     inv[perm] = np.arange(n, dtype=np.int64)
     if order != "original":
         indptr, indices = renumber_csc(indptr, indices, perm, inv)
+        (partial / EXTERNAL_INDICES).unlink(missing_ok=True)
+    topology["num_edges"] = int(indices.shape[0])
     notify("topology", 1, 1)
 
     row_bytes = source.feat_dim * np.dtype(dtype).itemsize
@@ -66,6 +118,7 @@ def write_store(out: str | Path, source: DatasetSource, order: str = "original",
         _stream_features(partial, STAGED_FEATURES, source, dtype, notify)
         files[FEATURES] = _gather_features(partial, perm, n, row_bytes, notify)
         (partial / STAGED_FEATURES).unlink(missing_ok=True)  # gone if a resumed run got past this
+    files[PAGE_CHECKSUMS] = _write_page_checksums(partial)
 
     arrays = {"indptr": indptr, "indices": indices, "labels": labels[perm],
               "perm": perm, "inv": inv,
@@ -82,22 +135,117 @@ def write_store(out: str | Path, source: DatasetSource, order: str = "original",
         "num_edges": int(indices.shape[0]),
         "num_classes": num_classes,
         "features": {"file": FEATURES, "dim": source.feat_dim, "dtype": dtype,
-                     "row_bytes": row_bytes, "offset": 0, "alignment": PAGE},
+                     "row_bytes": row_bytes, "offset": 0, "alignment": PAGE,
+                     "page_checksums": PAGE_CHECKSUMS},
         "order": order,
         "files": files,
         "preprocess": params,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "gnnssd_version": _version(),
     }
+    manifest["checksum"] = manifest_checksum(manifest)
     (partial / PROGRESS).unlink()
-    atomic_write_json(partial / MANIFEST, manifest)
-    _swap_into_place(partial, out)
-    return out
+    with _writing(partial / MANIFEST, "the manifest"):
+        atomic_write_json(partial / MANIFEST, manifest)
 
 
 def _version() -> str:
     from gnnssd import __version__
     return __version__
+
+
+# --- the destination: its checks, its lock, running out of space -----------------------
+
+class DiskFullError(StoreError):
+    """The filesystem filled up while preprocess wrote the store."""
+
+
+@contextmanager
+def _writing(path: Path, what: str) -> Iterator[None]:
+    """Name the file and its content when writing it runs out of space."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC:
+            raise
+        raise DiskFullError(f"no space left on the device while writing {what} to {path}") from None
+
+
+def _space_needed(source: DatasetSource, dtype: str, order: str, num_edges: int | None) -> int:
+    """Bytes a store of `source` takes, with a reordering's staged copy: the features,
+    their page checksums and the arrays (int64 node arrays; edges once known)."""
+    features = -(-source.num_nodes * source.feat_dim * np.dtype(dtype).itemsize // PAGE) * PAGE
+    staged = features if order != "original" else 0
+    return features + staged + features // PAGE * 4 + 8 * (6 * source.num_nodes + (num_edges or 0))
+
+
+def _mib(nbytes: int) -> str:
+    return f"{nbytes / 2**20:,.1f} MiB"
+
+
+def _check_no_overlap(out: Path, inputs: list[Path]) -> None:
+    target = out.resolve()
+    for path in inputs:
+        if target == path or path in target.parents or target in path.parents:
+            raise StoreError(f"--out {out}: overlaps the input {path}; write the store to a "
+                             "folder outside the input files")
+
+
+def _check_destination(out: Path) -> None:
+    """Replace only what preprocess made: a store, or an empty folder."""
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise StoreError(f"--out {out}: exists and is not a directory; refusing to replace "
+                         "it (choose another --out)")
+    if out.is_dir() and any(out.iterdir()) and not is_store_manifest(out / MANIFEST):
+        raise StoreError(f"--out {out}: an existing folder that is not a gnnssd store (no "
+                         f"gnnssd {MANIFEST}); refusing to replace its contents (choose a new "
+                         "or empty folder)")
+
+
+@contextmanager
+def _destination_lock(out: Path) -> Iterator[None]:
+    """Hold an exclusive lock on `out`: the file .NAME.lock beside it, holding our pid,
+    removed when done. A lock taken on a file another holder removed meanwhile is
+    retaken on the new file, so two processes never both hold it."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    path = out.parent / f".{out.name}.lock"
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise StoreError(f"--out {out}: another gnnssd preprocess (pid {holder}) is writing "
+                             f"this store (lock {path}); wait for it to finish") from None
+        try:
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        path.unlink(missing_ok=True)
+        os.close(fd)
+
+
+def _input_identity(inputs: list[Path]) -> list[dict[str, Any]]:
+    """Path, size, mtime and the CRC-32 of the first MiB of every input file (all files
+    under an input folder): what an interrupted preprocess must match to be resumed."""
+    identity = []
+    for root in inputs:
+        files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
+        for path in files:
+            stat = path.stat()
+            with open(path, "rb") as f:
+                head = zlib.crc32(f.read(HEAD_BYTES))
+            identity.append({"path": str(path), "size": stat.st_size,
+                             "mtime_ns": stat.st_mtime_ns, "head_crc32": head})
+    return identity
 
 
 # --- the partial directory, resume and the final swap -------------------------------
@@ -123,9 +271,9 @@ def _open_partial_dir(out: Path, params: dict[str, Any]) -> Path:
             log.info("resuming the interrupted preprocess in %s", partial)
             return partial
         shutil.rmtree(partial)
-    out.parent.mkdir(parents=True, exist_ok=True)
     partial.mkdir()
-    atomic_write_json(progress_file, {"params": params, "files": {}})
+    with _writing(progress_file, "the preprocess progress record"):
+        atomic_write_json(progress_file, {"params": params, "files": {}})
     return partial
 
 
@@ -178,6 +326,14 @@ def _checked_labels(source: DatasetSource) -> np.ndarray:
     if bad.size:
         raise DatasetError(f"{source.name}: label {labels[bad[0]]} of node {bad[0]} is out of "
                            "range (classes are 0..C-1, -1 marks unlabelled)")
+    labelled = int((labels >= 0).sum())
+    classes = int(labels.max()) + 1 if labelled else 0
+    if classes > max(labelled, FEW_CLASSES):
+        top = int(np.argmax(labels))
+        raise DatasetError(f"{source.name}: label {labels[top]} of node {top} makes "
+                           f"{classes:,} classes, more than the {labelled:,} labelled nodes "
+                           f"(and more than {FEW_CLASSES:,}); labels must be class indices 0..C-1 "
+                           f"with C at most max(labelled nodes, {FEW_CLASSES:,})")
     return labels
 
 
@@ -218,9 +374,46 @@ def _checked_splits(source: DatasetSource, labels: np.ndarray) -> dict[str, np.n
     return splits
 
 
-def _checked_csc(source: DatasetSource) -> tuple[np.ndarray, np.ndarray]:
+def default_memory_limit() -> int:
+    import psutil
+
+    return int(psutil.virtual_memory().available * DEFAULT_MEMORY_FRACTION)
+
+
+def _checked_csc(source: DatasetSource, memory_limit: int,
+                 partial: Path) -> tuple[np.ndarray, np.ndarray]:
+    """The CSC in memory when the whole edge list fits in `memory_limit`, else built out
+    of core from the source's edge stream (same result, byte for byte)."""
     n = source.num_nodes
-    src, dst = (np.asarray(a) for a in source.load_edges())
+    num_edges = edge_count(source)
+    ids = index_dtype(n).itemsize
+    copies = 2 if source.symmetric else 1
+    if num_edges is None or num_edges * (16 + ids * copies) + 16 * n <= memory_limit:
+        src, dst = _checked_edges(source, *source.load_edges(), first=0)
+        return csc_from_edges(src, dst, n, symmetric=source.symmetric)
+    spare = memory_limit - RUNTIME_BYTES - 16 * (n + 1)  # indptr and labels
+    bucket_edges = max(1 << 16, spare // (BUCKET_IDS_PER_EDGE * ids))
+    log.info("%s: %d edges exceed the memory limit of %d bytes: sorting them out of core in "
+             "buckets of up to %d edges", source.name, num_edges, memory_limit, bucket_edges)
+
+    def checked_chunks() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        first = 0
+        for src, dst in edge_chunks(source, CHUNK_EDGES):
+            yield _checked_edges(source, src, dst, first)
+            first += len(src)
+        if first != num_edges:
+            raise DatasetError(f"{source.name}: {first} edges streamed, {num_edges} declared")
+
+    return external_csc(checked_chunks, n, source.symmetric, bucket_edges,
+                        partial / "edge-buckets", partial / EXTERNAL_INDICES)
+
+
+def _checked_edges(source: DatasetSource, src: Any, dst: Any,
+                   first: int) -> tuple[np.ndarray, np.ndarray]:
+    """Endpoint arrays checked for shape, type and node range (`first`: the index of the
+    first edge, for the message), as int32 when both are int32 and int64 otherwise."""
+    n = source.num_nodes
+    src, dst = np.asarray(src), np.asarray(dst)
     if src.shape != dst.shape or src.ndim != 1:
         raise DatasetError(f"{source.name}: edge endpoint arrays have shapes {src.shape} and "
                            f"{dst.shape}, expected two equal 1-D arrays")
@@ -230,12 +423,11 @@ def _checked_csc(source: DatasetSource) -> tuple[np.ndarray, np.ndarray]:
                                "expected integers")
         bad = np.flatnonzero((ends < 0) | (ends >= n))
         if bad.size:
-            raise DatasetError(f"{source.name}: edge {bad[0]} has {side} {ends[bad[0]]}, "
+            raise DatasetError(f"{source.name}: edge {first + bad[0]} has {side} {ends[bad[0]]}, "
                                f"outside the node range 0..{n - 1}")
     # int32 endpoints stay int32: the topology is the one thing preprocess holds in memory.
     dtype = np.int32 if src.dtype == dst.dtype == np.int32 else np.int64
-    src, dst = src.astype(dtype, copy=False), dst.astype(dtype, copy=False)
-    return csc_from_edges(src, dst, n, symmetric=source.symmetric)
+    return src.astype(dtype, copy=False), dst.astype(dtype, copy=False)
 
 
 def _checked_chunk(source: DatasetSource, chunk: np.ndarray, start: int,
@@ -290,15 +482,23 @@ def _write_rows_resumably(partial: Path, name: str, blocks_from: Callable[[int],
     state = _resume_state(partial, name)
     if state["done"]:
         return {"size": state["size"], "crc32": state["crc32"]}
-    writer, row = _open_resumable(partial, name)
-    for block in blocks_from(row):
-        writer.write(block.data)
-        row += len(block)
-        writer.sync()
-        _record_progress(partial, name, {"rows": row, "size": writer.size,
-                                         "crc32": writer.crc, "done": 0})
-        notify(stage, row, n)
-    return _finish_features(partial, name, writer, row)
+    with _writing(partial / name, "feature rows"):
+        writer, row = _open_resumable(partial, name)
+        try:
+            for block in blocks_from(row):
+                writer.write(block.data)
+                row += len(block)
+                writer.sync()
+                _record_progress(partial, name, {"rows": row, "size": writer.size,
+                                                 "crc32": writer.crc, "done": 0})
+                notify(stage, row, n)
+        except BaseException:
+            # close now, not in a finalizer that would print a flush error on a full disk;
+            # what did not reach the disk is not in the progress record either
+            with suppress(OSError):
+                writer.file.close()
+            raise
+        return _finish_features(partial, name, writer, row)
 
 
 def _stream_features(partial: Path, name: str, source: DatasetSource, dtype: str,
@@ -356,8 +556,28 @@ def _pread_rows(fd: int, ids: np.ndarray, row_bytes: int) -> np.ndarray:
 
 
 def _save_array(path: Path, array: np.ndarray) -> dict[str, int]:
-    with open(path, "wb") as f:
+    if isinstance(array, np.memmap) and Path(array.filename or "").name == EXTERNAL_INDICES:
+        os.replace(array.filename, path)  # written by the out-of-core build: already a .npy
+        with open(path, "rb") as f:
+            os.fsync(f.fileno())
+        return {"size": path.stat().st_size, "crc32": crc32_of_file(path)}
+    with _writing(path, f"the array {path.stem}"), open(path, "wb") as f:
         np.save(f, np.ascontiguousarray(array))
         f.flush()
         os.fsync(f.fileno())
+    return {"size": path.stat().st_size, "crc32": crc32_of_file(path)}
+
+
+def _write_page_checksums(partial: Path) -> dict[str, int]:
+    """features.crc32c: the CRC32C of every page of the finished features.bin (one
+    sequential pass; rewritten whole by a resumed run)."""
+    from gnnssd.io_engine.crc import page_crc32c
+
+    path = partial / PAGE_CHECKSUMS
+    with (_writing(path, "the page checksums of features.bin"),
+          open(partial / FEATURES, "rb") as src, open(path, "wb") as dst):
+        while block := src.read(CHUNK_BYTES):
+            dst.write(page_crc32c(block, PAGE).astype("<u4").tobytes())
+        dst.flush()
+        os.fsync(dst.fileno())
     return {"size": path.stat().st_size, "crc32": crc32_of_file(path)}

@@ -1,4 +1,4 @@
-"""The bench's baseline loaders give MemoryLoader's inputs; the LRU is an exact LRU."""
+"""The bench's baseline loaders give memory mode's inputs; the LRU is an exact LRU."""
 from __future__ import annotations
 
 import os
@@ -9,12 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from gnnssd.baselines import LRUCache, MmapLoader, PerRowLoader
+from gnnssd import NodeLoader
+from gnnssd.baselines import LRUCache
 from gnnssd.datasets import synthetic_source
-from gnnssd.memory_loader import MemoryLoader
-from gnnssd.runtime import seed_everything, use_single_thread
+from gnnssd.runtime import use_single_thread
 from gnnssd.storage_format import Store, write_store
-from gnnssd.timing import StageTimer
 
 CPU = torch.device("cpu")
 FANOUTS = [5, 3]
@@ -37,34 +36,41 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Store:
     return Store.open(path)
 
 
-def _inputs(loader, store: Store, seed: int = 3) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    seed_everything(seed)  # the shuffle and DGL's sampler draw from several RNGs
-    return [(b.x, b.output_nodes)
-            for b in loader.batches(np.asarray(store.train_idx), FANOUTS, 256, shuffle=True)]
+def _loader(store: Store, features: str, budget: int = 1 << 20) -> NodeLoader:
+    return NodeLoader(store, store.train_idx, fanouts=FANOUTS, batch_size=256, features=features,
+                      memory_budget=budget, shuffle=True, seed=3, device="cpu")
+
+
+def _inputs(loader: NodeLoader) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    return [(b.x, b.output_nodes) for b in loader]
 
 
 def test_mmap_and_per_row_inputs_equal_memory_mode(store: Store) -> None:
-    reference = _inputs(MemoryLoader(store, CPU, StageTimer()), store)
-    timer = StageTimer()
+    with _loader(store, "memory") as memory:
+        reference = _inputs(memory)
     # a cache far smaller than one batch's inputs: hits, misses and evictions all happen
-    with PerRowLoader(store, CPU, timer, budget_bytes=300 * store.row_bytes) as per_row:
-        for name, loader in (("mmap", MmapLoader(store, CPU, timer)), ("per-row", per_row)):
-            got = _inputs(loader, store)
-            assert len(got) == len(reference), name
+    for name in ("mmap", "per-row"):
+        with _loader(store, name, budget=300 * store.row_bytes) as loader:
+            got = _inputs(loader)
+            assert len(got) == len(reference) == len(loader), name
             for (x, out), (x_ref, out_ref) in zip(got, reference):
                 assert torch.equal(out, out_ref), name
                 assert x.dtype == torch.float32 and torch.equal(x, x_ref), name
-        assert per_row.cache.hits > 0 and per_row.cache.misses > 0
-        assert per_row.rows_read == per_row.cache.misses
-    assert {"sample", "read", "gather", "transfer"} <= set(timer.take())
+            stages = loader.stage_times()
+            assert {"sample", "read", "transfer"} <= set(stages), name
+            if name == "per-row":
+                stats = loader.io_stats()
+                assert stats["cache_hits"] > 0 and stats["cache_misses"] > 0
+                assert stats["requests"] == stats["cache_misses"]
+                assert stats["bytes_read"] >= stats["requests"] * store.row_bytes
 
 
 def test_per_row_second_epoch_hits_when_everything_fits(store: Store) -> None:
-    with PerRowLoader(store, CPU, StageTimer(), budget_bytes=store.feature_bytes) as loader:
-        first = _inputs(loader, store)
-        read = loader.rows_read
-        assert _inputs(loader, store)[0][0].equal(first[0][0])
-        assert loader.rows_read == read  # all rows cached after the first pass
+    with _loader(store, "per-row", budget=store.feature_bytes) as loader:
+        first = _inputs(loader)
+        assert loader.io_stats()["requests"] > 0
+        assert _inputs(loader)[0][0].equal(first[0][0])
+        assert loader.io_stats()["requests"] == 0  # all rows cached after the first pass
 
 
 def _reference_lru(capacity: int, batches: list[np.ndarray]) -> tuple[list[int], list[int]]:

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from gnnssd.io_engine import alloc
-from gnnssd.sampler.block_writer import BlockWriter
-from gnnssd.sampler.loader import copy_rows
+from gnnssd.pipeline.block_writer import BlockWriter
+from gnnssd.pipeline.loader import copy_rows
 
 
 @pytest.mark.parametrize("row_bytes", [6, 96, 512, 5000])

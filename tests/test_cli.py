@@ -38,7 +38,7 @@ def test_info_and_verify(cora_run):
     folder, _ = cora_run
     info = gnnssd("info", folder / "cora").stdout
     assert "nodes        2,708" in info and "node order   degree" in info
-    assert "all 9 files match their checksums" in gnnssd("verify", folder / "cora").stdout
+    assert "all 10 files match their checksums, and every page" in gnnssd("verify", folder / "cora").stdout
 
 
 def test_calibrate_writes_the_drive_model(cora_run):

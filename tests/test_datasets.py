@@ -10,6 +10,7 @@ import pytest
 
 from gnnssd.datasets import ArraySource, HeterophilousSource, OGBSource, PlanetoidSource, synthetic_source
 from gnnssd.datasets.synthetic import FEATURE_BLOCK
+from gnnssd.sampler import node_order
 from gnnssd.storage_format import Store, write_store
 
 from .conftest import random_graph_arrays, shared_dataset
@@ -75,8 +76,8 @@ def test_ogb_layout_equals_same_arrays(tmp_path):
     """The OGB CSV reader yields the very store the same arrays give through the API."""
     data = random_graph_arrays()
     _write_ogb_layout(tmp_path / "ogbn-test", data)
-    via_ogb = Store.open(write_store(tmp_path / "a", OGBSource(tmp_path / "ogbn-test"), order="degree"))
-    via_api = Store.open(write_store(tmp_path / "b", ArraySource(**data), order="degree"))
+    via_ogb = Store.open(write_store(tmp_path / "a", OGBSource(tmp_path / "ogbn-test"), order=node_order("degree")))
+    via_api = Store.open(write_store(tmp_path / "b", ArraySource(**data), order=node_order("degree")))
     for name in ("indptr", "indices", "labels", "perm", "train_idx", "valid_idx", "test_idx"):
         np.testing.assert_array_equal(getattr(via_ogb, name), getattr(via_api, name))
     np.testing.assert_array_equal(via_ogb.features_memmap(), via_api.features_memmap())

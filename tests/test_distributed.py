@@ -20,8 +20,10 @@ from torch.utils.data.distributed import DistributedSampler
 from gnnssd.checkpoint import load_checkpoint
 from gnnssd.config import ConfigError, config_from_dict
 from gnnssd.datasets import PlanetoidSource, synthetic_source
-from gnnssd.distributed import epoch_order, shard
-from gnnssd.storage_format import write_store
+from gnnssd.runtime import run_seed
+from gnnssd.sampler import node_order, seed_batches, shard
+from gnnssd.node_loader import NodeLoader
+from gnnssd.storage_format import Store, write_store
 from gnnssd.trainer import Trainer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -29,7 +31,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def tiny_store(tmp_path_factory):
-    return write_store(tmp_path_factory.mktemp("tiny") / "store", synthetic_source("tiny"), order="degree")
+    return write_store(tmp_path_factory.mktemp("tiny") / "store", synthetic_source("tiny"),
+                       order=node_order("degree"))
 
 
 @pytest.fixture(scope="module")
@@ -76,6 +79,33 @@ def test_shard_rejects_a_rank_outside_the_world():
         shard(np.arange(4), 2, 2)
 
 
+def test_node_loader_ranks_take_their_shard_of_the_global_order_in_every_mode(tiny_store):
+    """Rank r of 3 iterates over DistributedSampler's share of the one-process epoch order,
+    the same mini-batches in memory and ssd mode; a with_seeds view is not sharded."""
+    store = Store.open(tiny_store)
+    train = np.asarray(store.train_idx)
+    (order,) = seed_batches(train, len(train), True, 5, 2)
+    reference = [order[list(DistributedSampler(range(len(order)), num_replicas=3, rank=r, shuffle=False))]
+                 for r in range(3)]
+    for features in ("memory", "ssd"):
+        for rank in range(3):
+            with NodeLoader(store, train, fanouts=[3, 3], batch_size=128, features=features, shuffle=True,
+                            seed=5, device="cpu", memory_budget="16MiB", rank=rank, world_size=3) as loader:
+                loader.set_epoch(2)
+                got = [mb.output_nodes.numpy() for mb in loader]
+                assert len(got) == len(loader) == -(-len(reference[rank]) // 128)
+                np.testing.assert_array_equal(np.concatenate(got), reference[rank])
+                view = loader.with_seeds(train[:300], batch_size=128)
+                assert len(view) == 3
+                np.testing.assert_array_equal(np.concatenate([mb.output_nodes.numpy() for mb in view]),
+                                              train[:300])
+
+
+def test_node_loader_rejects_a_rank_outside_the_world(tiny_store):
+    with pytest.raises(ValueError, match="rank 2, world_size 2"):
+        NodeLoader(Store.open(tiny_store), np.arange(10), fanouts=[2], batch_size=4, rank=2, world_size=2)
+
+
 @pytest.mark.parametrize("features", ["memory", "ssd"])
 def test_two_ranks_equal_one_process_on_the_global_batches(tiny_store, tmp_path, features):
     """Deterministic mode, all neighbours, no dropout: after one epoch the two ranks' model
@@ -95,7 +125,7 @@ def test_two_ranks_equal_one_process_on_the_global_batches(tiny_store, tmp_path,
 
     cfg = config_from_dict({**yaml.safe_load(config.read_text()), "run_dir": str(tmp_path / "one")})
     one = Trainer(cfg)
-    order = epoch_order(one.store.train_idx, cfg.seed, 1)
+    (order,) = seed_batches(one.store.train_idx, len(one.store.train_idx), True, run_seed(cfg.seed), 1)
     per_rank = [order[list(DistributedSampler(range(len(order)), num_replicas=2, rank=r, shuffle=False))]
                 for r in range(2)]
     one.model.train()
@@ -103,8 +133,8 @@ def test_two_ranks_equal_one_process_on_the_global_batches(tiny_store, tmp_path,
     for start in range(0, len(per_rank[0]), 256):
         losses = []
         for seeds in (part[start:start + 256] for part in per_rank):
-            (batch,) = one.loader.batches(seeds, [-1, -1], len(seeds), shuffle=False, epoch=1)
-            losses.append(F.cross_entropy(one.model(batch.blocks, batch.x), one.labels[batch.output_nodes]))
+            (batch,) = one.loader.with_seeds(seeds, fanouts=[-1, -1], batch_size=len(seeds))
+            losses.append(F.cross_entropy(one.model(batch.blocks, batch.x), batch.y))
         one.optimizer.zero_grad()
         (sum(losses) / 2).backward()
         one.optimizer.step()
@@ -219,7 +249,7 @@ def _free_port() -> int:
 def test_ranks_on_different_stores_are_refused(tiny_store, tmp_path):
     """Two torchrun-style ranks (RANK, WORLD_SIZE, MASTER_ADDR...) whose configs name
     different stores: both stop before training and say which stores differ."""
-    other = write_store(tmp_path / "other", synthetic_source("tiny", seed=1), order="degree")
+    other = write_store(tmp_path / "other", synthetic_source("tiny", seed=1), order=node_order("degree"))
     env = {"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
            "MASTER_PORT": str(_free_port())}
     ranks = []

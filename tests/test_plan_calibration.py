@@ -3,7 +3,7 @@ import json
 
 import numpy as np
 
-from gnnssd.sampler.calibration import CALIBRATION_FILE, calibrate, load_model
+from gnnssd.pipeline.calibration import CALIBRATION_FILE, calibrate, load_model
 from gnnssd.sampler.readplan import CostModel
 
 

@@ -5,13 +5,13 @@ import time
 import numpy as np
 import pytest
 
-from gnnssd.sampler.direct_io import DirectIO
+from gnnssd.pipeline.direct_io import DirectIO
 from gnnssd.sampler.graphs import random_csc
-from gnnssd.sampler.loader import MegaBatchLoader
+from gnnssd.pipeline.loader import MegaBatchLoader
 from gnnssd.sampler.plan import PlanConfig, Planner, load_plan, minibatch_seeds, save_plan
 from gnnssd.sampler.readplan import CostModel, pages_plan, windows
-from gnnssd.sampler.repack import remove, repack, repacked_windows
-from gnnssd.sampler.worker import PlanWorker, replay, saving
+from gnnssd.pipeline.repack import remove, repack, repacked_windows
+from gnnssd.pipeline.worker import PlanWorker, replay, saving
 
 N, DIM = 6000, 24
 

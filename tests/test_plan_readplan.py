@@ -78,6 +78,8 @@ def test_window_choice_follows_the_model_and_the_disk_budget():
         if p.read.strategy == "block":  # exactly the rows, padded to a page
             assert st["bytes_read"] == block_bytes(20_000, 512)
     free_requests = CostModel(request_s=0.0, read_bw=1e9, write_bw=1e9)
+    for p in plans:  # page plans already made are reused: plan these afresh for the new model
+        p.read = None
     scan = choose_window(plans, 512, free_requests, disk_budget=10 * each)
     assert all(p.read.strategy == "pages" for p in plans) and len(scan.lengths) == 0
 
@@ -85,7 +87,7 @@ def test_window_choice_follows_the_model_and_the_disk_budget():
 def test_dense_rows_read_through_shared_page_extents(tmp_path):
     """Rows of 5732 B, all of them: extents cut at the request limit share pages, and the
     loader still returns every row intact (regression)."""
-    from gnnssd.sampler import DirectIO, MegaBatchLoader
+    from gnnssd.pipeline import DirectIO, MegaBatchLoader
 
     rows, dim = 3000, 1433
     feats = np.random.default_rng(0).standard_normal((rows, dim)).astype(np.float32)

@@ -8,7 +8,7 @@ import torch
 
 from gnnssd.config import ConfigError, config_from_dict
 from gnnssd.datasets import synthetic_source
-from gnnssd.sampler import PlanConfig, Planner
+from gnnssd.sampler import PlanConfig, Planner, node_order
 from gnnssd.storage_format import Store, write_store
 from gnnssd.trainer import Trainer
 
@@ -18,7 +18,7 @@ def small_store(tmp_path_factory):
     """20k nodes x 64 float32 = 5 MiB of features: far more than the budgets below hold."""
     source = synthetic_source(num_nodes=20_000, feat_dim=64, num_classes=8, avg_degree=10,
                               train_fraction=0.3)
-    return write_store(tmp_path_factory.mktemp("ssd") / "store", source, order="degree")
+    return write_store(tmp_path_factory.mktemp("ssd") / "store", source, order=node_order("degree"))
 
 
 def _config(store, run_dir, **ssd):
@@ -37,21 +37,25 @@ def test_batches_carry_the_features_on_disk(small_store, tmp_path, block_budget)
     budget = "24MiB" if block_budget else "16MiB"
     trainer = Trainer(_config(small_store, tmp_path / "run", block_budget=block_budget, memory_budget=budget))
     loader = trainer.loader
-    assert 0 < len(loader.hot_rows) < trainer.store.num_nodes
+    assert 0 < len(loader._backend.hot_rows) < trainer.store.num_nodes
     features = Store.open(small_store).features_memmap()
+    labels = np.asarray(trainer.store.labels)
     train = np.asarray(trainer.store.train_idx)
     seen = []
-    for batch in loader.batches(train, [5, 5], 200, shuffle=True, epoch=1):
+    loader.set_epoch(1)
+    for batch in loader:
         inputs = batch.blocks[0].srcdata[dgl.NID].numpy()
+        np.testing.assert_array_equal(batch.input_nodes.numpy(), inputs)
         np.testing.assert_array_equal(batch.x.numpy(), features[inputs])
         np.testing.assert_array_equal(batch.blocks[-1].dstdata[dgl.NID].numpy(), batch.output_nodes.numpy())
+        np.testing.assert_array_equal(batch.y.numpy(), labels[batch.output_nodes.numpy()])
         seen.append(batch.output_nodes.numpy())
     np.testing.assert_array_equal(np.sort(np.concatenate(seen)), train)
-    counts = loader.io_counts.take()
+    counts = loader.io_stats()
     assert counts["bytes_read"] > 0 and counts["requests"] > 0
     if block_budget:  # compact blocks were repacked, read back and deleted
         assert counts["bytes_written"] > 0
-    assert not (tmp_path / "run" / "blocks").exists() or not any((tmp_path / "run" / "blocks").iterdir())
+    assert not loader.block_dir.exists()  # the loader's own scratch is removed after the epoch
     trainer.close()
 
 
@@ -80,14 +84,6 @@ def test_ssd_resume_equals_uninterrupted_run(small_store, tmp_path):
     resumed = run(tmp_path / "b", 3, resume=True)
     for key, value in straight.items():
         torch.testing.assert_close(resumed[key], value, rtol=0, atol=0)
-
-
-def test_stale_blocks_are_cleared(small_store, tmp_path):
-    stale = tmp_path / "run" / "blocks"
-    stale.mkdir(parents=True)
-    (stale / "block_e9_m9.bin").write_bytes(b"x" * 4096)
-    Trainer(_config(small_store, tmp_path / "run")).close()
-    assert not stale.exists()
 
 
 def test_budget_too_small_is_refused(small_store, tmp_path):

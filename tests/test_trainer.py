@@ -7,13 +7,14 @@ import torch
 
 from gnnssd.config import ConfigError, config_from_dict
 from gnnssd.datasets import PlanetoidSource, synthetic_source
+from gnnssd.sampler import node_order
 from gnnssd.storage_format import write_store
 from gnnssd.trainer import Trainer
 
 
 @pytest.fixture(scope="module")
 def tiny_store(tmp_path_factory):
-    return write_store(tmp_path_factory.mktemp("tiny") / "store", synthetic_source("tiny"), order="degree")
+    return write_store(tmp_path_factory.mktemp("tiny") / "store", synthetic_source("tiny"), order=node_order("degree"))
 
 
 def _config(store, run_dir, **sections):

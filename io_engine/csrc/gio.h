@@ -48,17 +48,26 @@ int gio_open(const char *path, int direct, int64_t *size, int *offset_align, int
 
 /* Queue n reads: request i reads lengths[i] bytes at offsets[i] of fd into buf + dests[i].
  * The arrays and buf must stay alive until the batch is done. Bytes past file_size (the
- * tail of the last block) are zero-filled. Returns NULL when out of memory. */
+ * tail of the last block) are zero-filled. With crcs (NULL: none), every 4 KiB page a
+ * request reads is checked against crcs[page] (ncrcs entries; requests must then cover
+ * whole pages) and a mismatch fails the request with EBADMSG (see gio_batch_error).
+ * Returns NULL when out of memory. */
 gio_batch *gio_submit(gio_engine *eng, int fd, int64_t file_size, const int64_t *offsets,
-                      const int64_t *lengths, const int64_t *dests, uint8_t *buf, size_t n);
+                      const int64_t *lengths, const int64_t *dests, uint8_t *buf, size_t n,
+                      const uint32_t *crcs, int64_t ncrcs);
 /* Wait up to timeout_ms (-1: forever) for the batch; 1 when done, 0 on timeout. */
 int gio_batch_wait(gio_batch *b, int timeout_ms);
 int gio_batch_done(gio_batch *b);
 /* Drop the requests not yet started; those in flight still complete. */
 void gio_batch_cancel(gio_batch *b);
 int gio_batch_cancelled(gio_batch *b);
-/* errno of the first failed request (0 if none) and that request's index. */
-int gio_batch_error(gio_batch *b, size_t *index);
+/* errno of the first failed request (0 if none) and that request's index; when that
+ * request failed its page checksum (EBADMSG), the page and the CRC32C its bytes have in
+ * *bad_page and *bad_crc, else *bad_page = -1. */
+int gio_batch_error(gio_batch *b, size_t *index, int64_t *bad_page, uint32_t *bad_crc);
+/* 1 when the kernel may still write into the batch's buffer after it completed (its
+ * io_uring ring broke and could not be drained): the buffer must then never be freed. */
+int gio_batch_abandoned(gio_batch *b);
 /* Free a done batch (a batch still running is left alone rather than freed under a worker). */
 void gio_batch_free(gio_batch *b);
 
@@ -77,5 +86,18 @@ size_t gio_rows_plan(const int64_t *rows, const int64_t *order, size_t n, int64_
  * (order NULL: out[i]). */
 void gio_rows_copy(const uint8_t *scratch, int64_t scratch_base, const int64_t *row_src,
                    const int64_t *order, size_t n, int64_t row_bytes, uint8_t *out);
+
+/* CRC32C (Castagnoli, as iSCSI/ext4) of n bytes continuing from crc (0 to start); with
+ * use_hardware the SSE4.2 instruction when the CPU has it, else the table. */
+uint32_t gio_crc32c(uint32_t crc, const uint8_t *data, size_t n, int use_hardware);
+/* 1 when gio_crc32c runs on the CPU's crc32 instruction. */
+int gio_crc32c_hardware(void);
+/* out[k] = CRC32C of bytes [k*page, (k+1)*page) of data (the last page may be shorter). */
+void gio_page_crcs(const uint8_t *data, size_t n, size_t page, uint32_t *out);
+/* Check the n bytes of data, read from file offset offset (a multiple of 4096), against
+ * crcs[offset/4096 ...] (ncrcs entries); 0 when all match, else 1 with the first bad page
+ * and its CRC32C in *bad_page, *got. */
+int gio_verify_pages(const uint8_t *data, int64_t offset, int64_t n, const uint32_t *crcs,
+                     int64_t ncrcs, int64_t *bad_page, uint32_t *got);
 
 #endif

@@ -88,16 +88,40 @@ static void drop_unclaimed(gio_batch *b, int cancelled)
 
 void gio_complete(gio_batch *b, size_t i, int err)
 {
+    int64_t bad_page = -1;
+    uint32_t bad_crc = 0;
+    if (!err && b->crcs &&
+        gio_verify_pages(b->buf + b->dests[i], b->offsets[i], b->lengths[i], b->crcs,
+                         b->ncrcs, &bad_page, &bad_crc))
+        err = EBADMSG;
     if (err)  /* fail fast: the batch is lost anyway; b is alive while request i is open */
         drop_unclaimed(b, 0);
     pthread_mutex_lock(&b->mu);
     if (err && (!b->err || i < b->err_index)) {
         b->err = err;
         b->err_index = i;
+        b->bad_page = bad_page;
+        b->bad_crc = bad_crc;
     }
     if (--b->remaining == 0)
         pthread_cond_broadcast(&b->cv);
     pthread_mutex_unlock(&b->mu);
+}
+
+void gio_abandon(gio_batch *b)
+{
+    pthread_mutex_lock(&b->mu);
+    b->abandoned = 1;
+    pthread_mutex_unlock(&b->mu);
+}
+
+int gio_batch_abandoned(gio_batch *b)
+{
+    int a;
+    pthread_mutex_lock(&b->mu);
+    a = b->abandoned;
+    pthread_mutex_unlock(&b->mu);
+    return a;
 }
 
 int gio_finish_at_eof(gio_batch *b, size_t i, int64_t done)
@@ -111,7 +135,8 @@ int gio_finish_at_eof(gio_batch *b, size_t i, int64_t done)
 /* ---- batches ------------------------------------------------------------------------ */
 
 gio_batch *gio_submit(gio_engine *eng, int fd, int64_t file_size, const int64_t *offsets,
-                      const int64_t *lengths, const int64_t *dests, uint8_t *buf, size_t n)
+                      const int64_t *lengths, const int64_t *dests, uint8_t *buf, size_t n,
+                      const uint32_t *crcs, int64_t ncrcs)
 {
     pthread_condattr_t ca;
     gio_batch *b = calloc(1, sizeof(*b));
@@ -125,6 +150,9 @@ gio_batch *gio_submit(gio_engine *eng, int fd, int64_t file_size, const int64_t 
     b->dests = dests;
     b->buf = buf;
     b->n = n;
+    b->crcs = crcs;
+    b->ncrcs = ncrcs;
+    b->bad_page = -1;
     b->remaining = n;
     pthread_mutex_init(&b->mu, NULL);
     pthread_condattr_init(&ca);
@@ -197,12 +225,14 @@ int gio_batch_cancelled(gio_batch *b)
     return c;
 }
 
-int gio_batch_error(gio_batch *b, size_t *index)
+int gio_batch_error(gio_batch *b, size_t *index, int64_t *bad_page, uint32_t *bad_crc)
 {
     int err;
     pthread_mutex_lock(&b->mu);
     err = b->err;
     *index = b->err_index;
+    *bad_page = b->bad_page;
+    *bad_crc = b->bad_crc;
     pthread_mutex_unlock(&b->mu);
     return err;
 }

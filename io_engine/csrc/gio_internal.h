@@ -6,6 +6,8 @@
 
 /* Largest single read handed to the kernel; longer requests continue as "short" reads. */
 #define GIO_MAX_IO ((int64_t)1 << 30)
+/* The unit of the checksum file: one CRC32C per page of features.bin. */
+#define GIO_PAGE ((int64_t)4096)
 
 struct gio_batch {
     gio_engine *eng;
@@ -14,6 +16,8 @@ struct gio_batch {
     const int64_t *offsets, *lengths, *dests;
     uint8_t *buf;
     size_t n;
+    const uint32_t *crcs;   /* page checksums to verify reads against, or NULL */
+    int64_t ncrcs;
     /* guarded by eng->mu */
     size_t next;            /* first request not yet claimed */
     size_t dropped;         /* unclaimed requests gio_engine_free took off the queue */
@@ -25,6 +29,9 @@ struct gio_batch {
     int cancelled;
     int err;
     size_t err_index;
+    int abandoned;          /* buf may still be written by the kernel: never free it */
+    int64_t bad_page;       /* with err == EBADMSG: the page that failed, and its CRC32C */
+    uint32_t bad_crc;
 };
 
 struct gio_ring;
@@ -53,6 +60,8 @@ typedef struct {
 size_t gio_claim(gio_engine *eng, gio_req *out, size_t max, int nonblock);
 /* Record the completion of one request; err is an errno or 0. */
 void gio_complete(gio_batch *b, size_t i, int err);
+/* Mark b's buffer as possibly still written by the kernel (a broken io_uring ring). */
+void gio_abandon(gio_batch *b);
 /* Finish a read that stopped at off (end of data): zero the rest and report success,
  * or ENODATA when off is before the file size the batch was given (file truncated). */
 int gio_finish_at_eof(gio_batch *b, size_t i, int64_t done);

@@ -95,6 +95,51 @@ static int on_result(slot_t *s, int res)
     return 1;  /* short read: continue where it stopped */
 }
 
+/* The ring failed with err: complete every request in flight with err. Requests the
+ * kernel holds are completed as their CQEs arrive (their buffers are then free); those
+ * it never consumed from the submission queue are completed at once. Should waiting fail
+ * too, the rest are completed as abandoned: their owners must never free the buffers. */
+static void drain_broken(struct io_uring *ring, gio_engine *eng, slot_t *slots,
+                         size_t inflight, int err)
+{
+    const size_t qd = (size_t)eng->queue_depth;
+    /* with SQPOLL the kernel thread may still pick up queued entries: wait for all */
+    size_t unsent = (eng->flags & GIO_FLAG_SQPOLL) ? 0 : io_uring_sq_ready(ring);
+    int abandon = 0;
+    while (inflight > unsent) {
+        struct __kernel_timespec ts = {.tv_sec = 1, .tv_nsec = 0};
+        struct io_uring_cqe *cqe;
+        int rc = io_uring_wait_cqe_timeout(ring, &cqe, &ts);
+        if (rc == -ETIME || rc == -EINTR || rc == -EAGAIN)
+            continue;
+        if (rc < 0) {
+            abandon = 1;
+            break;
+        }
+        slot_t *s = io_uring_cqe_get_data(cqe);
+        io_uring_cqe_seen(ring, cqe);
+        gio_complete(s->b, s->i, err);
+        s->b = NULL;
+        inflight--;
+    }
+    for (size_t k = 0; k < qd; k++)
+        if (slots[k].b) {
+            if (abandon)
+                gio_abandon(slots[k].b);
+            gio_complete(slots[k].b, slots[k].i, err);
+            slots[k].b = NULL;
+        }
+}
+
+/* After the ring broke: fail each request claimed until the engine stops. */
+static void fail_until_stopped(gio_engine *eng, gio_req *reqs, size_t max, int err)
+{
+    size_t k;
+    while ((k = gio_claim(eng, reqs, max, 0)) > 0)
+        for (size_t j = 0; j < k; j++)
+            gio_complete(reqs[j].b, reqs[j].i, err);
+}
+
 static void report_start(struct gio_ring *r, int err)
 {
     pthread_mutex_lock(&r->eng->mu);
@@ -148,18 +193,13 @@ static void *driver_main(void *arg)
             continue;
         rc = io_uring_submit_and_wait(&ring, 1);
         if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) {
-            /* The ring itself is broken (not a read error): fail what it holds so that
-             * no waiter hangs; later requests meet the same error and fail fast. */
-            for (size_t k = 0; k < qd; k++)
-                if (slots[k].b) {
-                    gio_complete(slots[k].b, slots[k].i, -rc);
-                    slots[k].b = NULL;
-                }
-            inflight = 0;
-            nfree = qd;
-            for (size_t k = 0; k < qd; k++)
-                free_slots[k] = &slots[k];
-            continue;
+            /* The ring itself is broken (not a read error): drain it, close it and fail
+             * every request from here on, so that no waiter hangs and no buffer is
+             * handed back while the kernel may still write into it. */
+            drain_broken(&ring, eng, slots, inflight, -rc);
+            io_uring_queue_exit(&ring);
+            fail_until_stopped(eng, reqs, qd, -rc);
+            goto out;
         }
         io_uring_for_each_cqe(&ring, head, cqe) {
             slot_t *s = io_uring_cqe_get_data(cqe);

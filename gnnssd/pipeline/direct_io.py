@@ -5,33 +5,42 @@ io_uring or, where that cannot be set up, its C thread pool doing pread.
 """
 from __future__ import annotations
 
+import os
+from pathlib import Path
+from typing import Mapping
+
 import numpy as np
 
 from gnnssd.io_engine import Engine
-
-ALIGN = 4096
+from gnnssd.io_engine.engine import ALIGNMENT
 
 
 class DirectIO:
-    """Batch reads of (offset, length) extents into an aligned buffer."""
+    """Batch reads of (offset, length) extents into an aligned buffer.
 
-    def __init__(self, queue_depth: int = 64, backend: str = "auto"):
+    `checksums` maps a file (e.g. Store.features_path) to its page checksums
+    (Store.page_checksums()): every open of that file verifies each page read.
+    """
+
+    def __init__(self, queue_depth: int = 64, backend: str = "auto",
+                 checksums: Mapping[str | Path, np.ndarray] | None = None):
         self.queue_depth = queue_depth
         self._engine = Engine(backend=backend, queue_depth=queue_depth)
+        self._checksums = {os.path.realpath(p): c for p, c in (checksums or {}).items()}
 
     @property
     def backend(self) -> str:
         return self._engine.backend
 
-    def open(self, path: str):
-        return self._engine.open(str(path))
+    def open(self, path: str | Path):
+        return self._engine.open(str(path), checksums=self._checksums.get(os.path.realpath(path)))
 
     def close(self, f) -> None:
         f.close()
 
     def alloc(self, nbytes: int) -> np.ndarray:
-        """Page-aligned uint8 buffer of at least nbytes (rounded up to a page)."""
-        return self._engine.alloc(max(-(-nbytes // ALIGN) * ALIGN, ALIGN))
+        """Aligned uint8 buffer of at least nbytes (rounded up to the engine's alignment)."""
+        return self._engine.alloc(max(-(-nbytes // ALIGNMENT) * ALIGNMENT, ALIGNMENT))
 
     def read_extents(self, f, offsets: np.ndarray, lengths: np.ndarray, buf: np.ndarray, dest: np.ndarray) -> None:
         """Read file[offsets[i]:+lengths[i]] into buf[dest[i]:+lengths[i]]; all page-aligned."""

@@ -14,11 +14,12 @@ from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
+from gnnssd.sampler.plan import MegaBatchPlan
+from gnnssd.sampler.readplan import CostModel, Scan, windows
+
 from .block_writer import BlockWriter
 from .direct_io import DirectIO
 from .loader import iter_rows
-from .plan import MegaBatchPlan
-from .readplan import CostModel, Scan, windows
 
 
 def repack(

@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 from typing import Generic, Iterable, Iterator, TypeVar
 
-from .plan import MegaBatchPlan, load_plan, save_plan
+from gnnssd.sampler.plan import MegaBatchPlan, load_plan, save_plan
 
 T = TypeVar("T")
 _DONE = object()
@@ -25,11 +25,11 @@ class PlanWorker(Generic[T]):
     the next window is repacked while the current one trains, and no more.
     """
 
-    def __init__(self, source: Iterable[T], depth: int = 2):
+    def __init__(self, source: Iterable[T], depth: int = 2, name: str = "gnnssd-worker"):
         self._queue: queue.Queue = queue.Queue()
         self._slots = threading.Semaphore(depth)
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(iter(source),), daemon=True, name="gnnssd-planner")
+        self._thread = threading.Thread(target=self._run, args=(iter(source),), daemon=True, name=name)
         self._thread.start()
 
     def _run(self, source: Iterator[T]) -> None:

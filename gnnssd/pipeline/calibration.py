@@ -13,8 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
+from gnnssd.sampler.readplan import PAGE, CostModel
+
 from .direct_io import DirectIO
-from .readplan import PAGE, CostModel
 
 CALIBRATION_FILE = "calibration.json"
 SIZES = (4096, 16384, 65536, 262144, 1 << 20)
@@ -85,6 +86,6 @@ def calibrate(store_dir: str | Path, seconds: float = 1.0, queue_depth: int = 64
 
 
 def load_model(store_dir: str | Path) -> CostModel:
-    """The store's calibrated model, or DESIGN.md's development drive when not calibrated."""
+    """The store's calibrated model, or `CostModel.default()` when not calibrated."""
     path = Path(store_dir) / CALIBRATION_FILE
     return CostModel.load(path) if path.exists() else CostModel.default()

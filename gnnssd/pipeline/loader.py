@@ -1,8 +1,9 @@
 """Execute mega-batch plans: fill the mega-batch buffer from disk, gather mini-batch inputs.
 
-Memory is the hot cache plus two mega-batch buffers (the one being trained on and the one
-being filled, which also lets carried rows be copied from the previous buffer) plus a
-bounded staging area for page reads.
+Memory is the hot cache plus BUFFERS mega-batch buffers (the one being trained on and the
+one being filled, which also lets carried rows be copied from the previous buffer) plus a
+bounded staging area for page reads. The read stage that fills them must run at most
+BUFFERS plans ahead of the caller (PlanWorker depth BUFFERS): the count is one constant.
 """
 from __future__ import annotations
 
@@ -12,9 +13,12 @@ from typing import Iterator
 import numba as nb
 import numpy as np
 
+from gnnssd.sampler.plan import MegaBatchPlan
+from gnnssd.sampler.readplan import PAGE, CostModel, plan_extents
+
 from .direct_io import DirectIO
-from .plan import MegaBatchPlan
-from .readplan import PAGE, CostModel, plan_extents
+
+BUFFERS = 2  # mega-batch buffers: the one gathered from and the one being filled
 
 
 @nb.njit(cache=True, nogil=True)
@@ -114,7 +118,7 @@ class MegaBatchLoader:
         self.block_dir = Path(block_dir) if block_dir else None
         self.file = io.open(features_path)
         self.staging = io.alloc(max(staging_bytes, 2 * self.model.max_extent(self.row_bytes)))
-        self._bufs = [io.alloc(capacity_rows * self.row_bytes) for _ in range(2)]
+        self._bufs = [io.alloc(capacity_rows * self.row_bytes) for _ in range(BUFFERS)]
         self._cur = 1
         hot_rows = np.sort(np.asarray(hot_rows, dtype=np.int64))
         self.hot = np.empty((len(hot_rows), feat_dim), self.dtype)
@@ -133,7 +137,7 @@ class MegaBatchLoader:
         """Fill the next buffer for `plan` (previous plan's buffer stays intact); returns its rows."""
         if len(plan.rows) > self.capacity:
             raise ValueError(f"mega-batch needs {len(plan.rows)} buffer rows, capacity is {self.capacity}")
-        nxt = 1 - self._cur
+        nxt = (self._cur + 1) % BUFFERS
         out, prev = self._rows_view(nxt), self._rows_view(self._cur)
         read = plan.read
         if read is not None and read.strategy == "block":

@@ -1,0 +1,106 @@
+"""A run directory's lock and its scratch space.
+
+One writer (train) holds an exclusive lock; readers (eval, predict) share a lock; the two
+exclude each other, and a refused process learns at once which pid holds the directory.
+Scratch files (compact blocks, spilled plans) go to `.gnnssd-scratch/<pid>-<token>/`, a
+directory each process makes for itself, so nothing gnnssd deletes was written by anyone else.
+"""
+from __future__ import annotations
+
+import errno
+import fcntl
+import logging
+import os
+import shutil
+import secrets
+from pathlib import Path
+
+from .config import ConfigError
+
+log = logging.getLogger("gnnssd.rundir")
+
+LOCK = ".gnnssd-lock"
+SCRATCH = ".gnnssd-scratch"
+
+
+class RunDirBusy(RuntimeError):
+    """Another process holds the run directory's lock."""
+
+
+def prepare_run_dir(path: Path, create: bool) -> None:
+    """Check (and with `create`, make) the run directory; a ConfigError names the key."""
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"run_dir: {path} is a file, not a directory")
+    if create:
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"run_dir: cannot create {path} ({exc.strerror})") from None
+    if not path.is_dir():
+        raise ConfigError(f"run_dir: {path} does not exist; train first")
+    if create and not os.access(path, os.W_OK | os.X_OK):
+        raise ConfigError(f"run_dir: {path} is not writable")
+
+
+class RunLock:
+    """An fcntl lock on `run_dir/.gnnssd-lock`, held until `release()`."""
+
+    def __init__(self, run_dir: Path, exclusive: bool):
+        self.run_dir = run_dir
+        path = run_dir / LOCK
+        try:
+            self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise ConfigError(f"run_dir: cannot open the lock file {path} ({exc.strerror})") from None
+        try:
+            fcntl.flock(self._fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+        except OSError as exc:
+            holder = self._holder()
+            os.close(self._fd)
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise
+            raise RunDirBusy(f"{run_dir}: in use by {holder}; wait for it to finish or pick "
+                             "another run_dir") from None
+        self.exclusive = exclusive
+        os.ftruncate(self._fd, 0)  # a pid left here by a killed writer is stale
+        if exclusive:
+            os.pwrite(self._fd, f"{os.getpid()}\n".encode(), 0)
+
+    def _holder(self) -> str:
+        """Who holds the lock: the writer's pid (writers record it), else readers."""
+        pid = os.pread(self._fd, 32, 0).decode(errors="replace").strip()
+        return f"training process pid {pid}" if pid.isdigit() else "eval/predict (a reader)"
+
+    def release(self) -> None:
+        if self._fd < 0:
+            return
+        if self.exclusive:
+            os.ftruncate(self._fd, 0)
+        os.close(self._fd)
+        self._fd = -1
+
+
+class Scratch:
+    """This process's own scratch directory under `run_dir/.gnnssd-scratch/`."""
+
+    def __init__(self, run_dir: Path):
+        self.root = run_dir / SCRATCH
+        self.path = self.root / f"{os.getpid()}-{secrets.token_hex(4)}"
+
+    def remove(self) -> None:
+        """Delete this process's scratch directory (and the parent when it is left empty)."""
+        shutil.rmtree(self.path, ignore_errors=True)
+        try:
+            self.root.rmdir()
+        except OSError:
+            pass  # other processes' scratch, or never made
+
+    def clear_stale(self) -> None:
+        """Remove scratch left by interrupted processes. Only under the writer's lock:
+        no other gnnssd process can be using the run directory then."""
+        if not self.root.is_dir():
+            return
+        for entry in self.root.iterdir():
+            if entry != self.path:
+                log.info("removing stale scratch %s", entry)
+                shutil.rmtree(entry, ignore_errors=True)
