@@ -26,6 +26,9 @@ EdgeChunks = Callable[[], Iterable[tuple[np.ndarray, np.ndarray]]]
 #: Node IDs a bucket holds per edge in the merge step: the spilled (src, dst) pair and
 #: its slot in the bucket's sorted indices.
 BUCKET_IDS_PER_EDGE = 3
+#: At most this many bucket files open at once (the process's file limit is often 1024):
+#: a memory limit too small for it gets larger buckets than it asked for.
+MAX_BUCKETS = 256
 T = TypeVar("T")
 
 
@@ -132,7 +135,7 @@ def external_csc(chunks: EdgeChunks, num_nodes: int, symmetric: bool, bucket_edg
     for src, dst in prefetched(chunks()):
         _count_degrees(src, dst, symmetric, indptr[1:])
     np.cumsum(indptr, out=indptr)
-    bounds = bucket_bounds(indptr, bucket_edges)
+    bounds = bucket_bounds(indptr, max(bucket_edges, -(-int(indptr[-1]) // MAX_BUCKETS)))
     scratch.mkdir(parents=True, exist_ok=True)
     try:
         paths = [scratch / f"bucket-{b}.bin" for b in range(len(bounds) - 1)]

@@ -388,7 +388,8 @@ def _checked_csc(source: DatasetSource, memory_limit: int,
     num_edges = edge_count(source)
     ids = index_dtype(n).itemsize
     copies = 2 if source.symmetric else 1
-    if num_edges is None or num_edges * (16 + ids * copies) + 16 * n <= memory_limit:
+    in_memory_bytes = (num_edges or 0) * (16 + ids * copies) + 16 * n + RUNTIME_BYTES
+    if num_edges is None or in_memory_bytes <= memory_limit:
         src, dst = _checked_edges(source, *source.load_edges(), first=0)
         return csc_from_edges(src, dst, n, symmetric=source.symmetric)
     spare = memory_limit - RUNTIME_BYTES - 16 * (n + 1)  # indptr and labels

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from gnnssd.datasets import ArraySource
+from gnnssd.sampler import node_order
 from gnnssd.storage_format import write_store
 from gnnssd.storage_format.csc import csc_from_edges
 from gnnssd.storage_format.csc_external import bucket_bounds, external_csc, prefetched
@@ -48,7 +49,7 @@ def test_bucket_bounds_cover_nodes_within_the_bucket_size():
 def test_store_files_identical_with_and_without_memory_limit(tmp_path, symmetric, order):
     data = random_graph_arrays(num_edges=4000)
     stores = {limit: write_store(tmp_path / str(limit), ArraySource(**data, symmetric=symmetric),
-                                 order=order, memory_limit=limit) for limit in (1, 1 << 30)}
+                                 order=node_order(order), memory_limit=limit) for limit in (1, 1 << 30)}
     for name in ("indptr.npy", "indices.npy", "perm.npy", "labels.npy", "features.bin"):
         assert (stores[1] / name).read_bytes() == (stores[1 << 30] / name).read_bytes(), name
     assert sorted(p.name for p in stores[1].iterdir()) == sorted(p.name for p in stores[1 << 30].iterdir())

@@ -55,7 +55,7 @@ def test_batches_carry_the_features_on_disk(small_store, tmp_path, block_budget)
     assert counts["bytes_read"] > 0 and counts["requests"] > 0
     if block_budget:  # compact blocks were repacked, read back and deleted
         assert counts["bytes_written"] > 0
-    assert not loader.block_dir.exists()  # the loader's own scratch is removed after the epoch
+    assert not loader._backend.block_dir.exists()  # the loader's own scratch is removed after the epoch
     trainer.close()
 
 

@@ -218,12 +218,12 @@ def test_checksums_off_reads_without_verifying(tmp_path):
                                                         num_classes=4, avg_degree=5))
     trainer = Trainer(_train_config(path, tmp_path / "run", "ssd", verify_checksums=False))
     try:
-        assert trainer.loader.loader.file.checksums is None
+        assert trainer.loader._backend.buffers.file.checksums is None
     finally:
         trainer.close()
     trainer = Trainer(_train_config(path, tmp_path / "run2", "ssd"))
     try:
-        np.testing.assert_array_equal(trainer.loader.loader.file.checksums,
+        np.testing.assert_array_equal(trainer.loader._backend.buffers.file.checksums,
                                       Store.open(path).page_checksums())
     finally:
         trainer.close()
