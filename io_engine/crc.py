@@ -16,7 +16,8 @@ class ChecksumError(OSError):
 
 
 def checksum_error(path: str, page: int, got: int, expected: int) -> ChecksumError:
-    """The error for page `page` of `path` whose CRC32C is `got`, not `expected`."""
+    """The error for page `page` of `path` whose CRC32C is `got`, not `expected` (the
+    same wording as the store's own PageChecksumError, storage_format/page_crc.py)."""
     return ChecksumError(
         errno.EBADMSG,
         f"{path}: page {page} (bytes {page * PAGE}..{(page + 1) * PAGE - 1}) has CRC32C "

@@ -1,5 +1,5 @@
 """The on-disk store: CSC topology, page-aligned features.bin, labels, splits, node order."""
-from .errors import DatasetError, StoreError
+from .errors import DatasetError, PageChecksumError, StoreError
 from .manifest import FORMAT_VERSION
 from .order import NodeOrder, resolve_order
 from .source import DatasetSource
@@ -7,4 +7,4 @@ from .store import Store
 from .writer import FEATURE_DTYPES, write_store
 
 __all__ = ["DatasetError", "DatasetSource", "FEATURE_DTYPES", "FORMAT_VERSION", "NodeOrder",
-           "Store", "StoreError", "resolve_order", "write_store"]
+           "PageChecksumError", "Store", "StoreError", "resolve_order", "write_store"]

@@ -7,3 +7,7 @@ class StoreError(Exception):
 
 class DatasetError(ValueError):
     """Input data given to preprocess is malformed (shape, range, values, files)."""
+
+
+class PageChecksumError(StoreError):
+    """A page of features.bin does not match features.crc32c: the store is corrupt."""

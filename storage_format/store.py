@@ -12,6 +12,7 @@ from .atomic import CHUNK_BYTES, crc32_of_file
 from .errors import StoreError
 from .manifest import (FEATURE_DTYPES, FEATURES, MANIFEST, PAGE, PAGE_CHECKSUMS,
                        manifest_checksum, read_manifest)
+from .page_crc import first_bad_page, page_checksum_error
 
 
 def _array_file(name: str, doc: str) -> cached_property:
@@ -206,9 +207,7 @@ class Store:
     def _read_pages(self, out: np.ndarray | None, verify: bool) -> None:
         """Read features.bin in chunks into `out` (the whole file), or with out=None into
         one reused chunk (to check it in bounded memory); with verify, a page that does
-        not match features.crc32c raises ChecksumError naming it."""
-        from gnnssd.io_engine.crc import checksum_error, first_bad_page
-
+        not match features.crc32c raises PageChecksumError naming it."""
         size = self.manifest["files"][FEATURES]["size"]
         scratch = np.empty(min(size, CHUNK_BYTES), dtype=np.uint8) if out is None else None
         sums = self.page_checksums() if verify else None
@@ -220,8 +219,8 @@ class Store:
                     raise StoreError(f"{self.features_path}: shorter than its {size} bytes")
                 bad = None if sums is None else first_bad_page(chunk, lo, sums)
                 if bad is not None:
-                    raise checksum_error(str(self.features_path), bad[0], bad[1],
-                                         int(sums[bad[0]]))
+                    raise page_checksum_error(str(self.features_path), bad[0], bad[1],
+                                              int(sums[bad[0]]))
 
     def features_memmap(self) -> np.memmap:
         """The feature matrix (num_nodes, dim), memory-mapped: pages load on access."""

@@ -29,6 +29,7 @@ from .errors import DatasetError, StoreError
 from .manifest import (ARRAY_FILES, FEATURE_DTYPES, FEATURES, FORMAT_NAME, FORMAT_VERSION,
                        MANIFEST, PAGE, PAGE_CHECKSUMS, is_store_manifest, manifest_checksum)
 from .order import NodeOrder, order_name, resolve_order
+from .page_crc import page_crc32c
 from .source import DatasetSource, edge_chunks, edge_count
 
 log = logging.getLogger(__name__)
@@ -572,8 +573,6 @@ def _save_array(path: Path, array: np.ndarray) -> dict[str, int]:
 def _write_page_checksums(partial: Path) -> dict[str, int]:
     """features.crc32c: the CRC32C of every page of the finished features.bin (one
     sequential pass; rewritten whole by a resumed run)."""
-    from gnnssd.io_engine.crc import page_crc32c
-
     path = partial / PAGE_CHECKSUMS
     with (_writing(path, "the page checksums of features.bin"),
           open(partial / FEATURES, "rb") as src, open(path, "wb") as dst):

@@ -10,9 +10,8 @@ import pytest
 import scipy.sparse as sp
 
 from gnnssd.datasets import ArraySource
-from gnnssd.io_engine import ChecksumError
 from gnnssd.sampler import node_order
-from gnnssd.storage_format import Store, StoreError, write_store
+from gnnssd.storage_format import PageChecksumError, Store, StoreError, write_store
 from gnnssd.storage_format.csc import csc_from_edges, renumber_csc
 
 from .conftest import random_graph_arrays
@@ -99,7 +98,8 @@ def test_bit_flip_is_caught(store_dir, name):
     path.write_bytes(bytes(data))
     if name == "features.bin":  # not read whole at open: caught by verify, page by page
         store = Store.open(store_dir)
-        with pytest.raises(ChecksumError, match=rf"features.bin: page {len(data) // 2 // 4096} "):
+        with pytest.raises(PageChecksumError,
+                           match=rf"features.bin: page {len(data) // 2 // 4096} "):
             store.verify()
     else:
         with pytest.raises(StoreError, match=f"{name}: checksum mismatch"):

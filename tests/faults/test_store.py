@@ -18,9 +18,11 @@ from gnnssd.config import config_from_dict
 from gnnssd.datasets import HeterophilousSource, PlanetoidSource, synthetic_source
 from gnnssd.datasets.arrays import ArraySource
 from gnnssd.io_engine import ChecksumError, Engine
-from gnnssd.io_engine.crc import crc32c, page_crc32c
+from gnnssd.io_engine.crc import checksum_error, crc32c, page_crc32c
+from gnnssd.io_engine.crc import first_bad_page as c_first_bad_page
 from gnnssd.pipeline import DirectIO
-from gnnssd.storage_format import DatasetError, Store, StoreError, write_store
+from gnnssd.storage_format import DatasetError, PageChecksumError, Store, StoreError, write_store
+from gnnssd.storage_format import page_crc
 from gnnssd.trainer import Trainer
 from tests.conftest import REPO, random_graph_arrays
 
@@ -129,6 +131,51 @@ def test_c_crc32c_equals_a_reference(hardware):
     assert crc32c(data[10:], crc32c(data[:10], hardware=hardware), hardware) == crc32c(data)
 
 
+def test_numba_crc32c_equals_the_c_engine():
+    """The store's own (numba) CRC32C gives the engine's C checksums: the check value,
+    random data of odd lengths, odd page sizes, and the bitwise reference."""
+    assert page_crc.page_crc32c(b"123456789", page=9).tolist() == [0xE3069283]
+    rng = np.random.default_rng(1)
+    for size in (0, 1, 7, 8, 9, 15, 63, 4095, 4097, 3 * 4096 + 101, 99_999):
+        data = rng.integers(256, size=size, dtype=np.uint8).tobytes()
+        whole = page_crc.page_crc32c(data, page=max(size, 1))
+        assert whole.tolist() == ([crc32c(data)] if size else []), size
+        for page in (1, 5, 8, 4096, 4099):
+            np.testing.assert_array_equal(page_crc.page_crc32c(data, page), page_crc32c(data, page))
+        if size < 5000:
+            assert whole.tolist() == ([_crc32c_reference(data)] if size else []), size
+    assert page_crc.page_crc32c(np.arange(4096 * 3, dtype=np.uint8)).dtype == np.uint32
+
+
+def test_numba_first_bad_page_equals_the_c_engine():
+    """The first mismatching page (and its CRC32C) at file offsets, with checksums that end
+    before the data (those pages are not checked), and None when all pages match."""
+    rng = np.random.default_rng(2)
+    data = rng.integers(256, size=20 * 4096 + 123, dtype=np.uint8)
+    sums = page_crc32c(data)
+    assert page_crc.first_bad_page(data, 0, sums) is None
+    for bad in (0, 7, 19, 20):
+        damaged = data.copy()
+        damaged[bad * 4096 + 5] ^= 1
+        for lo in (0, 4096 * min(bad, 3)):
+            chunk, covered = damaged[lo:], sums[:bad + 1]
+            expected = (bad, int(page_crc32c(damaged[bad * 4096:(bad + 1) * 4096])[0]))
+            assert page_crc.first_bad_page(chunk, lo, sums) == expected
+            assert c_first_bad_page(chunk, lo, sums) == expected
+            assert page_crc.first_bad_page(chunk, lo, covered[:bad]) is None  # not covered
+    with pytest.raises(ValueError, match="offset 100"):
+        page_crc.first_bad_page(data, 100, sums)
+
+
+def test_store_and_engine_checksum_errors_share_one_wording():
+    store_error = page_crc.page_checksum_error("s/features.bin", 3, 0x1234, 0xABCDEF01)
+    engine_error = checksum_error("s/features.bin", 3, 0x1234, 0xABCDEF01)
+    assert isinstance(store_error, StoreError) and isinstance(engine_error, OSError)
+    assert str(store_error) == engine_error.strerror
+    assert str(store_error).startswith("s/features.bin: page 3 (bytes 12288..16383) has CRC32C "
+                                       "0x00001234, its checksum file says 0xabcdef01")
+
+
 def test_store_page_checksums_cover_features_bin(tmp_path):
     store = Store.open(_small_store(tmp_path / "s"))
     data = store.features_path.read_bytes()
@@ -202,13 +249,14 @@ def test_corrupt_features_stop_training(tmp_path, features, how):
     path = write_store(tmp_path / "s", source)
     store = Store.open(path)
     page = _corrupt(store, int(store.train_idx[0]), how)
-    with pytest.raises(ChecksumError, match=rf"features.bin: page {page} .*gnnssd verify"):
+    error = PageChecksumError if features == "memory" else ChecksumError  # store / engine read
+    with pytest.raises(error, match=rf"features.bin: page {page} .*gnnssd verify"):
         trainer = Trainer(_train_config(path, tmp_path / "run", features))
         try:
             trainer.fit()
         finally:
             trainer.close()
-    with pytest.raises(ChecksumError, match=f"page {page} "):
+    with pytest.raises(PageChecksumError, match=f"page {page} "):
         Store.open(path).verify()
 
 
