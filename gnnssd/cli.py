@@ -97,19 +97,19 @@ def _parse_overrides(pairs: list[str]) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _trainer(args: argparse.Namespace) -> Iterator[Any]:
+def _trainer(config: str, overrides: dict[str, Any]) -> Iterator[Any]:
     """The trainer of the config's task (Trainer, or LinkTrainer for task: link), closed
     (threads joined, scratch removed, lock released) however the command ends; a second
     Ctrl-C cannot cut that short."""
     from .config import load_config
 
-    config = load_config(args.config, _parse_overrides(args.set))
-    if config.task == "link":
+    loaded = load_config(config, overrides)
+    if loaded.task == "link":
         from .link import LinkTrainer as trainer_class
     else:
         from .trainer import Trainer as trainer_class
     with one_interrupt():
-        trainer = trainer_class(config)
+        trainer = trainer_class(loaded)
         try:
             yield trainer
         finally:
@@ -117,10 +117,32 @@ def _trainer(args: argparse.Namespace) -> Iterator[Any]:
 
 
 def cmd_train(args: argparse.Namespace) -> None:
+    from . import distributed
+    from .config import load_config
+
+    job = (args.config, _parse_overrides(args.set), args.resume)
+    if args.nproc < 1:
+        raise ConfigError(f"--nproc {args.nproc}: expected a positive number of ranks")
+    if args.nproc > 1 and distributed.launched_by_torchrun():
+        raise ConfigError("--nproc: this process is already a rank of torchrun; give the ranks "
+                          "to torchrun (--nproc-per-node) and drop --nproc")
+    if args.nproc > 1:
+        load_config(*job[:2])  # a bad config fails here, once, not on every rank
+        distributed.launch(args.nproc, train_job, *job)
+    elif distributed.launched_by_torchrun():
+        distributed.run_rank(train_job, *job)
+    else:
+        train_job(*job)
+
+
+def train_job(config: str, overrides: dict[str, Any], resume: bool) -> None:
+    """`gnnssd train` in one process, or in one rank of several (rank 0 prints)."""
     from .trainer import RUN_CONFIG
 
-    with _trainer(args) as trainer:
-        trainer.fit(resume=args.resume)
+    with _trainer(config, overrides) as trainer:
+        trainer.fit(resume=resume)
+    if not trainer.ranks.is_main:
+        return
     best = trainer.best
     key, name = ("mrr", "MRR") if "valid_mrr" in best else ("acc", "accuracy")
     valid = "none (empty split)" if best[f"valid_{key}"] is None else f"{best[f'valid_{key}']:.4f}"
@@ -130,7 +152,7 @@ def cmd_train(args: argparse.Namespace) -> None:
 
 
 def cmd_eval(args: argparse.Namespace) -> None:
-    with _trainer(args) as trainer:
+    with _trainer(args.config, _parse_overrides(args.set)) as trainer:
         trainer.load_best()
         result = {split: trainer.evaluate(split) for split in args.split}
     print(json.dumps(result, indent=2))
@@ -145,7 +167,7 @@ def cmd_predict(args: argparse.Namespace) -> None:
 
         predictions = predict_layerwise(load_config(args.config, _parse_overrides(args.set)))
     else:
-        with _trainer(args) as trainer:
+        with _trainer(args.config, _parse_overrides(args.set)) as trainer:
             trainer.load_best()
             predictions = trainer.predict()
     out = Path(args.out)
@@ -262,6 +284,8 @@ def build_parser() -> argparse.ArgumentParser:
         sub.set_defaults(func=func)
         if name == "train":
             sub.add_argument("--resume", action="store_true", help="continue from the checkpoint")
+            sub.add_argument("--nproc", type=int, default=1,
+                             help="data-parallel ranks on this machine (torch.distributed)")
         if name == "eval":
             sub.add_argument("--split", nargs="+", default=["valid", "test"])
         if name == "predict":

@@ -79,6 +79,9 @@ class LinkTrainer(Trainer):
 
     def _check_store(self) -> None:
         cfg = self.config
+        if self.ranks.world_size > 1:  # its step runs the plain modules, not the DDP wrapper
+            raise ConfigError("task: link: data-parallel training (--nproc, torchrun) is not "
+                              "supported yet; train link tasks in one process")
         if not self.store.has_link_split:
             raise ConfigError(f"task: link needs a store with a link split; {cfg.store} has none "
                               "(preprocess with --edge-split, or from an OGB link layout)")

@@ -10,8 +10,9 @@
 The data path is two steps, kept apart on purpose: `seed_batches` (gnnssd.sampler) turns
 (seeds, batch size, shuffle, seed, epoch) into the epoch's list of seed batches, the same
 for every mode; a feature backend (memory, ssd, mmap, per-row: the protocol in
-memory_loader) turns a list of seed batches into `MiniBatch`es. Other seed orders (a rank's
-share, edge mini-batches: gnnssd.edge_loader) plug in at that seam.
+memory_loader) turns a list of seed batches into `MiniBatch`es. Other seed orders plug in
+at that seam: a data-parallel rank's share (`rank`/`world_size`), edge mini-batches
+(gnnssd.edge_loader).
 """
 from __future__ import annotations
 
@@ -60,6 +61,11 @@ class NodeLoader:
     `eval_fanouts`/`eval_batch_size` size the ssd buffers for evaluation loaders made with
     `with_seeds`; `scratch_dir` holds compact blocks (default: a private temporary
     directory, removed by `close`).
+
+    Data parallel: rank `rank` of `world_size` (default: this process's place in the
+    initialised torch.distributed process group, else 0 of 1) iterates over its `shard` of
+    each epoch's seed order, the same order on every rank; all ranks get the same number of
+    mini-batches. `with_seeds` views are not sharded.
     """
 
     def __init__(self, store: Store, seeds: np.ndarray, *, fanouts: list[int], batch_size: int,
@@ -69,11 +75,13 @@ class NodeLoader:
                  hot_fraction: float = _SSD.hot_fraction, mega_batch: int = _SSD.mega_batch,
                  queue_depth: int = _SSD.queue_depth, io_backend: str = _SSD.io_backend,
                  eval_fanouts: list[int] | None = None, eval_batch_size: int = SamplerConfig.eval_batch_size,
-                 verify_checksums: bool = _SSD.verify_checksums, scratch_dir: str | Path | None = None):
+                 verify_checksums: bool = _SSD.verify_checksums, scratch_dir: str | Path | None = None,
+                 rank: int | None = None, world_size: int | None = None):
         if features not in FEATURES:
             raise ValueError(f"features: {features!r}; expected one of {FEATURES}")
         if batch_size < 1:
             raise ValueError(f"batch_size: {batch_size}; expected a positive integer")
+        rank, world_size = _ranks(rank, world_size)
         seed = run_seed(seed)  # any integer; DGL and NumPy take a bounded range
         self.device = device if isinstance(device, torch.device) else select_device(device)
         self.timer = StageTimer()
@@ -93,6 +101,7 @@ class NodeLoader:
             raise
         self._owner = True
         self._configure(store, features, seeds, list(fanouts), batch_size, shuffle, seed, drop_last)
+        self.rank, self.world_size = rank, world_size
 
     def _configure(self, store: Store, features: str, seeds: np.ndarray, fanouts: list[int], batch_size: int,
                    shuffle: bool, seed: int, drop_last: bool) -> None:
@@ -100,6 +109,7 @@ class NodeLoader:
         self.seeds = np.array(seeds, dtype=np.int64)  # a copy: store arrays are read-only
         self.fanouts, self.batch_size = fanouts, batch_size
         self.shuffle, self.seed, self.drop_last = shuffle, seed, drop_last
+        self.rank, self.world_size = 0, 1
         self.epoch = 0
         self._io_seen: dict[str, int] = {}
 
@@ -124,14 +134,15 @@ class NodeLoader:
         self.epoch = epoch
 
     def seed_batches(self) -> list[np.ndarray]:
-        """This epoch's seed batches, in order (the same in every mode)."""
-        return seed_batches(self.seeds, self.batch_size, self.shuffle, self.seed, self.epoch, self.drop_last)
+        """This epoch's seed batches (this rank's share), in order (the same in every mode)."""
+        return seed_batches(self.seeds, self.batch_size, self.shuffle, self.seed, self.epoch, self.drop_last,
+                            self.rank, self.world_size)
 
     def __iter__(self) -> Iterator[MiniBatch]:
         return self._backend.minibatches(self.seed_batches(), self.fanouts, self.epoch)
 
     def __len__(self) -> int:
-        full, rest = divmod(len(self.seeds), self.batch_size)
+        full, rest = divmod(-(-len(self.seeds) // self.world_size), self.batch_size)
         return full + (0 if self.drop_last or rest == 0 else 1)
 
     def io_stats(self) -> dict[str, int]:
@@ -166,6 +177,18 @@ class NodeLoader:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _ranks(rank: int | None, world_size: int | None) -> tuple[int, int]:
+    """(rank, world_size) as given, or this process's in the initialised process group."""
+    from .distributed import current
+
+    ranks = current()
+    rank = ranks.rank if rank is None else rank
+    world_size = ranks.world_size if world_size is None else world_size
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank}, world_size {world_size}: expected 0 <= rank < world_size")
+    return rank, world_size
 
 
 def _open_backend(features: str, store: Store, ssd: SSDConfig, sampling: SamplerConfig, seed: int,

@@ -17,6 +17,7 @@ from tqdm import tqdm
 
 from gnnssd.storage_format import Store
 
+from . import distributed
 from .budget import format_bytes, parse_bytes
 from .checkpoint import CHECKPOINT, CheckpointError, MetricsLog, load_checkpoint, save_checkpoint
 from .config import Config, ConfigError, load_config
@@ -45,25 +46,33 @@ class Trainer:
 
     `fit()` runs the epochs (resuming from the run directory's checkpoint when asked),
     `evaluate()` scores a split, `predict()` labels nodes in their original IDs.
+
+    Inside an initialised torch.distributed process group every rank builds its own
+    Trainer: each loads its shard of the seeds, DDP averages the gradients, evaluation is
+    split between the ranks, and rank 0 alone locks and writes the run directory.
     """
 
     def __init__(self, config: Config | str | Path, overrides: dict[str, Any] | None = None,
                  model: torch.nn.Module | None = None):
         self.config = config if isinstance(config, Config) else load_config(config, overrides)
         cfg = self.config
+        self.ranks = distributed.current()  # several when inside an initialised process group
         self.run_dir = cfg.run_path()
         self.store = Store.open(cfg.store_path())
+        distributed.check_same_store(self.store, self.ranks)
         self._check_store()
-        _check_memory(cfg, self.store, self._output_dim())
-        self.device = select_device(cfg.device)
+        _check_memory(distributed.share_budget(cfg, self.ranks), self.store, self._output_dim())
+        self.device = distributed.rank_device(select_device(cfg.device), self.ranks)
         if cfg.deterministic:
             use_single_thread()
         seed_everything(cfg.seed)
-        self.scratch = Scratch(self.run_dir)
+        self.scratch = Scratch(self.run_dir)  # each rank its own
         self.lock: RunLock | None = None
         self.loader = self._make_loader()
         self.labels = torch.from_numpy(np.array(self.store.labels, dtype=np.int64))
         self.model = self._build_model(model).to(self.device)
+        self.train_model = distributed.wrap(self.model, self.ranks, self.device)
+        self.progress = distributed.progress(self.ranks)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.train.lr,
                                           weight_decay=cfg.train.weight_decay)
         self.epochs_done = 0
@@ -93,13 +102,21 @@ class Trainer:
 
     def _make_loader(self) -> NodeLoader:
         """The training loader; evaluation takes views of it (`with_seeds`) that share its
-        features, hot cache and buffers."""
+        features, hot cache and buffers. A rank loads its shard of the seeds, within its
+        share of the machine's `ssd.memory_budget`."""
         cfg = self.config
-        return NodeLoader(self.store, self.store.train_idx, fanouts=cfg.sampler.fanouts,
-                          batch_size=cfg.sampler.batch_size, features=cfg.features, shuffle=True,
-                          seed=cfg.seed, device=self.device, eval_fanouts=cfg.sampler.eval_fanouts,
-                          eval_batch_size=cfg.sampler.eval_batch_size, scratch_dir=self.scratch.path,
-                          **vars(cfg.ssd))
+        ssd = distributed.share_budget(cfg, self.ranks).ssd
+        try:
+            return NodeLoader(self.store, self.store.train_idx, fanouts=cfg.sampler.fanouts,
+                              batch_size=cfg.sampler.batch_size, features=cfg.features, shuffle=True,
+                              seed=cfg.seed, device=self.device, eval_fanouts=cfg.sampler.eval_fanouts,
+                              eval_batch_size=cfg.sampler.eval_batch_size, scratch_dir=self.scratch.path,
+                              rank=self.ranks.rank, world_size=self.ranks.world_size, **vars(ssd))
+        except ConfigError as exc:
+            if self.ranks.local_world_size == 1:
+                raise
+            raise ConfigError(f"{exc} (ssd.memory_budget is the machine's total, split between "
+                              f"its {self.ranks.local_world_size} local ranks)") from None
 
     def close(self) -> None:
         """Release the loader's files, buffers and I/O threads, this process's scratch
@@ -116,19 +133,33 @@ class Trainer:
     # --- training ----------------------------------------------------------------------
 
     def fit(self, resume: bool = False) -> list[dict[str, Any]]:
-        """Train for `train.epochs` epochs; returns the per-epoch metrics of this call."""
-        prepare_run_dir(self.run_dir, create=True)
-        self._unlock()  # a reader's lock of our own (after load_best) gives way to the writer's
-        self.lock = RunLock(self.run_dir, exclusive=True)
+        """Train for `train.epochs` epochs; returns the per-epoch metrics of this call.
+
+        In a process group every rank calls it; rank 0 alone locks and writes the run
+        directory, and a failed collective names the ranks that stopped."""
         try:
-            self.scratch.clear_stale()
-            return self._fit(resume)
+            # rank 0 clears stale scratch before any rank writes its own; its error fails all
+            distributed.from_rank0(self._lock_for_writing, self.ranks)
+            try:
+                return self._fit(resume)
+            except RuntimeError as exc:
+                named = self.progress.failure(exc) if self.ranks.active else None
+                if named is None:
+                    raise
+                raise named from exc
         finally:
             self._unlock()
 
+    def _lock_for_writing(self) -> None:
+        prepare_run_dir(self.run_dir, create=True)
+        self._unlock()  # a reader's lock of our own (after load_best) gives way to the writer's
+        self.lock = RunLock(self.run_dir, exclusive=True)
+        self.scratch.clear_stale()
+
     def _fit(self, resume: bool) -> list[dict[str, Any]]:
         cfg = self.config
-        checkpoint = load_checkpoint(self.run_dir)
+        main = self.ranks.is_main
+        checkpoint = distributed.from_rank0(lambda: load_checkpoint(self.run_dir), self.ranks)
         if checkpoint is not None and not resume:
             raise RuntimeError(f"{self.run_dir}: holds a checkpoint of epoch {checkpoint['epoch']}; "
                                "pass --resume (resume=True) to continue it, or pick another run_dir")
@@ -137,8 +168,9 @@ class Trainer:
             log.info("resumed from %s at epoch %d", self.run_dir, self.epochs_done)
         elif resume:
             log.info("no checkpoint in %s: starting afresh", self.run_dir)
-        self.metrics.truncate_after(self.epochs_done)
-        (self.run_dir / RUN_CONFIG).write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+        if main:
+            self.metrics.truncate_after(self.epochs_done)
+            (self.run_dir / RUN_CONFIG).write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
         for split in ("valid", "test"):
             if self._split_size(split) == 0:
                 log.info("the %s split of %s is empty: its evaluation is skipped", split, cfg.store)
@@ -147,10 +179,11 @@ class Trainer:
             record = self._train_epoch(epoch)
             if epoch % cfg.train.eval_every == 0 or epoch == cfg.train.epochs:
                 record.update(self._evaluate_epoch(epoch))
-            self.metrics.append(record)
             self.epochs_done = epoch
-            save_checkpoint(self.run_dir, self._state())
-            log.info(_format_record(record, cfg.train.epochs))
+            if main:
+                self.metrics.append(record)
+                save_checkpoint(self.run_dir, self._state())
+                log.info(_format_record(record, cfg.train.epochs))
             history.append(record)
         if self.best["state"] is not None:
             self.model.load_state_dict(self.best["state"])
@@ -158,7 +191,7 @@ class Trainer:
 
     def _train_epoch(self, epoch: int) -> dict[str, Any]:
         cfg = self.config
-        seed_everything(epoch_seed(cfg.seed, epoch))
+        seed_everything(epoch_seed(cfg.seed, epoch) + self.ranks.rank)  # ranks draw apart (dropout)
         self.model.train()
         start = time.perf_counter()
         self.loader.stage_times()
@@ -169,13 +202,15 @@ class Trainer:
         batches = iter(self.loader)
         try:  # closed here, not when collected: an error or Ctrl-C stops the I/O threads now
             for i, batch in enumerate(tqdm(batches, total=n_batches, desc=f"epoch {epoch}", leave=False,
-                                           disable=not cfg.train.progress, mininterval=1.0), 1):
+                                           disable=not (cfg.train.progress and self.ranks.is_main),
+                                           mininterval=1.0), 1):
                 with self.loader.timer.stage("compute"):
                     y = batch.y
-                    logits = self.model(batch.blocks, batch.x)
+                    logits = self.train_model(batch.blocks, batch.x)
                     loss = F.cross_entropy(logits, y)
                     self._check_finite(loss, epoch, i, n_batches)
                     self.optimizer.zero_grad()
+                    self.progress.enter()  # backward averages the gradients over the ranks
                     loss.backward()
                     self.optimizer.step()
                 loss_sum += loss.item() * len(y)
@@ -183,6 +218,8 @@ class Trainer:
                 seen += len(y)
         finally:
             batches.close()
+        self.progress.enter()
+        loss_sum, correct, seen = distributed.sum_over_ranks([loss_sum, correct, seen], self.ranks)
         record = {"epoch": epoch, "train_loss": loss_sum / seen, "train_acc": correct / seen,
                   "epoch_s": round(time.perf_counter() - start, 4), "stages_s": self.loader.stage_times(),
                   "batches": len(self.loader)}
@@ -231,13 +268,17 @@ class Trainer:
         return torch.cat(outputs), torch.cat(order)
 
     def evaluate(self, split: str = "test") -> dict[str, float]:
-        """Accuracy and loss of the current model on 'train', 'valid' or 'test'."""
-        logits, nodes = self._logits(np.asarray(self.store.split(split)))
-        if len(nodes) == 0:
-            return {"accuracy": float("nan"), "loss": float("nan"), "nodes": 0}
+        """Accuracy and loss of the current model on 'train', 'valid' or 'test' (each rank
+        scores its share of the nodes; the sums are added over the ranks)."""
+        logits, nodes = self._logits(self.ranks.split(self.store.split(split)))
         y = self.labels[nodes]
-        return {"accuracy": float((logits.argmax(1) == y).float().mean()),
-                "loss": float(F.cross_entropy(logits, y)), "nodes": len(nodes)}
+        local = [float((logits.argmax(1) == y).sum()),
+                 float(F.cross_entropy(logits, y, reduction="sum")), float(len(nodes))]
+        self.progress.enter()
+        correct, loss_sum, count = distributed.sum_over_ranks(local, self.ranks)
+        if count == 0:
+            return {"accuracy": float("nan"), "loss": float("nan"), "nodes": 0}
+        return {"accuracy": correct / count, "loss": loss_sum / count, "nodes": int(count)}
 
     def predict(self, original_ids: np.ndarray | None = None) -> np.ndarray:
         """Predicted class of each node, indexed by original node ID (all nodes by default)."""
@@ -248,9 +289,10 @@ class Trainer:
         if bad.size:
             raise ValueError(f"node ID {bad[0]} outside 0..{self.store.num_nodes - 1}")
         store_ids = np.asarray(self.store.inv)[original_ids]
-        logits, nodes = self._logits(store_ids)
+        logits, nodes = self._logits(self.ranks.split(store_ids))
+        nodes, classes = distributed.gather_arrays((nodes.numpy(), logits.argmax(1).numpy()), self.ranks)
         by_store_id = np.empty(self.store.num_nodes, dtype=np.int64)
-        by_store_id[nodes.numpy()] = logits.argmax(1).numpy()
+        by_store_id[nodes] = classes
         return by_store_id[store_ids]
 
     def load_best(self) -> None:
@@ -260,7 +302,7 @@ class Trainer:
         prepare_run_dir(self.run_dir, create=False)
         if self.lock is None:
             self.lock = RunLock(self.run_dir, exclusive=False)
-        checkpoint = load_checkpoint(self.run_dir)
+        checkpoint = distributed.from_rank0(lambda: load_checkpoint(self.run_dir), self.ranks)
         if checkpoint is None:
             raise RuntimeError(f"{self.run_dir}: no checkpoint; train first")
         self._restore(checkpoint)
@@ -275,6 +317,7 @@ class Trainer:
         return {"epoch": self.epochs_done, "model": self.model.state_dict(),
                 "optimizer": self.optimizer.state_dict(), "best": self.best,
                 "config": json.dumps(self.config.to_dict()), "store": self.store.fingerprint,
+                "world_size": self.ranks.world_size,
                 "rng": {"torch": torch.get_rng_state(),
                         "numpy": [torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss),
                                   float(gauss)]}}
@@ -297,6 +340,7 @@ class Trainer:
             if saved[key] != current[key]:
                 raise ConfigError(f"{key}: the checkpoint in {self.run_dir} was trained with "
                                   f"{saved[key]!r}, the config says {current[key]!r}")
+        distributed.check_world_size(checkpoint, self.ranks, self.run_dir)
         self.model.load_state_dict(checkpoint["model"])
         self.optimizer.load_state_dict(checkpoint["optimizer"])
         self.epochs_done = checkpoint["epoch"]

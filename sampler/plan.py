@@ -84,16 +84,35 @@ class MegaBatchPlan:
 
 
 def seed_batches(seeds: np.ndarray, batch_size: int, shuffle: bool, seed: int, epoch: int,
-                 drop_last: bool = False) -> list[np.ndarray]:
+                 drop_last: bool = False, rank: int = 0, world_size: int = 1) -> list[np.ndarray]:
     """An epoch's mini-batches of seed nodes, in training order: the one seed order every
     loader (memory, ssd, baselines) uses, so all see the same mini-batches for the same
     (seed, epoch). With `shuffle`, a permutation drawn from (seed, epoch); without, `seeds`
-    in the order given. This is the seam where data-parallel ranks or edge mini-batches
-    would take their own share of the order."""
+    in the order given. Of `world_size` data-parallel ranks, rank `rank` takes its `shard`
+    of that order (the same on every rank) before it is cut into batches."""
     order = np.asarray(seeds, dtype=np.int64)
     if shuffle:
         order = np.random.default_rng([seed, epoch]).permutation(order)
+    if world_size > 1 and len(order):
+        order = shard(order, rank, world_size)
     return _cut(order, batch_size, drop_last)
+
+
+def shard(order: np.ndarray, rank: int, world_size: int) -> np.ndarray:
+    """Rank `rank`'s equal share of `order`, as torch's DistributedSampler deals it: padded
+    by wrapping to a multiple of `world_size`, then every `world_size`-th seed.
+
+    Every rank gets ceil(n / world_size) seeds, hence the same number of mini-batches of a
+    given size; and mini-batch k of all ranks together is the k-th run of
+    world_size * batch_size seeds of the (padded) order.
+    """
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} outside 0..{world_size - 1}")
+    if len(order) == 0:
+        raise ValueError("no seeds to shard")
+    total = -(-len(order) // world_size) * world_size
+    padded = np.resize(np.asarray(order), total)  # np.resize repeats from the start
+    return padded[rank::world_size]
 
 
 def _cut(order: np.ndarray, batch_size: int, drop_last: bool) -> list[np.ndarray]:

@@ -1,0 +1,301 @@
+"""Data-parallel training with torch.distributed: ranks, seed shards, DDP, fault reports.
+
+One process per rank, each with its own NodeLoader over its shard of every epoch's seeds
+(NodeLoader shards by the process group's rank) and the model wrapped in
+DistributedDataParallel. `gnnssd train --nproc N` starts N local ranks through torch's
+elastic launcher (what torchrun runs); under `torchrun` the ranks come from its
+environment (RANK, WORLD_SIZE, MASTER_ADDR, ...). Backend: gloo on CPU, nccl for CUDA
+tensors. Set-up (store check, checkpoint, loaders) may take the ranks
+different times and waits up to SETUP_TIMEOUT; from DDP's first broadcast on, collectives
+time out after GNNSSD_DIST_TIMEOUT seconds (default 30), and each rank posts its progress
+to the rendezvous store so that a failed collective names the ranks that stopped.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Callable
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure, record
+from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+from torch.nn.parallel import DistributedDataParallel
+
+from gnnssd.storage_format import Store, StoreError
+
+from .budget import parse_bytes
+from .config import Config, ConfigError
+from .logs import setup_logging
+
+log = logging.getLogger("gnnssd.distributed")
+
+TIMEOUT_ENV = "GNNSSD_DIST_TIMEOUT"
+DEFAULT_TIMEOUT_S = 30.0
+SETUP_TIMEOUT = timedelta(minutes=10)
+PROGRESS_KEY = "gnnssd/progress/{}"
+
+
+def collective_timeout() -> timedelta:
+    """How long a rank waits in a collective for the others (GNNSSD_DIST_TIMEOUT seconds)."""
+    raw = os.environ.get(TIMEOUT_ENV, str(DEFAULT_TIMEOUT_S))
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = -1.0
+    if seconds <= 0:
+        raise ConfigError(f"{TIMEOUT_ENV}={raw!r}: expected a positive number of seconds")
+    return timedelta(seconds=seconds)
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """Where this process sits: its rank among all, and among the ranks of its machine."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    local_world_size: int = 1
+
+    @property
+    def active(self) -> bool:
+        """More than one rank: seeds are sharded and gradients averaged."""
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0 writes metrics, logs and checkpoints."""
+        return self.rank == 0
+
+    def split(self, nodes: np.ndarray) -> np.ndarray:
+        """This rank's share of evaluation nodes: every node on exactly one rank, no padding."""
+        return np.asarray(nodes)[self.rank::self.world_size]
+
+
+def current() -> Ranks:
+    """This process's ranks: from the initialised default process group, or one process."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return Ranks()
+    rank, world = dist.get_rank(), dist.get_world_size()
+    return Ranks(rank, world, int(os.environ.get("LOCAL_RANK", rank)),
+                 int(os.environ.get("LOCAL_WORLD_SIZE", world)))
+
+
+def launched_by_torchrun() -> bool:
+    """True in a process that torchrun (or the elastic launcher) started as a rank."""
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def rank_device(device: torch.device, ranks: Ranks) -> torch.device:
+    """Each local rank on its own GPU when there are several."""
+    if device.type != "cuda" or not ranks.active:
+        return device
+    local = torch.device("cuda", ranks.local_rank % torch.cuda.device_count())
+    torch.cuda.set_device(local)
+    return local
+
+
+def share_budget(config: Config, ranks: Ranks) -> Config:
+    """The config a rank's ssd loader uses: `ssd.memory_budget` is the machine's total,
+    split evenly between its local ranks."""
+    if ranks.local_world_size == 1:
+        return config
+    share = parse_bytes(config.ssd.memory_budget) // ranks.local_world_size
+    return dataclasses.replace(config, ssd=dataclasses.replace(config.ssd, memory_budget=share))
+
+
+def wrap(model: torch.nn.Module, ranks: Ranks, device: torch.device) -> torch.nn.Module:
+    """The model that trains: DDP (rank 0's initial weights broadcast) over several ranks."""
+    if not ranks.active:
+        return model
+    dist.barrier()  # set-up done on every rank (the default group's long timeout)
+    return DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None,
+                                   process_group=_training_group)
+
+
+class Progress:
+    """Each rank's count of collectives entered, in the rendezvous store: when a
+    collective fails, the ranks whose count is behind are the ones that died or hung."""
+
+    def __init__(self, store: dist.Store | None, ranks: Ranks):
+        self.store, self.ranks, self.count = store, ranks, 0
+
+    def enter(self) -> None:
+        """Called before each collective of the training loop."""
+        self.count += 1
+        if self.store is not None:
+            self.store.set(PROGRESS_KEY.format(self.ranks.rank), str(self.count))
+
+    def stalled(self) -> dict[int, int | None]:
+        """Ranks behind this one: rank -> collectives entered (None: never posted)."""
+        if self.store is None:
+            return {}
+        self.store.set_timeout(timedelta(seconds=5))
+        self.store.set(PROGRESS_KEY.format(self.ranks.rank), str(self.count))  # raises if the store is gone
+        behind: dict[int, int | None] = {}
+        for rank in range(self.ranks.world_size):
+            try:
+                count: int | None = int(self.store.get(PROGRESS_KEY.format(rank)))
+            except RuntimeError:  # never posted: the get timed out
+                count = None
+            if rank != self.ranks.rank and (count is None or count < self.count):
+                behind[rank] = count
+        return behind
+
+    def failure(self, exc: BaseException) -> RuntimeError | None:
+        """`exc` as an error naming the ranks that stopped, or None when no rank is behind
+        this one (then `exc` is not about the others)."""
+        me = self.ranks.rank
+        try:
+            behind = self.stalled()
+        except (RuntimeError, OSError) as store_error:  # the store's host (rank 0) is gone
+            return RuntimeError(f"rank {me}: lost contact with rank 0 (it hosts the rendezvous "
+                                f"store: {store_error}) after {self.count} collectives: {exc}")
+        if not behind:
+            return None
+        named = ", ".join(f"rank {r} (at collective {c or 0})" for r, c in sorted(behind.items()))
+        return RuntimeError(f"rank {me}: {named} stopped answering (died or hung) while this "
+                            f"rank waited in collective {self.count}: {exc}")
+
+
+_progress_store: dist.Store | None = None
+_training_group: dist.ProcessGroup | None = None  # short timeout; None: the default group
+
+
+def progress(ranks: Ranks) -> Progress:
+    """This process's progress counter (posting to the store when gnnssd set up the group)."""
+    return Progress(_progress_store if ranks.active else None, ranks)
+
+
+def init_from_env() -> Ranks:
+    """Join the process group torchrun's environment describes (gloo on CPU, and nccl for
+    CUDA tensors when there is a GPU); each rank gets its share of the CPU threads."""
+    global _progress_store, _training_group
+    timeout = collective_timeout()
+    store, rank, world = next(dist.rendezvous("env://", timeout=SETUP_TIMEOUT))
+    if torch.cuda.is_available():
+        os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
+        backend = "cpu:gloo,cuda:nccl"
+    else:
+        backend = "gloo"
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=SETUP_TIMEOUT)
+    _training_group = dist.new_group(backend=backend, timeout=timeout)
+    store.set_timeout(timeout)  # progress posts fail, not wait, when the store's host hangs
+    _progress_store = store
+    ranks = current()
+    if "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // ranks.local_world_size))
+    return ranks
+
+
+@record
+def run_rank(job: Callable[..., Any], *args: Any) -> Any:
+    """One rank: join the group, run `job(*args)`, leave. Rank 0 logs at INFO, the others
+    only warnings. A failed job leaves the group as it is: the process exits, and
+    destroying a group whose peer (or store host) is gone can wait forever."""
+    setup_logging()
+    ranks = init_from_env()
+    if not ranks.is_main:
+        logging.getLogger("gnnssd").setLevel(logging.WARNING)
+    result = job(*args)
+    dist.destroy_process_group()  # every group
+    return result
+
+
+def launch(nproc: int, job: Callable[..., Any], *args: Any) -> dict[int, Any]:
+    """Run `job(*args)` on `nproc` local ranks with torch's elastic launcher (torchrun's
+    agent: a c10d rendezvous on a free port of 127.0.0.1, no restarts); returns each
+    rank's result. When a rank fails, the launcher stops the others and the error names
+    every failed rank."""
+    config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=uuid.uuid4().hex,
+                          rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0", local_addr="127.0.0.1",
+                          max_restarts=0, monitor_interval=1)
+    for name in list(logging.root.manager.loggerDict):  # the summary below replaces their reports
+        if name.startswith("torch.distributed.elastic"):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
+    try:
+        return elastic_launch(config, run_rank)(job, *args)
+    except ChildFailedError as exc:
+        raise RuntimeError(describe_failures(exc.failures)) from None
+
+
+def describe_failures(failures: dict[int, ProcessFailure]) -> str:
+    """One line per failed rank: killed by which signal, or the error it raised."""
+    lines = []
+    for rank, failure in sorted(failures.items()):
+        if failure.exitcode < 0:
+            what = f"killed by {failure.signal_name()}"
+        else:
+            what = f"exited with code {failure.exitcode}"
+            # the error file that @record wrote: the rank's exception, or a dict holding it
+            message = failure.message if isinstance(failure.message, str) else failure.message.get("message", "")
+            if failure.error_file_data.get("message"):
+                what += f": {message.strip()}"
+        lines.append(f"rank {rank} (local rank {failure.local_rank}, pid {failure.pid}) {what}")
+    return f"{len(failures)} of the ranks failed; " + "; ".join(lines)
+
+
+def check_same_store(store: Store, ranks: Ranks) -> None:
+    """Refuse to train when the ranks opened different stores (their manifests differ)."""
+    if not ranks.active:
+        return
+    seen: list[Any] = [None] * ranks.world_size
+    dist.all_gather_object(seen, (store.fingerprint, str(store.path)))
+    reference = seen[0][0]
+    differ = [f"rank {r}: {path} (manifest sha256 {fp[:12]})"
+              for r, (fp, path) in enumerate(seen) if fp != reference]
+    if differ:
+        raise StoreError(f"the ranks opened different stores: rank 0: {seen[0][1]} (manifest sha256 "
+                         f"{reference[:12]}) but {'; '.join(differ)}; every rank needs a copy of "
+                         "the same preprocessed store")
+
+
+def from_rank0(load: Callable[[], Any], ranks: Ranks) -> Any:
+    """`load()` run on rank 0 and its result (or its error) shared with every rank: the
+    checkpoint is read once, and a bad one fails every rank the same way."""
+    if not ranks.active:
+        return load()
+    box: list[Any] = [None]
+    if ranks.is_main:
+        try:
+            box[0] = ("ok", load())
+        except Exception as exc:  # re-raised below on every rank
+            box[0] = ("error", exc)
+    dist.broadcast_object_list(box, src=0)
+    status, value = box[0]
+    if status == "error":
+        raise value
+    return value
+
+
+def check_world_size(checkpoint: dict[str, Any], ranks: Ranks, run_dir: Any) -> None:
+    """A run resumes with the world size it was trained with (the seed shards and the
+    optimizer's steps depend on it)."""
+    saved = checkpoint.get("world_size", 1)
+    if saved != ranks.world_size:
+        raise ConfigError(f"{run_dir}: the checkpoint was trained on {saved} rank(s), this run "
+                          f"has {ranks.world_size}; resume with --nproc {saved} (or torchrun with "
+                          f"{saved} ranks in all), or train afresh in another run_dir")
+
+
+def sum_over_ranks(values: list[float], ranks: Ranks) -> list[float]:
+    """Element-wise sums of `values` over all ranks (float64)."""
+    if not ranks.active:
+        return values
+    total = torch.tensor(values, dtype=torch.float64)
+    dist.all_reduce(total, group=_training_group)
+    return total.tolist()
+
+
+def gather_arrays(arrays: tuple[np.ndarray, ...], ranks: Ranks) -> tuple[np.ndarray, ...]:
+    """Each of `arrays` concatenated over the ranks, in rank order."""
+    if not ranks.active:
+        return arrays
+    seen: list[Any] = [None] * ranks.world_size
+    dist.all_gather_object(seen, arrays, group=_training_group)
+    return tuple(np.concatenate(parts) for parts in zip(*seen))
