@@ -12,7 +12,6 @@ import errno
 import fcntl
 import json
 import logging
-import mmap
 import os
 import shutil
 import zlib
