@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from .config import Config, ConfigError
 from .edge_loader import EdgeBatch, EdgeLoader
-from .runtime import epoch_seed, seed_everything
+from .runtime import epoch_seed, seed_everything, uninterruptible
 from .trainer import Trainer
 
 HITS_AT = (10, 50, 100)
@@ -131,7 +131,7 @@ class LinkTrainer(Trainer):
         try:  # closed here, not when collected: an error or Ctrl-C stops the I/O threads now
             for i, batch in enumerate(tqdm(batches, total=n_batches, desc=f"epoch {epoch}", leave=False,
                                            disable=not self.config.train.progress, mininterval=1.0), 1):
-                with self.loader.timer.stage("compute"):
+                with self.loader.timer.stage("compute"), uninterruptible():
                     h = self.encoder(batch.blocks, batch.x)
                     loss = link_loss(self.model["decoder"], h, batch)
                     self._check_finite(loss, epoch, i, n_batches)

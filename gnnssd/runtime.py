@@ -69,11 +69,20 @@ def epoch_seed(seed: int, epoch: int) -> int:
     return (run_seed(seed) * 1_000_003 + epoch) % SEED_RANGE
 
 
+class _Interrupts:
+    """SIGINT state of the process: whether the main thread is inside an uninterruptible
+    step, and whether a Ctrl-C arrived during one."""
+
+    depth = 0
+    pending = False
+
+
 @contextlib.contextmanager
 def one_interrupt() -> Iterator[None]:
-    """The first Ctrl-C raises KeyboardInterrupt as usual; later ones are then ignored (the
-    process is on its way out), so cleanup (joining the I/O threads, removing scratch) runs
-    to its end. Without an interrupt, the previous handler is back when the block exits."""
+    """The first Ctrl-C raises KeyboardInterrupt as usual (after the model step in progress,
+    see `uninterruptible`); later ones are then ignored (the process is on its way out), so
+    cleanup (joining the I/O threads, removing scratch) runs to its end. Without an
+    interrupt, the previous handler is back when the block exits."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -84,11 +93,32 @@ def one_interrupt() -> Iterator[None]:
         nonlocal interrupted
         interrupted = True
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        raise KeyboardInterrupt
+        if _Interrupts.depth:
+            _Interrupts.pending = True
+        else:
+            raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGINT, first)
     try:
         yield
     finally:
+        _Interrupts.pending = False
         if not interrupted:  # once interrupted, stay deaf until the process exits
             signal.signal(signal.SIGINT, previous)
+
+
+@contextlib.contextmanager
+def uninterruptible() -> Iterator[None]:
+    """A model step (forward, backward, optimizer step) that a Ctrl-C does not cut: the
+    interrupt is raised when the step ends. A KeyboardInterrupt raised inside DGL's Python
+    backward leaves autograd nodes in the engine's thread-local queue, and freeing them at
+    exit waits for the GIL forever; a step cut in half would also leave the model and the
+    optimizer out of step."""
+    _Interrupts.depth += 1
+    try:
+        yield
+    finally:
+        _Interrupts.depth -= 1
+    if _Interrupts.pending and not _Interrupts.depth:
+        _Interrupts.pending = False
+        raise KeyboardInterrupt

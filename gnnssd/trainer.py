@@ -24,7 +24,7 @@ from .config import Config, ConfigError, load_config
 from .models import build_model
 from .rundir import RunLock, Scratch, prepare_run_dir
 from .node_loader import NodeLoader
-from .runtime import epoch_seed, seed_everything, select_device, use_single_thread
+from .runtime import epoch_seed, seed_everything, select_device, uninterruptible, use_single_thread
 
 log = logging.getLogger("gnnssd.trainer")
 
@@ -204,7 +204,7 @@ class Trainer:
             for i, batch in enumerate(tqdm(batches, total=n_batches, desc=f"epoch {epoch}", leave=False,
                                            disable=not (cfg.train.progress and self.ranks.is_main),
                                            mininterval=1.0), 1):
-                with self.loader.timer.stage("compute"):
+                with self.loader.timer.stage("compute"), uninterruptible():
                     y = batch.y
                     logits = self.train_model(batch.blocks, batch.x)
                     loss = F.cross_entropy(logits, y)

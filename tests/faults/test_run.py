@@ -261,6 +261,21 @@ def test_ctrl_c_during_ssd_training_exits_130_once(store, tmp_path, presses):
     assert load_checkpoint(run_dir)["epoch"] >= 1  # the last whole epoch's checkpoint is intact
 
 
+def test_ctrl_c_inside_a_model_step_is_raised_when_the_step_ends():
+    """A Ctrl-C inside DGL's Python backward used to leave autograd nodes for exit to free,
+    and the process hung at exit waiting for the GIL; the step now finishes first."""
+    from gnnssd.runtime import one_interrupt, uninterruptible
+
+    finished = []
+    with pytest.raises(KeyboardInterrupt), one_interrupt():
+        with uninterruptible():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)  # the handler runs here, and must not raise
+            finished.append("step")
+        finished.append("after the step")  # not reached: the interrupt is raised first
+    assert finished == ["step"]
+
+
 # --- partly held: config errors, one line naming the key --------------------------------------
 
 @pytest.mark.parametrize("key", ["lr", "weight_decay"])
