@@ -8,13 +8,16 @@ environment (RANK, WORLD_SIZE, MASTER_ADDR, ...). Backend: gloo on CPU, nccl for
 tensors. Set-up (store check, checkpoint, loaders) may take the ranks
 different times and waits up to SETUP_TIMEOUT; from DDP's first broadcast on, collectives
 time out after GNNSSD_DIST_TIMEOUT seconds (default 30), and each rank posts its progress
-to the rendezvous store so that a failed collective names the ranks that stopped.
+and a heartbeat to the rendezvous store so that a failed collective names the ranks that
+stopped.
 """
 from __future__ import annotations
 
 import dataclasses
 import logging
 import os
+import threading
+import time
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
@@ -39,6 +42,8 @@ TIMEOUT_ENV = "GNNSSD_DIST_TIMEOUT"
 DEFAULT_TIMEOUT_S = 30.0
 SETUP_TIMEOUT = timedelta(minutes=10)
 PROGRESS_KEY = "gnnssd/progress/{}"
+HEARTBEAT_KEY = "gnnssd/heartbeat/{}"
+HEARTBEAT_S = 1.0
 
 
 def collective_timeout() -> timedelta:
@@ -118,12 +123,55 @@ def wrap(model: torch.nn.Module, ranks: Ranks, device: torch.device) -> torch.nn
                                    process_group=_training_group)
 
 
+class Heartbeat:
+    """A thread that bumps this rank's counter in the rendezvous store every HEARTBEAT_S
+    through its own connection. A rank that died or hangs (stopped, deadlocked) stops
+    beating; a rank that merely waits in a collective for another goes on."""
+
+    def __init__(self, host: str, port: int, rank: int):
+        self.host, self.port = host, port
+        self._client = self._connect()
+        self._key = HEARTBEAT_KEY.format(rank)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, daemon=True, name="gnnssd-heartbeat")
+        self._thread.start()
+
+    def _connect(self) -> dist.TCPStore:
+        return dist.TCPStore(self.host, self.port, is_master=False, timeout=timedelta(seconds=5),
+                             wait_for_workers=False)
+
+    def _beat(self) -> None:
+        try:
+            while not self._stop.wait(HEARTBEAT_S):
+                self._client.add(self._key, 1)
+        except RuntimeError:  # the store's host is gone: the collectives will say so
+            return
+
+    def silent_ranks(self, world_size: int) -> set[int]:
+        """Ranks whose heartbeat did not advance over three beats (a connection of its own:
+        the beating thread owns the other)."""
+        client = self._connect()
+
+        def beats() -> list[int]:
+            return [client.add(HEARTBEAT_KEY.format(r), 0) for r in range(world_size)]
+
+        before = beats()
+        time.sleep(3 * HEARTBEAT_S)
+        return {r for r, (a, b) in enumerate(zip(before, beats())) if a == b}
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 class Progress:
     """Each rank's count of collectives entered, in the rendezvous store: when a
-    collective fails, the ranks whose count is behind are the ones that died or hung."""
+    collective fails, the ranks that are behind this one, or whose heartbeat stopped
+    (stopped between entering a collective and sending their part), are the ones that
+    died or hung."""
 
-    def __init__(self, store: dist.Store | None, ranks: Ranks):
-        self.store, self.ranks, self.count = store, ranks, 0
+    def __init__(self, store: dist.Store | None, ranks: Ranks, heartbeat: Heartbeat | None = None):
+        self.store, self.ranks, self.heartbeat, self.count = store, ranks, heartbeat, 0
 
     def enter(self) -> None:
         """Called before each collective of the training loop."""
@@ -132,50 +180,54 @@ class Progress:
             self.store.set(PROGRESS_KEY.format(self.ranks.rank), str(self.count))
 
     def stalled(self) -> dict[int, int | None]:
-        """Ranks behind this one: rank -> collectives entered (None: never posted)."""
+        """Ranks that stopped: rank -> collectives entered (None: never posted)."""
         if self.store is None:
             return {}
         self.store.set_timeout(timedelta(seconds=5))
         self.store.set(PROGRESS_KEY.format(self.ranks.rank), str(self.count))  # raises if the store is gone
-        behind: dict[int, int | None] = {}
+        silent = self.heartbeat.silent_ranks(self.ranks.world_size) if self.heartbeat else set()
+        stopped: dict[int, int | None] = {}
         for rank in range(self.ranks.world_size):
             try:
                 count: int | None = int(self.store.get(PROGRESS_KEY.format(rank)))
             except RuntimeError:  # never posted: the get timed out
                 count = None
-            if rank != self.ranks.rank and (count is None or count < self.count):
-                behind[rank] = count
-        return behind
+            if rank != self.ranks.rank and (count is None or count < self.count or rank in silent):
+                stopped[rank] = count
+        return stopped
 
     def failure(self, exc: BaseException) -> RuntimeError | None:
-        """`exc` as an error naming the ranks that stopped, or None when no rank is behind
-        this one (then `exc` is not about the others)."""
+        """`exc` as an error naming the ranks that stopped, or None when every other rank
+        is alive and not behind this one (then `exc` is not about the others)."""
         me = self.ranks.rank
         try:
-            behind = self.stalled()
+            stopped = self.stalled()
         except (RuntimeError, OSError) as store_error:  # the store's host (rank 0) is gone
             return RuntimeError(f"rank {me}: lost contact with rank 0 (it hosts the rendezvous "
                                 f"store: {store_error}) after {self.count} collectives: {exc}")
-        if not behind:
+        if not stopped:
             return None
-        named = ", ".join(f"rank {r} (at collective {c or 0})" for r, c in sorted(behind.items()))
+        named = ", ".join(f"rank {r} (at collective {c or 0})" for r, c in sorted(stopped.items()))
         return RuntimeError(f"rank {me}: {named} stopped answering (died or hung) while this "
                             f"rank waited in collective {self.count}: {exc}")
 
 
 _progress_store: dist.Store | None = None
+_heartbeat: Heartbeat | None = None
 _training_group: dist.ProcessGroup | None = None  # short timeout; None: the default group
 
 
 def progress(ranks: Ranks) -> Progress:
     """This process's progress counter (posting to the store when gnnssd set up the group)."""
-    return Progress(_progress_store if ranks.active else None, ranks)
+    if not ranks.active:
+        return Progress(None, ranks)
+    return Progress(_progress_store, ranks, _heartbeat)
 
 
 def init_from_env() -> Ranks:
     """Join the process group torchrun's environment describes (gloo on CPU, and nccl for
     CUDA tensors when there is a GPU); each rank gets its share of the CPU threads."""
-    global _progress_store, _training_group
+    global _progress_store, _training_group, _heartbeat
     timeout = collective_timeout()
     store, rank, world = next(dist.rendezvous("env://", timeout=SETUP_TIMEOUT))
     if torch.cuda.is_available():
@@ -187,6 +239,7 @@ def init_from_env() -> Ranks:
     _training_group = dist.new_group(backend=backend, timeout=timeout)
     store.set_timeout(timeout)  # progress posts fail, not wait, when the store's host hangs
     _progress_store = store
+    _heartbeat = Heartbeat(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), rank)
     ranks = current()
     if "OMP_NUM_THREADS" not in os.environ:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // ranks.local_world_size))
@@ -203,6 +256,8 @@ def run_rank(job: Callable[..., Any], *args: Any) -> Any:
     if not ranks.is_main:
         logging.getLogger("gnnssd").setLevel(logging.WARNING)
     result = job(*args)
+    if _heartbeat is not None:
+        _heartbeat.stop()
     dist.destroy_process_group()  # every group
     return result
 

@@ -210,6 +210,33 @@ def _running(pid: int) -> bool:
     return stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
 
+def test_a_rank_stopped_inside_a_collective_it_entered_is_named_by_its_silent_heartbeat():
+    """The race the hung-rank test once lost: the victim stopped after posting that it entered
+    the collective, so its count equals the survivor's; only its heartbeat tells."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    from gnnssd.distributed import Heartbeat, Progress, Ranks
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = dist.TCPStore("127.0.0.1", port, is_master=True, timeout=timedelta(seconds=10),
+                           wait_for_workers=False)
+    beats = [Heartbeat("127.0.0.1", port, rank) for rank in (0, 1)]
+    survivor, victim = (Progress(server, Ranks(rank, 2), beats[rank]) for rank in (0, 1))
+    for _ in range(3):
+        survivor.enter()
+        victim.enter()
+    time.sleep(1.5)
+    assert survivor.stalled() == {}  # both alive and level: an error is not about the others
+    beats[1].stop()  # rank 1 hangs after entering collective 3
+    message = str(survivor.failure(RuntimeError("gloo: timed out waiting for recv")))
+    assert "rank 1 (at collective 3) stopped answering" in message and "gloo: timed out" in message
+    beats[0].stop()
+
+
 def test_a_hung_rank_is_named_by_the_other_within_the_timeout(cora_store, tmp_path):
     config = _write_config(tmp_path / "hang" / "config.yaml", cora_store,
                            sampler={"fanouts": [10, 10], "batch_size": 70}, train={"epochs": 10_000})
