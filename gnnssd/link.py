@@ -150,12 +150,19 @@ class LinkTrainer(Trainer):
         return record
 
     def _evaluate_epoch(self, epoch: int) -> dict[str, Any]:
-        scores = {f"{split}_{k}": v for split in ("valid", "test")
+        """Scores of the non-empty evaluation splits; the best model is the one of highest
+        validation MRR, or the latest when the store has no validation edges."""
+        splits = [s for s in ("valid", "test") if self._split_size(s)]
+        scores = {f"{split}_{k}": v for split in splits
                   for k, v in self.evaluate(split).items() if k != "edges"}
-        if scores["valid_mrr"] > self.best["valid_mrr"]:
-            self.best = {"valid_mrr": scores["valid_mrr"], "test_mrr": scores["test_mrr"],
+        valid = scores.get("valid_mrr")
+        if valid is None or valid > self.best["valid_mrr"]:
+            self.best = {"valid_mrr": -1.0 if valid is None else valid, "test_mrr": scores.get("test_mrr"),
                          "epoch": epoch,
                          "state": {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}}
+        skipped = [s for s in ("valid", "test") if s not in splits]
+        if skipped:
+            scores["skipped_splits"] = skipped
         return {**scores, "best_epoch": self.best["epoch"], "best_test_mrr": self.best["test_mrr"]}
 
     # --- evaluation ------------------------------------------------------------------------

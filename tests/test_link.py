@@ -287,6 +287,23 @@ def test_link_training_learns_and_logs_ranking_metrics(link_store, tmp_path, fea
     trainer.close()
 
 
+def test_link_training_on_a_store_without_validation_edges_keeps_the_latest_model(tmp_path):
+    """An edge split with no valid edges trained to a KeyError; now the test split is scored,
+    the latest epoch is the best one and the empty split is reported as skipped."""
+    arrays = random_graph_arrays(num_nodes=200, num_edges=1200, dim=8)
+    store = write_store(tmp_path / "store", ArraySource(**arrays, symmetric=True), edge_split=(0.9, 0.0, 0.1),
+                        eval_negatives=20)
+    trainer = LinkTrainer(_link_config(store, tmp_path / "run", train={"epochs": 2},
+                                       link={"negatives": 1, "eval_negatives": 20}))
+    try:
+        history = trainer.fit()
+    finally:
+        trainer.close()
+    assert [r["best_epoch"] for r in history] == [1, 2]
+    assert history[-1]["skipped_splits"] == ["valid"] and "valid_mrr" not in history[-1]
+    assert history[-1]["best_test_mrr"] == history[-1]["test_mrr"] and 0 < history[-1]["test_mrr"] <= 1
+
+
 def test_link_config_errors_name_the_problem(link_store, tmp_path):
     with pytest.raises(ValueError, match="link.decoder"):
         _link_config(link_store[0], tmp_path, link={"decoder": "bilinear"})
