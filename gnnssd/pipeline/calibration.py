@@ -13,7 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from gnnssd.sampler.readplan import PAGE, CostModel
+from gnnssd.sampler.readplan import CostModel
+from gnnssd.storage_format.manifest import PAGE
 
 from .direct_io import DirectIO
 
