@@ -100,7 +100,7 @@ class SSDLoader:
                                 store.num_nodes)
         log.info("features from %s through the %s backend; %s of hot rows loaded",
                  store.features_path, self.direct_io.backend, format_bytes(self.hot.nbytes))
-        self.buffers = MegaBatchLoader(self.features, self.hot, self.budget.buffer_rows, block_dir)
+        self.buffers = MegaBatchLoader(self.hot, self.budget.buffer_rows, block_dir)
         self.io.add(bytes_read=self.hot.nbytes)
 
     def _rows_per_minibatch(self) -> int:

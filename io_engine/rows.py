@@ -31,8 +31,11 @@ def copy_rows(src: np.ndarray, pos: np.ndarray, row_bytes: int, out: np.ndarray,
         raise ValueError(f"a row position lies outside the {len(src)}-byte source")
     dest = out.view(np.uint8).reshape(-1)
     rows_out = len(dest) // row_bytes if row_bytes else 0
-    if order is None and len(pos) > rows_out or order is not None and len(order) and order.max() >= rows_out:
-        raise ValueError(f"out holds {rows_out} rows of {row_bytes} bytes, fewer than copied")
+    if order is not None and len(order) != len(pos):
+        raise ValueError(f"order has {len(order)} entries for {len(pos)} rows")
+    last = len(pos) - 1 if order is None or not len(order) else int(order.max())
+    if last >= rows_out:
+        raise ValueError(f"out holds {rows_out} rows of {row_bytes} bytes, row {last} is copied")
     lib.gio_rows_copy(_ptr(src, "uint8_t[]"), _ptr(pos), _ptr(order), len(pos), row_bytes,
                       _ptr(dest, "uint8_t[]"))
 

@@ -194,7 +194,7 @@ def main() -> None:
             useful = stats["read_rows"] * rb
             limit = useful / model.read_bw
             source = FeatureFile(io, features, store.feat_dim, store.feat_dtype, model, staging)
-            loader = MegaBatchLoader(source, HotCache(source, hot_rows, store.num_nodes), capacity, Path(args.work) / "blocks")
+            loader = MegaBatchLoader(HotCache(source, hot_rows, store.num_nodes), capacity, Path(args.work) / "blocks")
             results = []
             for p in plans:
                 p.read = pages_plan(p.read_rows, rb, model)

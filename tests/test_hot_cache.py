@@ -64,7 +64,7 @@ def test_planner_never_reads_a_hot_row_and_the_gather_rebuilds_batches(store):
     cache = HotCache(source, hottest_rows(store, 600, FANOUTS), store.num_nodes)
     cfg = PlanConfig(batch_size=128, fanouts=tuple(FANOUTS), mega_batch=3, seed=2)
     plans = list(Planner(store.indptr, store.indices, store.train_idx, cfg, cache.members).plans([0]))
-    loader = MegaBatchLoader(source, cache, max(len(p.rows) for p in plans))
+    loader = MegaBatchLoader(cache, max(len(p.rows) for p in plans))
     features = store.features_memmap()
     try:
         hits = 0

@@ -35,7 +35,7 @@ def _planner(graph, mega_batch=4, **kw):
 def _loader(io, path, feats, hot, capacity, model, blocks=None, staging_bytes=32 << 20):
     """The ssd loader's parts: features file, hot cache in front of it, mega-batch buffers."""
     source = FeatureFile(io, path, feats.shape[1], feats.dtype, model, staging_bytes)
-    return MegaBatchLoader(source, HotCache(source, hot, len(feats)), capacity, blocks)
+    return MegaBatchLoader(HotCache(source, hot, len(feats)), capacity, blocks)
 
 
 def _features_file(tmp_path, feats):

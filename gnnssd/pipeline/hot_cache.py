@@ -32,10 +32,12 @@ def hottest_rows(store: Store, count: int, fanouts: list[int]) -> np.ndarray:
 
 
 class HotCache:
-    """Rows `rows` of `source`'s file, read once through it (checksummed like every
-    read); row members.rows[k] is data[k]."""
+    """Rows `rows` of the features file `source` (the SSD reader it wraps: rows not in
+    the cache come from it), read once through it, checksummed like every read; row
+    members.rows[k] is data[k]."""
 
     def __init__(self, source: FeatureFile, rows: np.ndarray, num_rows: int):
+        self.source = source
         self.members = HotRows.of(rows, num_rows)
         self.data = np.empty((len(self.members.rows), source.feat_dim), source.dtype)
         source.read(self.members.rows, self.data.view(np.uint8).reshape(len(self.data), source.row_bytes))

@@ -68,12 +68,12 @@ class FeatureFile:
 
 
 class MegaBatchLoader:
-    """Double-buffered mega-batch buffers filled from a features file, gathered from
-    together with the hot cache: the input rows of mini-batch i are [hot | buffer][gather[i]]."""
+    """Double-buffered mega-batch buffers behind the hot cache, filled from the features
+    file it wraps; the input rows of mini-batch i are [hot | buffer][gather[i]]."""
 
-    def __init__(self, source: FeatureFile, hot: HotCache, capacity_rows: int,
-                 block_dir: str | Path | None = None):
-        self.source, self.hot = source, hot
+    def __init__(self, hot: HotCache, capacity_rows: int, block_dir: str | Path | None = None):
+        self.hot = hot
+        self.source = source = hot.source
         self.dtype, self.feat_dim, self.row_bytes = source.dtype, source.feat_dim, source.row_bytes
         self.capacity = capacity_rows
         self.block_dir = Path(block_dir) if block_dir else None
