@@ -108,22 +108,20 @@ def iter_rows(engine: Engine, f: EngineFile, rows: np.ndarray, row_bytes: int,
             lo = int(np.searchsorted(starts, offsets[a]))
             hi = int(np.searchsorted(starts, offsets[b])) if b < len(offsets) else len(starts)
             e = np.searchsorted(offsets[a:b], starts[lo:hi], "right") - 1
-            uncovered = _first_uncovered(starts[lo:hi], row_bytes, offsets[a:b], lengths[a:b], e)
-            if uncovered is not None:
-                raise ValueError(f"row {rows[lo + uncovered]} of {f.path} lies outside the "
-                                 "extents given to read it")
-            yield lo, hi, dest[e] + starts[lo:hi] - offsets[a:b][e]
+            if len(e) and e[0] < 0:  # (e is sorted) a row before the chunk's first extent
+                raise _uncovered(f, rows[lo])
+            into = starts[lo:hi] - offsets[a:b][e]  # each row's place in its extent
+            bad = into + row_bytes > lengths[a:b][e]
+            if bad.any():
+                raise _uncovered(f, rows[lo + int(np.argmax(bad))])
+            yield lo, hi, dest[e] + into
     finally:
         if pending is not None:  # stopped early or failed: stop what is still queued
             pending[0].cancel()
 
 
-def _first_uncovered(starts: np.ndarray, row_bytes: int, offsets: np.ndarray,
-                     lengths: np.ndarray, e: np.ndarray) -> int | None:
-    """Index of the first row not inside extent e[k] (the last one starting at or before
-    it), or None."""
-    bad = (e < 0) | (starts + row_bytes > offsets[np.maximum(e, 0)] + lengths[np.maximum(e, 0)])
-    return int(np.argmax(bad)) if bad.any() else None
+def _uncovered(f: EngineFile, row: int) -> ValueError:
+    return ValueError(f"row {row} of {f.path} lies outside the extents given to read it")
 
 
 def read_rows(engine: Engine, f: EngineFile, rows: Any, row_bytes: int, offsets: Any,

@@ -236,6 +236,8 @@ def test_rows_past_eof_uncovered_and_bad_out_rejected(engine, f):
         engine.read_rows(f, [0, 1], 512, offsets, lengths, out=np.empty((2, 511), np.uint8))
     with pytest.raises(ValueError, match="row 100 of .* lies outside the extents"):
         engine.read_rows(f, [0, 100], 512, offsets, lengths)
+    with pytest.raises(ValueError, match="row 0 of .* lies outside the extents"):
+        engine.read_rows(f, [0, 9], 512, [4096], [4096])
 
 
 def test_one_page_per_fact():
