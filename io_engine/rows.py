@@ -97,6 +97,8 @@ def iter_rows(engine: Engine, f: EngineFile, rows: np.ndarray, row_bytes: int,
         dest = (k % 2) * half + ends[a:b] - lengths[a:b] - (ends[a] - lengths[a])
         return engine.submit(f, offsets[a:b], lengths[a:b], staging, dest), dest
 
+    if len(rows) and not chunks:
+        raise ValueError(f"no extents given to read {len(rows)} rows of {f.path}")
     pending = submit(0) if chunks else None
     try:
         for k, (a, b) in enumerate(chunks):
@@ -105,7 +107,7 @@ def iter_rows(engine: Engine, f: EngineFile, rows: np.ndarray, row_bytes: int,
             handle.wait()
             # A chunk's rows start before the next chunk's first extent: a row starting on
             # a page two extents share belongs to the later one.
-            lo = int(np.searchsorted(starts, offsets[a]))
+            lo = int(np.searchsorted(starts, offsets[a])) if k else 0
             hi = int(np.searchsorted(starts, offsets[b])) if b < len(offsets) else len(starts)
             e = np.searchsorted(offsets[a:b], starts[lo:hi], "right") - 1
             if len(e) and e[0] < 0:  # (e is sorted) a row before the chunk's first extent
@@ -136,10 +138,8 @@ def read_rows(engine: Engine, f: EngineFile, rows: Any, row_bytes: int, offsets:
         return out
     order = None if np.all(rows[1:] >= rows[:-1]) else np.argsort(rows, kind="stable")
     ordered = rows if order is None else rows[order]
-    if not len(offsets):
-        raise ValueError(f"no extents given to read {len(rows)} rows of {f.path}")
     if staging is None:
-        staging = engine.alloc(max(2 * engine.chunk_bytes, 2 * int(lengths.max())))
+        staging = engine.alloc(max(2 * engine.chunk_bytes, 2 * int(lengths.max(initial=0))))
     for lo, hi, pos in iter_rows(engine, f, ordered, row_bytes, offsets, lengths, staging):
         copy_rows(staging, pos, row_bytes, out if order is not None else out[lo:hi],
                   None if order is None else order[lo:hi])
