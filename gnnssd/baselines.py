@@ -129,7 +129,7 @@ def _lru_access(rows, slot_of, key, prev, nxt, state, slots, hit):
 
 class PerRowLoader(SampledLoader):
     """Rows missing from an LRU cache of `budget_bytes` read one page each (O_DIRECT,
-    `Engine.read_rows`); stages "read" (the engine) and "gather" (cache bookkeeping and
+    `Engine.read_rows` with one request per row: no merging); stages "read" (the engine) and "gather" (cache bookkeeping and
     copies). `close()` (or a with-block) closes the engine."""
 
     def __init__(self, store: Store, device: torch.device, timer: StageTimer, seed: int,
@@ -140,6 +140,7 @@ class PerRowLoader(SampledLoader):
         self.data = np.empty((self.cache.capacity, self.row_bytes), dtype=np.uint8)
         self.engine = engine or Engine()
         self.file = self.engine.open(store.features_path, checksums=store.page_checksums())
+        self.staging = self.engine.alloc(2 * self.engine.chunk_bytes)
         self.rows_read = 0
 
     def _inputs(self, rows: np.ndarray) -> torch.Tensor:
@@ -149,12 +150,13 @@ class PerRowLoader(SampledLoader):
             raw[hit] = self.data[slots[hit]]  # before misses may overwrite those slots
             missed = np.flatnonzero(~hit)
         with self.timer.stage("read"):
-            fresh = self.engine.read_rows(self.file, rows[missed], self.row_bytes)
+            offsets, lengths = per_row_requests(np.sort(rows[missed]), self.row_bytes)
+            fresh = self.engine.read_rows(self.file, rows[missed], self.row_bytes, offsets, lengths,
+                                          staging=self.staging)
         with self.timer.stage("gather"):
             raw[missed] = fresh
             self._keep(slots[missed], fresh)
-            self.io.add(bytes_read=int(per_row_requests(rows[missed], self.row_bytes)[1].sum()),
-                        requests=len(missed))
+            self.io.add(bytes_read=int(lengths.sum()), requests=len(lengths))
             return self._as_float32(raw.view(self.store.feat_dtype))
 
     def _keep(self, slots: np.ndarray, fresh: np.ndarray) -> None:

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from gnnssd.io_engine import Engine
+from gnnssd.sampler.readplan import CostModel, plan_extents
 from gnnssd.storage_format import Store
 
 from .budget import parse_bytes
@@ -32,9 +33,10 @@ from .config import Config, ConfigError
 from .memory_loader import load_features
 from .models import build_model
 from .pipeline.block_writer import BlockWriter
+from .pipeline.calibration import load_model
 from .rundir import reading
 
-PAGE = 4096
+STAGING_HALF = 4 << 20  # extents read at once by FileRows (while the previous ones are copied)
 CHUNK_SHARE = 8  # a chunk's input rows take at most 1/CHUNK_SHARE of the budget
 # (ssd mode: half the budget caches the most referenced input rows of each layer)
 
@@ -56,17 +58,20 @@ class TensorRows:
 
 
 class FileRows:
-    """Rows of a fixed-stride file (offset 0, page-padded) read through the io_engine."""
+    """Rows of a fixed-stride file (offset 0, page-padded) read through the io_engine, by
+    extents the read planner merges with the drive's cost model."""
 
-    def __init__(self, engine: Engine, path: Path, dim: int, dtype: np.dtype,
+    def __init__(self, engine: Engine, path: Path, dim: int, dtype: np.dtype, model: CostModel,
                  checksums: np.ndarray | None = None):
-        self.engine, self.dim, self.dtype = engine, dim, np.dtype(dtype)
+        self.engine, self.dim, self.dtype, self.model = engine, dim, np.dtype(dtype), model
         self.row_bytes = dim * self.dtype.itemsize
         self.file = engine.open(path, checksums=checksums)
+        self.staging = engine.alloc(2 * max(STAGING_HALF, model.max_extent(self.row_bytes)))
         self.bytes_read = 0
 
     def rows(self, ids: np.ndarray) -> torch.Tensor:
-        raw = self.engine.read_rows_coalesced(self.file, ids, self.row_bytes)
+        offsets, lengths, _ = plan_extents(np.sort(ids), self.row_bytes, self.model)
+        raw = self.engine.read_rows(self.file, ids, self.row_bytes, offsets, lengths, staging=self.staging)
         self.bytes_read += len(ids) * self.row_bytes
         return torch.from_numpy(raw.view(self.dtype).reshape(len(ids), self.dim).astype(np.float32, copy=False))
 
@@ -162,6 +167,7 @@ class LayerwiseSSD:
                  backend: str = "auto"):
         self.store, self.scratch_dir, self.budget = store, Path(scratch_dir), budget
         self.engine = Engine(backend=backend, queue_depth=queue_depth)
+        self.model = load_model(store.path)
         self.bytes_read = self.bytes_written = 0
 
     @torch.no_grad()
@@ -170,7 +176,7 @@ class LayerwiseSSD:
         model.eval()
         self.scratch_dir.mkdir(parents=True, exist_ok=True)
         path = self.store.features_path
-        source = FileRows(self.engine, path, self.store.feat_dim, self.store.feat_dtype,
+        source = FileRows(self.engine, path, self.store.feat_dim, self.store.feat_dtype, self.model,
                           checksums=self.store.page_checksums())  # the layer files are our own
         for i in range(layers or model.num_layers):
             out = self.scratch_dir / f"layer{i}.bin"
@@ -180,7 +186,7 @@ class LayerwiseSSD:
             if path != self.store.features_path:
                 path.unlink()
             path = out
-            source = FileRows(self.engine, path, dim, np.dtype(np.float32))
+            source = FileRows(self.engine, path, dim, np.dtype(np.float32), self.model)
         source.close()
         return path, source.dim
 
@@ -205,7 +211,7 @@ class LayerwiseSSD:
     def original_order(self, layer_file: Path, dim: int) -> Iterator[np.ndarray]:
         """The layer file's rows in original node order, in chunks within the budget."""
         inv = np.asarray(self.store.inv)
-        rows = FileRows(self.engine, layer_file, dim, np.dtype(np.float32))
+        rows = FileRows(self.engine, layer_file, dim, np.dtype(np.float32), self.model)
         step = max(self.budget // CHUNK_SHARE // (dim * 4), 1)
         try:
             for lo in range(0, self.store.num_nodes, step):

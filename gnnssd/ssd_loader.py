@@ -7,7 +7,8 @@ Four stages overlap, three threads with bounded hand-offs and the caller:
   read    fill the next mega-batch buffer through the io_engine while the current one
           trains (two buffers: the one trained on, the one being filled);
   caller  gather each mini-batch's rows from [hot cache | buffer], build DGL blocks.
-The hot cache holds the rows sampling reaches most often for the whole run.
+The hot cache (pipeline.hot_cache) holds the rows sampling reaches most often for the
+whole run; the planner consults its membership, the gather its rows.
 """
 from __future__ import annotations
 
@@ -20,14 +21,15 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from gnnssd.sampler import MegaBatchPlan, NeighborSampler, PlanConfig, Planner, hotness, to_dgl_blocks
+from gnnssd.sampler import MegaBatchPlan, NeighborSampler, PlanConfig, Planner, to_dgl_blocks
 from gnnssd.sampler.readplan import pages_plan
 from gnnssd.storage_format import Store
 
 from .budget import MemoryBudget, format_bytes, parse_bytes
 from .config import ConfigError, SamplerConfig, SSDConfig
 from .memory_loader import IOCounters, MiniBatch, store_labels
-from .pipeline import DirectIO, MegaBatchLoader, PlanWorker, load_model, remove, repacked_windows
+from .pipeline import (DirectIO, FeatureFile, HotCache, MegaBatchLoader, PlanWorker, hottest_rows, load_model,
+                       remove, repacked_windows)
 from .pipeline.loader import BUFFERS
 from .pipeline.repack import RepackReport
 from .timing import StageTimer
@@ -87,18 +89,19 @@ class SSDLoader:
                                              queue_bytes=queue_bytes)
         except ValueError as exc:
             raise ConfigError(f"ssd.memory_budget: {exc}") from None
-        self.hot_rows = self._hot_rows(self.budget.hot_rows)
         log.info(self.budget.describe())
         self.direct_io = DirectIO(queue_depth=ssd.queue_depth, backend=ssd.io_backend,
                                   checksums={store.features_path: store.page_checksums()}
                                   if ssd.verify_checksums else None)
-        log.info("features from %s through the %s backend; %s of hot rows loaded",
-                 store.features_path, self.direct_io.backend, format_bytes(len(self.hot_rows) * row_bytes))
+        self.features = FeatureFile(self.direct_io, store.features_path, store.feat_dim, store.feat_dtype,
+                                    self.cost_model, self.staging_bytes)
         with timer.stage("read"):
-            self.buffers = MegaBatchLoader(self.direct_io, store.features_path, store.feat_dim, store.feat_dtype,
-                                           self.hot_rows, self.budget.buffer_rows, self.cost_model,
-                                           block_dir, staging_bytes=self.staging_bytes)
-        self.io.add(bytes_read=len(self.hot_rows) * row_bytes)
+            self.hot = HotCache(self.features, hottest_rows(store, self.budget.hot_rows, sampling.fanouts),
+                                store.num_nodes)
+        log.info("features from %s through the %s backend; %s of hot rows loaded",
+                 store.features_path, self.direct_io.backend, format_bytes(self.hot.nbytes))
+        self.buffers = MegaBatchLoader(self.hot, self.budget.buffer_rows, block_dir)
+        self.io.add(bytes_read=self.hot.nbytes)
 
     def _rows_per_minibatch(self) -> int:
         """Most input rows among a few sampled mini-batches, with the training and with the
@@ -118,18 +121,6 @@ class SSDLoader:
                 most = max(most, len(sampler.sample(seeds, self.seed).input_nodes))
         return most
 
-    def _hot_rows(self, count: int) -> np.ndarray:
-        """The `count` rows sampling reaches most; the front of the file when the store's
-        order already put the hottest rows first (one sequential read)."""
-        if count == 0:
-            return np.empty(0, np.int64)
-        if self.store.manifest["order"] in ("degree", "locality"):
-            return np.arange(count, dtype=np.int64)
-        train = np.asarray(self.store.train_idx)  # empty in a link store: seeds are anywhere
-        heat = hotness(self.store.indptr, self.store.indices, self.sampling.fanouts,
-                       train if len(train) else None)
-        return np.sort(np.argsort(-heat, kind="stable")[:count]).astype(np.int64)
-
     def minibatches(self, batches: list[np.ndarray], fanouts: list[int], epoch: int = 0,
                     exclude: list[np.ndarray] | None = None) -> Iterator[MiniBatch]:
         """A mini-batch per array of seed nodes, in order; neighbour draws are seeded by
@@ -137,7 +128,7 @@ class SSDLoader:
         (E, 2) node pairs exclude[b] and their reverses (edge mini-batches; gnnssd.edge_loader)."""
         cfg = PlanConfig(batch_size=max(map(len, batches), default=1), fanouts=tuple(fanouts),
                          mega_batch=self.mega_batch, seed=self.seed)
-        planner = Planner(self.store.indptr, self.store.indices, np.empty(0, np.int64), cfg, self.hot_rows,
+        planner = Planner(self.store.indptr, self.store.indices, np.empty(0, np.int64), cfg, self.hot.members,
                           max_rows=self.budget.buffer_rows)
         if self.block_budget:
             self.block_dir.mkdir(parents=True, exist_ok=True)
@@ -220,7 +211,7 @@ class SSDLoader:
         return self.io.as_dict()
 
     def close(self) -> None:
-        self.buffers.close()
+        self.features.close()
         self.direct_io.shutdown()
 
 

@@ -8,7 +8,7 @@ import numpy as np
 
 from ._gnnssd_io import ffi, lib
 
-PAGE = 4096
+PAGE = lib.GIO_CRC_PAGE  # one CRC32C per PAGE bytes of a checked file (defined in gio.h)
 
 
 class ChecksumError(OSError):

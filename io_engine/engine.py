@@ -13,18 +13,18 @@ import os
 import threading
 import time
 from concurrent.futures import CancelledError
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
 from ._gnnssd_io import ffi, lib
 from .crc import PAGE as CHECKSUM_PAGE
 from .crc import checksum_error
-from .rows import read_rows
+from .rows import iter_rows, read_rows
 
 log = logging.getLogger(__name__)
 
-ALIGNMENT = 4096  # of buffers from Engine.alloc: O_DIRECT and page-sized reads need it
+ALIGNMENT = lib.GIO_DIO_ALIGN  # of Engine.alloc buffers; a file's own O_DIRECT needs: EngineFile
 _BACKENDS = {
     "auto": lib.GIO_BACKEND_AUTO,
     "io_uring": lib.GIO_BACKEND_URING,
@@ -38,7 +38,7 @@ _log_lock = threading.Lock()
 
 
 def alloc(nbytes: int) -> np.ndarray:
-    """A zero-copy uint8 array whose data starts on a 4096-byte boundary; NumPy owns the
+    """A zero-copy uint8 array whose data starts on an ALIGNMENT boundary; NumPy owns the
     memory, so it is freed when the last view dies (torch.from_numpy shares it)."""
     if nbytes < 0:
         raise ValueError(f"nbytes must be >= 0, got {nbytes}")
@@ -228,9 +228,7 @@ class Engine:
     queue_depth: reads in flight per ring. rings: io_uring rings, each with a driver
     thread. threads: thread-pool size (default: queue_depth). sqpoll/iopoll: io_uring
     SQPOLL (a kernel thread polls the queue; costs a core) and IOPOLL (needs a polled
-    NVMe queue). page_size: read unit of the row readers. coalesce_gap_bytes: default
-    largest gap read_rows_coalesced reads through rather than issuing another request;
-    max_extent_bytes caps a merged extent; chunk_bytes bounds the row readers' scratch.
+    NVMe queue). chunk_bytes: half the staging area read_rows allocates when given none.
     Defaults measured on the development machine (virtio disk, 2 cores, random 4 KiB):
     one ring at depth 128 matched two rings at 64; SQPOLL took ~4x the CPU per read and
     lost throughput (its kernel thread competes for the 2 cores).
@@ -238,16 +236,10 @@ class Engine:
 
     def __init__(self, backend: str = "auto", queue_depth: int = 128, *, rings: int = 1,
                  threads: int | None = None, sqpoll: bool = False, iopoll: bool = False,
-                 page_size: int = 4096, coalesce_gap_bytes: int = 16 << 10,
-                 max_extent_bytes: int = 1 << 20, chunk_bytes: int = 8 << 20) -> None:
+                 chunk_bytes: int = 8 << 20) -> None:
         if backend not in _BACKENDS:
             raise ValueError(f"backend must be one of {sorted(_BACKENDS)}, got {backend!r}")
-        if page_size <= 0 or page_size & (page_size - 1):
-            raise ValueError(f"page_size must be a power of two, got {page_size}")
         self.queue_depth = queue_depth
-        self.page_size = page_size
-        self.coalesce_gap_bytes = coalesce_gap_bytes
-        self.max_extent_bytes = max_extent_bytes
         self.chunk_bytes = chunk_bytes
         self._lock = threading.RLock()
         self._inflight: set[Handle] = set()
@@ -297,7 +289,7 @@ class Engine:
 
     @staticmethod
     def alloc(nbytes: int) -> np.ndarray:
-        """See io_engine.alloc: a 4096-aligned uint8 array."""
+        """See io_engine.alloc: an ALIGNMENT-aligned uint8 array."""
         return alloc(nbytes)
 
     # -- reads ----------------------------------------------------------------------------
@@ -338,22 +330,21 @@ class Engine:
         """submit, then wait."""
         self.submit(f, offsets, lengths, buf, dest_offsets).wait()
 
-    def read_rows(self, f: EngineFile, rows: Any, row_bytes: int, base_offset: int = 0,
-                  out: np.ndarray | None = None) -> np.ndarray:
-        """Rows `rows` of a fixed-stride file (row r at base_offset + r*row_bytes), each read
-        with its own page-aligned request; returns (len(rows), row_bytes) uint8."""
-        return read_rows(self, f, rows, row_bytes, base_offset, out, max_gap=-1)
+    def read_rows(self, f: EngineFile, rows: Any, row_bytes: int, offsets: Any, lengths: Any,
+                  out: np.ndarray | None = None, staging: np.ndarray | None = None) -> np.ndarray:
+        """Rows `rows` (any order) of a fixed-stride file (row r at r * row_bytes) read by
+        the sorted page-aligned extents (offsets, lengths) that cover them, as the read
+        planner plans them (gnnssd.sampler.readplan: one request per row, or merged runs);
+        returns (len(rows), row_bytes) uint8 (`out` if given). `staging`: an Engine.alloc
+        buffer holding two chunks of extents (default: 2 * chunk_bytes)."""
+        return read_rows(self, f, rows, row_bytes, offsets, lengths, out, staging)
 
-    def read_rows_coalesced(self, f: EngineFile, rows: Any, row_bytes: int,
-                            base_offset: int = 0, out: np.ndarray | None = None,
-                            max_gap_bytes: int | None = None) -> np.ndarray:
-        """As read_rows, but rows are read in file order and neighbouring rows share one
-        extent while the gap between their pages is at most max_gap_bytes (default:
-        the engine's coalesce_gap_bytes): fewer, larger requests."""
-        gap = self.coalesce_gap_bytes if max_gap_bytes is None else max_gap_bytes
-        if gap < 0:
-            raise ValueError(f"max_gap_bytes must be >= 0, got {gap}")
-        return read_rows(self, f, rows, row_bytes, base_offset, out, max_gap=gap)
+    def iter_rows(self, f: EngineFile, rows: np.ndarray, row_bytes: int, offsets: np.ndarray,
+                  lengths: np.ndarray, staging: np.ndarray) -> Iterator[tuple[int, int, np.ndarray]]:
+        """The streaming form of read_rows for sorted int64 `rows`: yields (lo, hi, pos) per
+        chunk of extents read, rows[lo:hi] then at staging[pos[k]:+row_bytes] until the
+        next chunk is asked for."""
+        return iter_rows(self, f, rows, row_bytes, offsets, lengths, staging)
 
     # -- life cycle -------------------------------------------------------------------------
 
@@ -426,8 +417,7 @@ def _check_requests(f: EngineFile, offsets: np.ndarray, lengths: np.ndarray,
     if i is not None:
         raise ValueError(f"request {i} overflows the buffer: dest_offset {dests[i]} + "
                          f"length {lengths[i]} > buffer size {buf_bytes}")
-    units = [(bs, f"the block size O_DIRECT needs for {f.path} (read_rows reads unaligned "
-                  "data)")] if bs > 1 else []
+    units = [(bs, f"the block size O_DIRECT needs for {f.path}")] if bs > 1 else []
     if f.checksums is not None:
         units.append((CHECKSUM_PAGE, f"as {f.path} is opened with page checksums, reads "
                                      "cover whole pages"))

@@ -6,13 +6,13 @@ choice), order. Executing plans (reading, repacking, background stages) is gnnss
 """
 from .blocks import MFGs, to_dgl_blocks
 from .order import ORDERS, NodeOrder, degree_order, hotness, locality_order, node_order
-from .plan import (MegaBatchPlan, PlanConfig, Planner, load_plan, minibatch_seeds, save_plan, seed_batches,
+from .plan import (HotRows, MegaBatchPlan, PlanConfig, Planner, load_plan, minibatch_seeds, save_plan, seed_batches,
                    shard)
 from .readplan import CostModel, ReadPlan, plan_extents, read_stats, windows
 from .sampling import NeighborSampler
 
 __all__ = [
-    "CostModel", "MFGs", "MegaBatchPlan", "NeighborSampler", "NodeOrder", "ORDERS", "PlanConfig", "Planner",
+    "CostModel", "HotRows", "MFGs", "MegaBatchPlan", "NeighborSampler", "NodeOrder", "ORDERS", "PlanConfig", "Planner",
     "ReadPlan", "degree_order", "hotness", "load_plan", "locality_order", "minibatch_seeds", "node_order",
     "plan_extents",
     "read_stats", "save_plan", "seed_batches", "shard", "to_dgl_blocks", "windows",

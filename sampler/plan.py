@@ -36,6 +36,29 @@ class PlanConfig:
     drop_last: bool = False
 
 
+@dataclass(frozen=True)
+class HotRows:
+    """Which store rows the hot cache holds, as the planner consults it: sorted `rows`
+    (row rows[k] is in cache slot k) and the row-sized membership `mask`. The hot cache
+    (gnnssd.pipeline.hot_cache) owns one and hands it to the planner."""
+
+    rows: np.ndarray  # int64, sorted, unique
+    mask: np.ndarray  # bool per store row: mask[r] == (r in rows)
+
+    @classmethod
+    def of(cls, rows: np.ndarray, num_rows: int) -> "HotRows":
+        rows = np.unique(np.asarray(rows, dtype=np.int64))
+        if len(rows) and (rows[0] < 0 or rows[-1] >= num_rows):
+            raise ValueError(f"hot rows must lie in 0..{num_rows - 1}, got {rows[0]}..{rows[-1]}")
+        mask = np.zeros(num_rows, np.bool_)
+        mask[rows] = True
+        return cls(rows, mask)
+
+    def slots(self, rows: np.ndarray) -> np.ndarray:
+        """Cache slot of each of `rows` (all hot)."""
+        return np.searchsorted(self.rows, rows)
+
+
 @dataclass
 class MegaBatchPlan:
     epoch: int
@@ -180,10 +203,10 @@ class RowUnion:
     """The union of the input rows of a growing group of mini-batches, in time linear in
     the inputs: a row-sized slot map (4 bytes a row) instead of sorting every input row."""
 
-    def __init__(self, num_rows: int, hot_rows: np.ndarray):
-        self.hot_rows = hot_rows  # sorted
-        self.is_hot = np.zeros(num_rows, np.bool_)
-        self.is_hot[hot_rows] = True
+    def __init__(self, num_rows: int, hot: HotRows):
+        if len(hot.mask) != num_rows:
+            raise ValueError(f"the hot-row mask covers {len(hot.mask)} rows, the graph has {num_rows}")
+        self.hot = hot
         self.slot = np.full(num_rows, -1, np.int32)
         self.uniq = np.empty(0, np.int64)
         self.state = np.zeros(2, np.int64)
@@ -196,7 +219,7 @@ class RowUnion:
             grown = np.empty(max(2 * len(self.uniq), self.state[0] + len(nodes)), np.int64)
             grown[: self.state[0]] = self.uniq[: self.state[0]]
             self.uniq = grown
-        if not _add_rows(nodes, self.slot, self.is_hot, self.uniq, self.state, limit):
+        if not _add_rows(nodes, self.slot, self.hot.mask, self.uniq, self.state, limit):
             return False
         self.members.append(mfgs)
         return True
@@ -216,7 +239,7 @@ class RowUnion:
         split at prev_num_read (or None)."""
         mfgs, inputs = self.members, [np.asarray(m.input_nodes, np.int64) for m in self.members]
         uniq = self.uniq[: self.state[0]]
-        hot = self.is_hot[uniq]
+        hot = self.hot.mask[uniq]
         cold = np.sort(uniq[~hot])
         cold_at = self.slot[cold]  # their positions in uniq
         carried = np.zeros(len(cold), np.bool_)
@@ -225,10 +248,10 @@ class RowUnion:
             for lo, hi in ((0, prev_num_read), (prev_num_read, len(prev_rows))):
                 _carried(cold, prev_rows, lo, hi, carried, carry_slot)
         read_rows, carry_rows = cold[~carried], cold[carried]
-        num_hot = len(self.hot_rows)
+        num_hot = len(self.hot.rows)
         # each unique row's index in [hot cache | buffer], in uniq order
         value = np.empty(len(uniq), np.int64)
-        value[hot] = np.searchsorted(self.hot_rows, uniq[hot])
+        value[hot] = self.hot.slots(uniq[hot])
         value[cold_at[~carried]] = num_hot + np.arange(len(read_rows))
         value[cold_at[carried]] = num_hot + len(read_rows) + np.arange(len(carry_rows))
         allin = np.concatenate(inputs)
@@ -265,6 +288,9 @@ class RowUnion:
 class Planner:
     """Samples and plans the mega-batches of one or more epochs (pure function of the seed).
 
+    `hot_rows`: the hot cache's HotRows (or the rows themselves); their rows are gathered
+    from the cache and never read.
+
     With `max_rows`, a group of M mini-batches whose buffer rows would exceed it is cut
     greedily: each mega-batch takes mini-batches in order while its rows fit `max_rows`.
     """
@@ -275,13 +301,15 @@ class Planner:
         indices: np.ndarray,
         train_idx: np.ndarray,
         config: PlanConfig,
-        hot_rows: np.ndarray | None = None,
+        hot_rows: HotRows | np.ndarray | None = None,
         max_rows: int | None = None,
     ):
         self.config = config
         self.train_idx = np.asarray(train_idx, dtype=np.int64)
-        hot = np.sort(np.asarray(hot_rows if hot_rows is not None else [], dtype=np.int64))
-        self.union = RowUnion(len(indptr) - 1, hot)
+        num_rows = len(indptr) - 1
+        hot = hot_rows if isinstance(hot_rows, HotRows) else HotRows.of(
+            np.empty(0, np.int64) if hot_rows is None else hot_rows, num_rows)
+        self.union = RowUnion(num_rows, hot)
         self.sampler = NeighborSampler(indptr, indices, config.fanouts)
         self.max_rows = np.iinfo(np.int64).max if max_rows is None else max_rows
         self._prev: MegaBatchPlan | None = None  # the last plan made: its buffer is carried from

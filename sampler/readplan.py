@@ -17,7 +17,7 @@ from typing import Iterable, Iterator
 import numba as nb
 import numpy as np
 
-PAGE = 4096
+from gnnssd.storage_format.manifest import PAGE
 
 
 @dataclass(frozen=True)

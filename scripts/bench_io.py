@@ -29,6 +29,7 @@ from typing import Callable, TypeVar
 import numpy as np
 
 from gnnssd.io_engine import Engine
+from gnnssd.sampler.readplan import CostModel, per_row_requests, plan_extents
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 ROW_BYTES = 512
@@ -137,17 +138,23 @@ def _cpu_seconds() -> float:
 def run_rows(path: Path, density: float, coalesced: bool, window_rows: int,
              seconds: float) -> float:
     """Useful bytes/s of reading 512-byte rows: each call takes `density` of the rows of
-    a random window (a mega-batch's union), shuffled."""
+    a random window (a mega-batch's union), shuffled, and reads them with the engine's row
+    reader by the read planner's extents: one request per row, or merged by the default
+    cost model."""
     rng = np.random.default_rng(2)
+    model = CostModel.default()
     with Engine(queue_depth=128) as eng, eng.open(path) as f:
         n_rows = f.size // ROW_BYTES
-        read = eng.read_rows_coalesced if coalesced else eng.read_rows
+        staging = eng.alloc(2 * eng.chunk_bytes)
         useful, start = 0, time.perf_counter()
         while time.perf_counter() - start < seconds:
             first = int(rng.integers(0, n_rows - window_rows + 1))
             rows = first + np.flatnonzero(rng.random(window_rows) < density)
             rng.shuffle(rows)
-            read(f, rows, ROW_BYTES)
+            ordered = np.sort(rows)
+            offsets, lengths = (plan_extents(ordered, ROW_BYTES, model)[:2] if coalesced
+                                else per_row_requests(ordered, ROW_BYTES))
+            eng.read_rows(f, rows, ROW_BYTES, offsets, lengths, staging=staging)
             useful += len(rows) * ROW_BYTES
         return useful / (time.perf_counter() - start)
 

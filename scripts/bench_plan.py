@@ -37,13 +37,15 @@ import numpy as np
 
 from gnnssd.pipeline.calibration import CALIBRATION_FILE, calibrate, load_model
 from gnnssd.pipeline.direct_io import DirectIO
-from gnnssd.pipeline.loader import MegaBatchLoader
+from gnnssd.pipeline.hot_cache import HotCache
+from gnnssd.pipeline.loader import FeatureFile, MegaBatchLoader
 from gnnssd.sampler.order import degree_order, hotness, locality_order
 from gnnssd.sampler.plan import PlanConfig, Planner
 from gnnssd.sampler.readplan import pages_plan, per_row_requests, windows
 from gnnssd.pipeline.repack import remove, repack
 from gnnssd.storage_format import Store
 from gnnssd.storage_format.csc import renumber_csc
+from gnnssd.storage_format.manifest import PAGE
 
 
 def ensure_store(args) -> Path:
@@ -73,7 +75,7 @@ def permuted_features(src: Path, dst: Path, perm: np.ndarray, row_bytes: int, ch
                 block[order] = rows[ids[order]]
                 del rows
             fout.write(block.data)
-        fout.write(bytes(-(n * row_bytes) % 4096))
+        fout.write(bytes(-(n * row_bytes) % PAGE))
         fout.flush()
         os.fsync(fout.fileno())
         os.posix_fadvise(fout.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
@@ -93,13 +95,14 @@ def per_row_baseline(io, features: Path, mfgs_list, hot_rows: np.ndarray, row_by
     cold = [np.setdiff1d(m.input_nodes, hot_rows, assume_unique=True) for m in mfgs_list]
     total_rows = sum(len(c) for c in cold)
     f = io.open(features)
-    buf = io.alloc(max(len(c) for c in cold) * 4096 * 2)
+    out = np.empty((max(len(c) for c in cold), row_bytes), np.uint8)
+    staging = io.alloc(16 << 20)
     runs = []
     for _ in range(repeats):
         start = time.perf_counter()
         for c in cold[:sample]:
-            off, ln = per_row_requests(np.sort(c), row_bytes)
-            io.read_extents(f, off, ln, buf, np.cumsum(ln) - ln)
+            c = np.sort(c)
+            io.read_rows(f, c, row_bytes, *per_row_requests(c, row_bytes), out[: len(c)], staging)
         runs.append(time.perf_counter() - start)
     elapsed = min(runs)
     measured_rows = sum(len(c) for c in cold[:sample])
@@ -190,7 +193,8 @@ def main() -> None:
             capacity = max(len(p.rows) for p in plans)
             useful = stats["read_rows"] * rb
             limit = useful / model.read_bw
-            loader = MegaBatchLoader(io, features, store.feat_dim, store.feat_dtype, hot_rows, capacity, model, Path(args.work) / "blocks", staging)
+            source = FeatureFile(io, features, store.feat_dim, store.feat_dtype, model, staging)
+            loader = MegaBatchLoader(HotCache(source, hot_rows, store.num_nodes), capacity, Path(args.work) / "blocks")
             results = []
             for p in plans:
                 p.read = pages_plan(p.read_rows, rb, model)
@@ -213,7 +217,7 @@ def main() -> None:
             t = min(times)
             results.append(("planner", t, sum(p.read.predicted_s for p in plans), sum(p.read.pages for p in plans),
                             sum(len(p.read.offsets) for p in plans) + scan_extents, sum(p.read.nbytes for p in plans) + scan_bytes, peak))
-            loader.close()
+            source.close()
             results.append(("per_row", base_time, base_pred, base_requests, base_requests, base_bytes, 0))
             for strategy, t, pred, pages, extents, nbytes, disk in results:
                 row = {

@@ -66,7 +66,6 @@ MODEL = ModelConfig(name="sage", hidden=256, layers=3, dropout=0.5, compile=Fals
 FANOUTS = [15, 10, 5]
 BATCH_SIZE = 1024
 LR = 0.003
-PAGE = 4096
 GiB = 1 << 30
 RUNTIME_ALLOWANCE = int(1.5 * GiB)  # beyond budget + topology, in the RSS target
 CPU = torch.device("cpu")
@@ -199,13 +198,13 @@ def hold_memory(keep_free: int) -> None:
     first choice, and keep it until the parent closes stdin. Measured here, after this
     process's own imports, so that they come out of the held part."""
     Path("/proc/self/oom_score_adj").write_text("1000\n")
-    nbytes = max(PAGE, mem_available() - keep_free)
+    nbytes = max(mmap.PAGESIZE, mem_available() - keep_free)
     buf = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     libc = ctypes.CDLL(None, use_errno=True)
     address = ctypes.addressof(ctypes.c_char.from_buffer(buf))
     locked = libc.mlock(ctypes.c_void_p(address), ctypes.c_size_t(nbytes)) == 0
     if not locked:
-        np.frombuffer(buf, dtype=np.uint8)[::PAGE] = 1
+        np.frombuffer(buf, dtype=np.uint8)[::mmap.PAGESIZE] = 1
     print(json.dumps({"held": nbytes, "locked": locked}), flush=True)
     sys.stdin.read()
 

@@ -6,7 +6,7 @@ import pytest
 
 from gnnssd.io_engine import alloc
 from gnnssd.pipeline.block_writer import BlockWriter
-from gnnssd.pipeline.loader import copy_rows
+from gnnssd.io_engine.rows import copy_rows
 
 
 @pytest.mark.parametrize("row_bytes", [6, 96, 512, 5000])
@@ -43,7 +43,7 @@ def test_unwritable_block_is_an_error_and_leaves_no_file_open(tmp_path):
 def test_copy_rows_matches_slicing(row_bytes, aligned):
     rng = np.random.default_rng(1)
     src = rng.integers(0, 256, 1 << 16, dtype=np.uint8)
-    step = 8 if aligned else 1  # unaligned starts take the byte-by-byte path
+    step = 8 if aligned else 1
     pos = rng.choice((len(src) - row_bytes) // step, 300, replace=False) * step
     out = np.empty((len(pos), row_bytes), np.uint8)
     copy_rows(src, pos, row_bytes, out)

@@ -20,6 +20,8 @@ from hypothesis import strategies as st
 from gnnssd.io_engine import Engine, alloc
 from gnnssd.io_engine import engine as engine_mod
 from gnnssd.io_engine._gnnssd_io import lib
+from gnnssd.sampler.readplan import CostModel, per_row_requests, plan_extents
+from gnnssd.storage_format.manifest import PAGE as STORE_PAGE
 
 BACKENDS = ["io_uring", "threads"]
 FILE_SIZE = (8 << 20) + 777  # not a multiple of any block size: exercises the tail block
@@ -161,8 +163,7 @@ def test_zero_length_batch(engine, f):
     h = engine.submit(f, empty, empty, alloc(0), empty)
     assert h.done()
     h.wait()
-    assert engine.read_rows(f, empty, 512).shape == (0, 512)
-    assert engine.read_rows_coalesced(f, [], 100).shape == (0, 100)
+    assert engine.read_rows(f, empty, 512, empty, empty).shape == (0, 512)
 
 
 def test_concurrent_threads_share_an_engine(engine, f, data):
@@ -190,29 +191,60 @@ def test_concurrent_threads_share_an_engine(engine, f, data):
 
 # ---- row readers ----------------------------------------------------------------------
 
+def _extents(rows: np.ndarray, row_bytes: int, how: str) -> tuple[np.ndarray, np.ndarray]:
+    """The read planner's extents for rows: one request per row, page runs, or runs merged
+    across gaps (a small request limit, so that rows straddle extent ends)."""
+    ordered = np.sort(rows)
+    if how == "per-row":
+        return per_row_requests(ordered, row_bytes)
+    model = CostModel(request_s=1e-5, read_bw=1e9, write_bw=1e9, max_request=64 << 10)
+    return plan_extents(ordered, row_bytes, model, merge=how == "merged")[:2]
+
+
 @HYPO
 @given(row_bytes=st.sampled_from([1, 100, 512, 4096, 5000, 12295]),
-       base=st.integers(0, 5000),
        picks=st.lists(st.floats(0, 1, exclude_max=True), max_size=400),
-       gap=st.sampled_from([None, 0, 4096, 1 << 20]))
-def test_row_readers_equal_memmap(engine, f, data, row_bytes, base, picks, gap):
-    n_rows = (FILE_SIZE - base) // row_bytes
+       how=st.sampled_from(["per-row", "page runs", "merged"]))
+def test_row_reader_equals_memmap(engine, f, data, row_bytes, picks, how):
+    n_rows = FILE_SIZE // row_bytes
     rows = np.array([int(p * n_rows) for p in picks], np.int64)  # unsorted, with repeats
-    ref = np.memmap(data[0], np.uint8, mode="r", offset=base, shape=(n_rows, row_bytes))[rows]
-    assert np.array_equal(engine.read_rows(f, rows, row_bytes, base_offset=base), ref)
+    ref = np.memmap(data[0], np.uint8, mode="r", shape=(n_rows, row_bytes))[rows]
     out = np.full((len(rows), row_bytes), 7, np.uint8)
-    got = engine.read_rows_coalesced(f, rows, row_bytes, base_offset=base, out=out,
-                                     max_gap_bytes=gap)
+    offsets, lengths = _extents(rows, row_bytes, how)
+    # halves that hold the longest extent: many chunks, the next one read during copies
+    staging = alloc(2 * max(-(-int(lengths.max(initial=1)) // 4096) * 4096, 8192))
+    got = engine.read_rows(f, rows, row_bytes, offsets, lengths, out=out, staging=staging)
     assert got is out
     assert np.array_equal(out, ref)
 
 
-def test_rows_past_eof_and_bad_out_rejected(engine, f):
+def test_per_row_extents_read_one_request_per_row(engine, f, data):
+    """The per-row baseline's reads: as many requests as rows, rows sharing a page too."""
+    rows = np.array([9, 3, 4, 4000, 8], np.int64)
+    offsets, lengths = _extents(rows, 512, "per-row")
+    assert len(offsets) == len(rows) and set(lengths) == {4096}
+    ref = np.memmap(data[0], np.uint8, mode="r", shape=(FILE_SIZE // 512, 512))[rows]
+    assert np.array_equal(engine.read_rows(f, rows, 512, offsets, lengths), ref)
+
+
+def test_rows_past_eof_uncovered_and_bad_out_rejected(engine, f):
     last = FILE_SIZE // 512
+    offsets, lengths = _extents(np.array([0, 1]), 512, "per-row")
     with pytest.raises(ValueError, match=f"row {last} ends at byte"):
-        engine.read_rows(f, [0, last], 512)
+        engine.read_rows(f, [0, last], 512, offsets, lengths)
     with pytest.raises(ValueError, match="out must be"):
-        engine.read_rows(f, [0, 1], 512, out=np.empty((2, 511), np.uint8))
+        engine.read_rows(f, [0, 1], 512, offsets, lengths, out=np.empty((2, 511), np.uint8))
+    with pytest.raises(ValueError, match="row 100 of .* lies outside the extents"):
+        engine.read_rows(f, [0, 100], 512, offsets, lengths)
+    with pytest.raises(ValueError, match="row 0 of .* lies outside the extents"):
+        engine.read_rows(f, [0, 9], 512, [4096], [4096])
+
+
+def test_one_page_per_fact():
+    """The engine checks page checksums in the store's page; its buffers suit O_DIRECT
+    at the alignment it assumes where the kernel reports none."""
+    assert lib.GIO_CRC_PAGE == STORE_PAGE
+    assert engine_mod.ALIGNMENT == lib.GIO_DIO_ALIGN and engine_mod.alloc(1).ctypes.data % lib.GIO_DIO_ALIGN == 0
 
 
 # ---- errors ---------------------------------------------------------------------------

@@ -7,7 +7,8 @@ import pytest
 
 from gnnssd.pipeline.direct_io import DirectIO
 from gnnssd.sampler.graphs import random_csc
-from gnnssd.pipeline.loader import MegaBatchLoader
+from gnnssd.pipeline.hot_cache import HotCache
+from gnnssd.pipeline.loader import FeatureFile, MegaBatchLoader
 from gnnssd.sampler.plan import PlanConfig, Planner, load_plan, minibatch_seeds, save_plan
 from gnnssd.sampler.readplan import CostModel, pages_plan, windows
 from gnnssd.pipeline.repack import remove, repack, repacked_windows
@@ -29,6 +30,12 @@ def _planner(graph, mega_batch=4, **kw):
     indptr, indices, train, hot, _ = graph
     cfg = PlanConfig(batch_size=128, fanouts=(5, 4), mega_batch=mega_batch, seed=21, **kw)
     return Planner(indptr, indices, train, cfg, hot_rows=hot)
+
+
+def _loader(io, path, feats, hot, capacity, model, blocks=None, staging_bytes=32 << 20):
+    """The ssd loader's parts: features file, hot cache in front of it, mega-batch buffers."""
+    source = FeatureFile(io, path, feats.shape[1], feats.dtype, model, staging_bytes)
+    return MegaBatchLoader(HotCache(source, hot, len(feats)), capacity, blocks)
 
 
 def _features_file(tmp_path, feats):
@@ -127,7 +134,7 @@ def test_reads_through_real_file(graph, tmp_path, disk_budget, backend, dim, dty
     # a slow-request model, so that compact blocks win when disk space allows
     model = CostModel(request_s=1e-3, read_bw=1e9, write_bw=1e9, max_request=64 << 10)
     plans = list(_planner(graph, mega_batch=3).plans([0, 1]))
-    loader = MegaBatchLoader(io, path, dim, dtype, hot, max(len(p.rows) for p in plans), model, tmp_path / "blocks", staging_bytes=8192)
+    loader = _loader(io, path, feats, hot, max(len(p.rows) for p in plans), model, tmp_path / "blocks", staging_bytes=8192)
     strategies = set()
     for window, scan in windows(plans, row_bytes, model, disk_budget):
         repack(io, path, row_bytes, window, scan, tmp_path / "blocks", staging_bytes=8192)
@@ -148,7 +155,7 @@ def test_reads_through_real_file(graph, tmp_path, disk_budget, backend, dim, dty
     elif dtype == np.float32:  # (the 36 KiB float16 file is one merged extent: no block pays)
         assert "block" in strategies
     assert not any((tmp_path / "blocks").glob("*.bin"))
-    loader.close()
+    loader.source.close()
     io.shutdown()
 
 
@@ -183,11 +190,11 @@ def test_repacked_windows_pipeline(graph, tmp_path):
             assert on_disk <= budget
             for p in window:
                 strategies.append(p.read.strategy)
-                loader = loader or MegaBatchLoader(io, path, DIM, np.float32, hot, 20000, model, blocks)
+                loader = loader or _loader(io, path, feats, hot, 20000, model, blocks)
                 buffer = loader.load(p)
                 for i, m in enumerate(p.minibatches):
                     assert np.array_equal(loader.gather(p, i, buffer), feats[m.input_nodes])
             remove(window, blocks)
     assert "block" in strategies
-    loader.close()
+    loader.source.close()
     io.shutdown()

@@ -86,8 +86,8 @@ def test_window_choice_follows_the_model_and_the_disk_budget():
 
 def test_dense_rows_read_through_shared_page_extents(tmp_path):
     """Rows of 5732 B, all of them: extents cut at the request limit share pages, and the
-    loader still returns every row intact (regression)."""
-    from gnnssd.pipeline import DirectIO, MegaBatchLoader
+    hot cache's read still returns every row intact (regression)."""
+    from gnnssd.pipeline import DirectIO, FeatureFile, HotCache
 
     rows, dim = 3000, 1433
     feats = np.random.default_rng(0).standard_normal((rows, dim)).astype(np.float32)
@@ -96,7 +96,7 @@ def test_dense_rows_read_through_shared_page_extents(tmp_path):
     path.write_bytes(data + bytes(-len(data) % 4096))
     io = DirectIO(queue_depth=8)
     model = CostModel(request_s=1e-5, read_bw=1e9, write_bw=1e9)
-    loader = MegaBatchLoader(io, path, dim, np.float32, np.arange(rows), 1, model, staging_bytes=4 << 20)
-    np.testing.assert_array_equal(loader.hot, feats)
-    loader.close()
+    source = FeatureFile(io, path, dim, np.float32, model, staging_bytes=4 << 20)
+    np.testing.assert_array_equal(HotCache(source, np.arange(rows), rows).data, feats)
+    source.close()
     io.shutdown()

@@ -37,7 +37,7 @@ def test_batches_carry_the_features_on_disk(small_store, tmp_path, block_budget)
     budget = "24MiB" if block_budget else "16MiB"
     trainer = Trainer(_config(small_store, tmp_path / "run", block_budget=block_budget, memory_budget=budget))
     loader = trainer.loader
-    assert 0 < len(loader._backend.hot_rows) < trainer.store.num_nodes
+    assert 0 < len(loader._backend.hot) < trainer.store.num_nodes
     features = Store.open(small_store).features_memmap()
     labels = np.asarray(trainer.store.labels)
     train = np.asarray(trainer.store.train_idx)

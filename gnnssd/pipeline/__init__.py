@@ -1,14 +1,15 @@
 """Executing the planner's plans: the SSD data path between gnnssd.sampler and the loaders.
 
-direct_io (the one adapter to gnnssd.io_engine), loader (fill mega-batch buffers, gather
-mini-batch inputs), repack and block_writer (compact blocks), worker (background stages),
+direct_io (the one adapter to gnnssd.io_engine), loader (the features file's reader, mega-batch
+buffers, the gather), hot_cache (the hot rows, the one owner of which rows are hot), repack and block_writer (compact blocks), worker (background stages),
 calibration (the drive's cost model).
 """
 from .calibration import calibrate, load_model
 from .direct_io import DirectIO
-from .loader import MegaBatchLoader
+from .hot_cache import HotCache, hottest_rows
+from .loader import FeatureFile, MegaBatchLoader
 from .repack import remove, repack, repacked_windows
 from .worker import PlanWorker, replay, saving
 
-__all__ = ["DirectIO", "MegaBatchLoader", "PlanWorker", "calibrate", "load_model", "remove", "repack",
-           "repacked_windows", "replay", "saving"]
+__all__ = ["DirectIO", "FeatureFile", "HotCache", "MegaBatchLoader", "PlanWorker", "calibrate", "load_model", "remove", "repack",
+           "hottest_rows", "repacked_windows", "replay", "saving"]

@@ -13,12 +13,13 @@ from pathlib import Path
 
 import numpy as np
 
-from gnnssd.sampler.readplan import PAGE, CostModel
+from gnnssd.sampler.readplan import CostModel
+from gnnssd.storage_format.manifest import PAGE
 
 from .direct_io import DirectIO
 
 CALIBRATION_FILE = "calibration.json"
-SIZES = (4096, 16384, 65536, 262144, 1 << 20)
+SIZES = (PAGE, 4 * PAGE, 16 * PAGE, 64 * PAGE, 1 << 20)
 
 
 def measure_reads(io: DirectIO, path: str | Path, size: int, seconds: float, seed: int = 0) -> dict:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Mapping
+from typing import Iterator, Mapping
 
 import numpy as np
 
@@ -50,6 +50,16 @@ class DirectIO:
         """Start the reads; `.wait()` on the result blocks until they are done."""
         offsets, lengths, dest = (np.ascontiguousarray(a, dtype=np.int64) for a in (offsets, lengths, dest))
         return self._engine.submit(f, offsets, lengths, buf, dest)
+
+    def read_rows(self, f, rows: np.ndarray, row_bytes: int, offsets: np.ndarray, lengths: np.ndarray,
+                  out: np.ndarray, staging: np.ndarray) -> np.ndarray:
+        """out[k] = row rows[k] of f, read by the extents covering them (the engine's reader)."""
+        return self._engine.read_rows(f, rows, row_bytes, offsets, lengths, out, staging)
+
+    def iter_rows(self, f, rows: np.ndarray, row_bytes: int, offsets: np.ndarray, lengths: np.ndarray,
+                  staging: np.ndarray) -> Iterator[tuple[int, int, np.ndarray]]:
+        """Engine.iter_rows: sorted rows chunk by chunk through `staging`."""
+        return self._engine.iter_rows(f, rows, row_bytes, offsets, lengths, staging)
 
     def shutdown(self) -> None:
         self._engine.close()

@@ -19,7 +19,6 @@ from gnnssd.sampler.readplan import CostModel, Scan, windows
 
 from .block_writer import BlockWriter
 from .direct_io import DirectIO
-from .loader import iter_rows
 
 
 def repack(
@@ -45,7 +44,7 @@ def repack(
     try:
         with BlockWriter([block_dir / p.read.block for p in blocks], row_bytes, io.alloc,
                          writer_bytes) as writer:
-            for lo, hi, pos in iter_rows(io, f, union, row_bytes, scan.offsets, scan.lengths, staging):
+            for lo, hi, pos in io.iter_rows(f, union, row_bytes, scan.offsets, scan.lengths, staging):
                 for k, p in enumerate(blocks):
                     rows = p.read_rows
                     a, b = np.searchsorted(rows, [union[lo], union[hi - 1] + 1]) if hi > lo else (0, 0)

@@ -23,6 +23,14 @@ enum {
 };
 
 enum {
+    /* The unit of a checksum file: one CRC32C per page of the file it checks. */
+    GIO_CRC_PAGE = 4096,
+    /* The O_DIRECT alignment assumed where the kernel reports none (gio_open reports the
+     * file's own), and the alignment of the buffers Engine.alloc makes. */
+    GIO_DIO_ALIGN = 4096
+};
+
+enum {
     GIO_FLAG_SQPOLL = 1,
     GIO_FLAG_IOPOLL = 2
 };
@@ -71,21 +79,10 @@ int gio_batch_abandoned(gio_batch *b);
 /* Free a done batch (a batch still running is left alone rather than freed under a worker). */
 void gio_batch_free(gio_batch *b);
 
-/* Plan the page-aligned reads covering fixed-stride rows: row r spans
- * [base + r*row_bytes, base + (r+1)*row_bytes). Rows are visited in order[] (NULL: as
- * given); with max_gap >= 0 consecutive visited rows share one extent while the gap
- * between their pages is at most max_gap bytes and the extent stays within max_extent.
- * Writes n_ext extents (file offset, length, scratch offset packed back to back) and for
- * the i-th visited row its scratch offset row_src[i] and extent index row_ext[i].
- * All output arrays need room for n entries. Returns n_ext. */
-size_t gio_rows_plan(const int64_t *rows, const int64_t *order, size_t n, int64_t row_bytes,
-                     int64_t base, int64_t page, int64_t max_gap, int64_t max_extent,
-                     int64_t *ext_off, int64_t *ext_len, int64_t *ext_dst, int64_t *row_src,
-                     int64_t *row_ext);
-/* out[order[i]] = scratch[row_src[i] - scratch_base : + row_bytes] for i < n
- * (order NULL: out[i]). */
-void gio_rows_copy(const uint8_t *scratch, int64_t scratch_base, const int64_t *row_src,
-                   const int64_t *order, size_t n, int64_t row_bytes, uint8_t *out);
+/* out[order[i]] = src[pos[i] : pos[i] + row_bytes] for i < n (order NULL: out[i]): the row
+ * reader's copy out of its staging area. */
+void gio_rows_copy(const uint8_t *src, const int64_t *pos, const int64_t *order, size_t n,
+                   int64_t row_bytes, uint8_t *out);
 
 /* CRC32C (Castagnoli, as iSCSI/ext4) of n bytes continuing from crc (0 to start); with
  * use_hardware the SSE4.2 instruction when the CPU has it, else the table. */
@@ -94,9 +91,9 @@ uint32_t gio_crc32c(uint32_t crc, const uint8_t *data, size_t n, int use_hardwar
 int gio_crc32c_hardware(void);
 /* out[k] = CRC32C of bytes [k*page, (k+1)*page) of data (the last page may be shorter). */
 void gio_page_crcs(const uint8_t *data, size_t n, size_t page, uint32_t *out);
-/* Check the n bytes of data, read from file offset offset (a multiple of 4096), against
- * crcs[offset/4096 ...] (ncrcs entries); 0 when all match, else 1 with the first bad page
- * and its CRC32C in *bad_page, *got. */
+/* Check the n bytes of data, read from file offset offset (a multiple of GIO_CRC_PAGE),
+ * against crcs[offset/GIO_CRC_PAGE ...] (ncrcs entries); 0 when all match, else 1 with
+ * the first bad page and its CRC32C in *bad_page, *got. */
 int gio_verify_pages(const uint8_t *data, int64_t offset, int64_t n, const uint32_t *crcs,
                      int64_t ncrcs, int64_t *bad_page, uint32_t *got);
 

@@ -393,7 +393,7 @@ void gio_engine_free(gio_engine *eng)
  * the kernel reports it, the logical sector size of a block device, else one page. */
 static void dio_alignment(int fd, const struct stat *st, int *offset_align, int *mem_align)
 {
-    *offset_align = *mem_align = 4096;
+    *offset_align = *mem_align = GIO_DIO_ALIGN;
 #ifdef STATX_DIOALIGN
     struct statx sx;
     if (statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &sx) == 0 &&

@@ -6,8 +6,8 @@
 
 /* Largest single read handed to the kernel; longer requests continue as "short" reads. */
 #define GIO_MAX_IO ((int64_t)1 << 30)
-/* The unit of the checksum file: one CRC32C per page of features.bin. */
-#define GIO_PAGE ((int64_t)4096)
+/* The checksum page (gio.h's GIO_CRC_PAGE) as a 64-bit operand. */
+#define GIO_PAGE ((int64_t)GIO_CRC_PAGE)
 
 struct gio_batch {
     gio_engine *eng;

@@ -21,6 +21,7 @@ from gnnssd.io_engine import ChecksumError, Engine
 from gnnssd.io_engine.crc import checksum_error, crc32c, page_crc32c
 from gnnssd.io_engine.crc import first_bad_page as c_first_bad_page
 from gnnssd.pipeline import DirectIO
+from gnnssd.sampler.readplan import CostModel, per_row_requests, plan_extents
 from gnnssd.storage_format import DatasetError, PageChecksumError, Store, StoreError, write_store
 from gnnssd.storage_format import page_crc
 from gnnssd.trainer import Trainer
@@ -209,10 +210,12 @@ def test_corrupt_page_fails_engine_reads(tmp_path, backend, how):
     with Engine(backend=backend, queue_depth=16) as engine:
         with engine.open(store.features_path, checksums=store.page_checksums()) as f:
             with pytest.raises(ChecksumError) as err:
-                engine.read_rows_coalesced(f, np.arange(store.num_nodes), store.row_bytes)
-            clean = engine.read_rows(f, np.arange(10), store.row_bytes)  # untouched pages read
+                engine.read_rows(f, np.arange(store.num_nodes), store.row_bytes,
+                                 *plan_extents(np.arange(store.num_nodes), store.row_bytes, CostModel.default())[:2])
+            first = np.arange(10)  # untouched pages read
+            clean = engine.read_rows(f, first, store.row_bytes, *per_row_requests(first, store.row_bytes))
         with engine.open(store.features_path) as f:
-            raw = engine.read_rows(f, [1000], store.row_bytes)
+            raw = engine.read_rows(f, [1000], store.row_bytes, *per_row_requests(np.array([1000]), store.row_bytes))
     message = str(err.value)
     expected = int(store.page_checksums()[page])
     got = _crc32c_reference(store.features_path.read_bytes()[page * 4096:(page + 1) * 4096])
@@ -266,12 +269,12 @@ def test_checksums_off_reads_without_verifying(tmp_path):
                                                         num_classes=4, avg_degree=5))
     trainer = Trainer(_train_config(path, tmp_path / "run", "ssd", verify_checksums=False))
     try:
-        assert trainer.loader.backend.buffers.file.checksums is None
+        assert trainer.loader.backend.features.file.checksums is None
     finally:
         trainer.close()
     trainer = Trainer(_train_config(path, tmp_path / "run2", "ssd"))
     try:
-        np.testing.assert_array_equal(trainer.loader.backend.buffers.file.checksums,
+        np.testing.assert_array_equal(trainer.loader.backend.features.file.checksums,
                                       Store.open(path).page_checksums())
     finally:
         trainer.close()

@@ -1,0 +1,50 @@
+"""The hot cache: the feature rows sampling reaches most, held in memory for the whole run.
+
+It is the one owner of which rows are hot. It sits in front of the SSD reader (the
+features file it was filled from) as GraphBolt's cached features sit in front of their
+fallback feature: the planner consults its membership (`members`, a sampler.HotRows: the
+sorted rows and their row-sized mask) so that hot rows are never read, and the gather
+copies hot rows from `data`, the rest from the mega-batch buffer the reader filled.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from gnnssd.sampler import HotRows, hotness
+from gnnssd.storage_format import Store
+
+from .loader import FeatureFile
+
+# store orders that put the hottest rows first: the cache is then the front of the file
+HOT_FIRST_ORDERS = ("degree", "locality")
+
+
+def hottest_rows(store: Store, count: int, fanouts: list[int]) -> np.ndarray:
+    """The `count` rows sampling with `fanouts` reaches most (sorted); the front of the
+    file when the store's order already put the hottest rows first (one sequential read)."""
+    if count == 0:
+        return np.empty(0, np.int64)
+    if store.manifest["order"] in HOT_FIRST_ORDERS:
+        return np.arange(count, dtype=np.int64)
+    train = np.asarray(store.train_idx)  # empty in a link store: seeds are anywhere
+    heat = hotness(store.indptr, store.indices, fanouts, train if len(train) else None)
+    return np.sort(np.argsort(-heat, kind="stable")[:count]).astype(np.int64)
+
+
+class HotCache:
+    """Rows `rows` of the features file `source` (the SSD reader it wraps: rows not in
+    the cache come from it), read once through it, checksummed like every read; row
+    members.rows[k] is data[k]."""
+
+    def __init__(self, source: FeatureFile, rows: np.ndarray, num_rows: int):
+        self.source = source
+        self.members = HotRows.of(rows, num_rows)
+        self.data = np.empty((len(self.members.rows), source.feat_dim), source.dtype)
+        source.read(self.members.rows, self.data.view(np.uint8).reshape(len(self.data), source.row_bytes))
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    @property
+    def nbytes(self) -> int:
+        return self.data.nbytes

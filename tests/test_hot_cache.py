@@ -1,0 +1,105 @@
+"""The hot cache, the one owner of which rows are hot: its rows come from the features
+file through the engine (compared with plain preads), the planner consults its membership
+and never reads a hot row, and the gather's [hot | buffer] rebuilds every mini-batch."""
+import os
+
+import numpy as np
+import pytest
+
+from gnnssd.datasets import synthetic_source
+from gnnssd.io_engine import ChecksumError
+from gnnssd.pipeline import DirectIO, FeatureFile, HotCache, MegaBatchLoader, hottest_rows
+from gnnssd.sampler import HotRows, PlanConfig, Planner, hotness, node_order
+from gnnssd.sampler.plan import RowUnion
+from gnnssd.storage_format import Store, write_store
+
+FANOUTS = [5, 5]
+
+
+@pytest.fixture(scope="module", params=["original", "degree"])
+def store(request, tmp_path_factory) -> Store:
+    source = synthetic_source(num_nodes=5000, feat_dim=24, num_classes=4, avg_degree=6)
+    order = request.param if request.param == "original" else node_order(request.param)
+    return Store.open(write_store(tmp_path_factory.mktemp("hot") / "s", source, order=order))
+
+
+def _pread_rows(path, rows: np.ndarray, row_bytes: int) -> np.ndarray:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return np.stack([np.frombuffer(os.pread(fd, row_bytes, int(r) * row_bytes), np.uint8)
+                         for r in rows])
+    finally:
+        os.close(fd)
+
+
+def test_hottest_rows_follow_the_sampling_heat(store):
+    rows = hottest_rows(store, 400, FANOUTS)
+    if store.manifest["order"] == "degree":  # hot rows first: the front of the file
+        np.testing.assert_array_equal(rows, np.arange(400))
+    else:
+        heat = hotness(store.indptr, store.indices, FANOUTS, np.asarray(store.train_idx))
+        assert np.all(np.diff(rows) > 0) and heat[rows].min() >= np.sort(heat)[-400]
+    assert len(hottest_rows(store, 0, FANOUTS)) == 0
+
+
+def test_cache_holds_its_rows_as_a_plain_pread_reads_them(store):
+    io = DirectIO(queue_depth=8, checksums={store.features_path: store.page_checksums()})
+    source = FeatureFile(io, store.features_path, store.feat_dim, store.feat_dtype)
+    try:
+        rows = hottest_rows(store, 700, FANOUTS)
+        cache = HotCache(source, rows[::-1], store.num_nodes)  # any order in, sorted held
+        np.testing.assert_array_equal(cache.members.rows, rows)
+        assert np.flatnonzero(cache.members.mask).tolist() == rows.tolist()
+        assert len(cache) == 700 and cache.nbytes == 700 * store.row_bytes
+        expected = _pread_rows(store.features_path, rows, store.row_bytes)
+        np.testing.assert_array_equal(cache.data.view(np.uint8).reshape(700, -1), expected)
+    finally:
+        source.close()
+        io.shutdown()
+
+
+def test_planner_never_reads_a_hot_row_and_the_gather_rebuilds_batches(store):
+    io = DirectIO(queue_depth=8)
+    source = FeatureFile(io, store.features_path, store.feat_dim, store.feat_dtype)
+    cache = HotCache(source, hottest_rows(store, 600, FANOUTS), store.num_nodes)
+    cfg = PlanConfig(batch_size=128, fanouts=tuple(FANOUTS), mega_batch=3, seed=2)
+    plans = list(Planner(store.indptr, store.indices, store.train_idx, cfg, cache.members).plans([0]))
+    loader = MegaBatchLoader(cache, max(len(p.rows) for p in plans))
+    features = store.features_memmap()
+    try:
+        hits = 0
+        for plan in plans:
+            assert plan.num_hot == len(cache)
+            assert not cache.members.mask[plan.rows].any()  # hot rows are never read or carried
+            buffer = loader.load(plan)
+            for i, mfgs in enumerate(plan.minibatches):
+                np.testing.assert_array_equal(loader.gather(plan, i, buffer), features[mfgs.input_nodes])
+            hits += plan.stats["hot_hits"]
+        assert hits > 0
+    finally:
+        source.close()
+        io.shutdown()
+
+
+def test_a_corrupt_hot_page_is_refused(tmp_path):
+    path = write_store(tmp_path / "s", synthetic_source(num_nodes=3000, feat_dim=32, num_classes=4,
+                                                        avg_degree=4), order=node_order("degree"))
+    store = Store.open(path)
+    with open(store.features_path, "r+b") as f:
+        f.seek(5 * store.row_bytes)
+        f.write(b"\xff" * 4)
+    io = DirectIO(queue_depth=8, checksums={store.features_path: store.page_checksums()})
+    source = FeatureFile(io, store.features_path, store.feat_dim, store.feat_dtype)
+    try:
+        with pytest.raises(ChecksumError, match="page 0 "):
+            HotCache(source, np.arange(100), store.num_nodes)
+    finally:
+        source.close()
+        io.shutdown()
+
+
+def test_bad_hot_rows_are_named():
+    with pytest.raises(ValueError, match=r"hot rows must lie in 0\.\.9, got 3\.\.12"):
+        HotRows.of(np.array([3, 12]), 10)
+    with pytest.raises(ValueError, match="mask covers 10 rows, the graph has 11"):
+        RowUnion(11, HotRows.of(np.array([1]), 10))
