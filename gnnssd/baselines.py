@@ -154,7 +154,7 @@ class PerRowLoader(SampledLoader):
             raw[missed] = fresh
             self._keep(slots[missed], fresh)
             self.io.add(bytes_read=int(per_row_requests(rows[missed], self.row_bytes)[1].sum()),
-                        requests=len(missed))
+                        requests=len(missed), useful_bytes=len(missed) * self.row_bytes)
             return self._as_float32(raw.view(self.store.feat_dtype))
 
     def _keep(self, slots: np.ndarray, fresh: np.ndarray) -> None:

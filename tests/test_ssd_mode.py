@@ -41,10 +41,11 @@ def test_batches_carry_the_features_on_disk(small_store, tmp_path, block_budget)
     features = Store.open(small_store).features_memmap()
     labels = np.asarray(trainer.store.labels)
     train = np.asarray(trainer.store.train_idx)
-    seen = []
+    seen, seen_inputs = [], []
     loader.set_epoch(1)
     for batch in loader:
         inputs = batch.blocks[0].srcdata[dgl.NID].numpy()
+        seen_inputs.append(inputs)
         np.testing.assert_array_equal(batch.input_nodes.numpy(), inputs)
         np.testing.assert_array_equal(batch.x.numpy(), features[inputs])
         np.testing.assert_array_equal(batch.blocks[-1].dstdata[dgl.NID].numpy(), batch.output_nodes.numpy())
@@ -53,6 +54,7 @@ def test_batches_carry_the_features_on_disk(small_store, tmp_path, block_budget)
     np.testing.assert_array_equal(np.sort(np.concatenate(seen)), train)
     counts = loader.io_stats()
     assert counts["bytes_read"] > 0 and counts["requests"] > 0
+    assert counts["useful_bytes"] == _cold_bytes(seen_inputs, loader._backend.hot_rows, trainer.store.row_bytes)
     if block_budget:  # compact blocks were repacked, read back and deleted
         assert counts["bytes_written"] > 0
     assert not loader._backend.block_dir.exists()  # the loader's own scratch is removed after the epoch
@@ -86,10 +88,41 @@ def test_ssd_resume_equals_uninterrupted_run(small_store, tmp_path):
         torch.testing.assert_close(resumed[key], value, rtol=0, atol=0)
 
 
-def test_budget_too_small_is_refused(small_store, tmp_path):
-    with pytest.raises(ConfigError, match=r"ssd.memory_budget: .* is too small: a mini-batch reads "
-                                          r"up to ~[\d,]+ rows .* need at least"):
-        Trainer(_config(small_store, tmp_path / "run", memory_budget="12.2MiB"))
+def _cold_bytes(inputs: list[np.ndarray], hot_rows: np.ndarray, row_bytes: int) -> int:
+    """Bytes of each mini-batch's distinct input rows outside the hot cache, summed."""
+    return sum(len(np.setdiff1d(np.unique(i), hot_rows)) for i in inputs) * row_bytes
+
+
+def test_budget_below_two_minibatches_streams_pieces(small_store, tmp_path):
+    """A budget smaller than two buffers of one mini-batch's input rows (the floor before
+    mini-batches were streamed in pieces) trains, with x equal to the stored rows."""
+    config = _config(small_store, tmp_path / "run", memory_budget="14.5MiB")
+    config.sampler.batch_size = config.sampler.eval_batch_size = 1000  # ~15k of the 20k rows each
+    config.train.epochs = 1
+    trainer = Trainer(config)
+    backend = trainer.loader._backend
+    features = Store.open(small_store).features_memmap()
+    row_bytes, hot = trainer.store.row_bytes, backend.hot_rows
+    inputs = []
+    trainer.loader.set_epoch(1)
+    for batch in trainer.loader:
+        inputs.append(batch.input_nodes.numpy())
+        np.testing.assert_array_equal(batch.x.numpy(), features[inputs[-1]])
+    queues = 12 << 20  # 4 MiB staging + 8 MiB of plans in flight at this budget
+    assert 2 * max(map(len, inputs)) * row_bytes + queues > 14.5 * 2**20  # below the old floor
+    cold = [len(np.setdiff1d(i, hot)) for i in inputs]
+    assert max(cold) > backend.budget.buffer_rows  # some mini-batches came in pieces
+    assert trainer.loader.io_stats()["useful_bytes"] == _cold_bytes(inputs, hot, row_bytes)
+    history = trainer.fit()
+    assert np.isfinite(history[-1]["train_loss"])
+    trainer.close()
+
+
+def test_impossible_budget_is_refused(small_store, tmp_path):
+    with pytest.raises(ConfigError, match=r"ssd.memory_budget: 13 MiB is too small: 12 MiB of queues and "
+                                          r"staging plus two buffers of at least 4,096 rows of 256 B "
+                                          r"need at least 14 MiB"):
+        Trainer(_config(small_store, tmp_path / "run", memory_budget="13MiB"))
 
 
 def test_planner_splits_mega_batches_to_fit_the_buffer(small_store):
