@@ -25,7 +25,7 @@ from gnnssd.sampler import MFGs, MegaBatchPlan, NeighborSampler, PlanConfig, Pla
 from gnnssd.sampler.readplan import pages_plan
 from gnnssd.storage_format import Store
 
-from .budget import MemoryBudget, format_bytes, parse_bytes
+from .budget import MemoryBudget, format_bytes, parse_bytes, resolve_block_budget
 from .config import ConfigError, SamplerConfig, SSDConfig
 from .memory_loader import IOCounters, MiniBatch, store_labels
 from .pipeline import DirectIO, MegaBatchLoader, PlanWorker, load_model, remove, repacked_windows
@@ -59,10 +59,11 @@ class SSDLoader:
         self.labels = store_labels(store)
         self.io = IOCounters()
         self.cost_model = load_model(store.path)
-        self.block_budget = parse_bytes(ssd.block_budget)
         self.block_dir = block_dir  # scratch this loader owns: made on use, removed after
         self._assembling: np.ndarray | None = None  # x of a mini-batch read in pieces
         total = parse_bytes(ssd.memory_budget)
+        self.block_budget, why = resolve_block_budget(ssd.block_budget, store.feature_bytes, total, block_dir)
+        log.info(why)
         row_bytes = store.row_bytes
         self.staging_bytes = staging_bytes(total)
         self.writer_bytes = self.staging_bytes // 4
