@@ -350,12 +350,12 @@ def pieces(mfgs: MFGs, hot_rows: np.ndarray, max_rows: int, epoch: int, index: i
         if k == 0:
             gather[hot] = at[hot]
         gather[cold_pos[order[lo:hi]]] = len(hot_rows) + np.arange(hi - lo)
-        stats = {"minibatches": 1 if k == 0 else 0, "input_rows": int(len(nodes)) if k == 0 else 0,
-                 "unique_rows": hi - lo + (int(hot.sum()) if k == 0 else 0),
-                 "hot_hits": int(hot.sum()) if k == 0 else 0, "cold_unique_rows": hi - lo,
-                 "carried_rows": 0, "read_rows": hi - lo,
-                 "minibatch_cold_rows": int(len(cold)) if k == 0 else 0, "piece": k, "pieces": count}
-        stats["sharing"] = float(stats["input_rows"] / max(stats["unique_rows"], 1))
+        first = int(k == 0)  # the mini-batch's own counts go with its first piece
+        hot_hits = first * int(hot.sum())
+        stats = {"minibatches": first, "input_rows": first * len(nodes), "unique_rows": hi - lo + hot_hits,
+                 "sharing": float(first * len(nodes) / (hi - lo + hot_hits)), "hot_hits": hot_hits,
+                 "cold_unique_rows": hi - lo, "carried_rows": 0, "read_rows": hi - lo,
+                 "minibatch_cold_rows": first * len(cold), "piece": k, "pieces": count}
         plans.append(MegaBatchPlan(epoch=epoch, index=index + k, minibatches=[mfgs], gather=[gather],
                                    rows=cold[lo:hi], num_read=hi - lo, carry_src=np.empty(0, np.int64),
                                    num_hot=len(hot_rows), stats=stats))
