@@ -156,7 +156,8 @@ class PerRowLoader(SampledLoader):
         with self.timer.stage("gather"):
             raw[missed] = fresh
             self._keep(slots[missed], fresh)
-            self.io.add(bytes_read=int(lengths.sum()), requests=len(lengths))
+            self.io.add(bytes_read=int(lengths.sum()), requests=len(lengths),
+                        useful_bytes=len(missed) * self.row_bytes)
             return self._as_float32(raw.view(self.store.feat_dtype))
 
     def _keep(self, slots: np.ndarray, fresh: np.ndarray) -> None:

@@ -19,9 +19,11 @@ so that none needs more buffer rows than that. Nothing here re-plans or re-split
 """
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from decimal import Decimal
+from pathlib import Path
 
 UNITS = {"": 1, "b": 1,
          "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
@@ -30,6 +32,10 @@ _SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)\s*$", re.IGNORECASE)
 ACCEPTED = "a non-negative integer of bytes or a number with a unit: B, KiB, MiB, GiB, TiB " \
            "(powers of 1024) or KB, MB, GB, TB (powers of 1000), e.g. '1.25GiB' or '512MiB'"
 DEFAULT_QUEUE_BYTES = 64 << 20
+AUTO = "auto"  # ssd.block_budget chosen by auto_block_budget
+AUTO_MIN_RATIO = 2  # features at most this many times the memory budget: no blocks
+AUTO_FEATURE_SHARE = 0.5  # blocks want half the features' size (docs/BENCHMARKS.md, issue 5)
+AUTO_DISK_SHARE = 0.25  # and never more than a quarter of the free space under the run dir
 
 
 def parse_bytes(value: int | str) -> int:
@@ -114,3 +120,34 @@ class MemoryBudget:
                 f"({self.hot_rows:,} rows{shrunk}), {self.buffers} mega-batch buffers x "
                 f"{format_bytes(self.buffer_rows * self.row_bytes)} ({self.buffer_rows:,} rows), "
                 f"queues {format_bytes(self.queue_bytes)}, spare {format_bytes(self.spare_bytes)}")
+
+
+def auto_block_budget(feature_bytes: int, memory_budget: int, disk: os.statvfs_result) -> int:
+    """`ssd.block_budget: auto`: disk space for compact blocks, from the features-to-budget
+    ratio and `disk` (os.statvfs of the block directory's filesystem).
+
+    0 (extents only) when the features are at most AUTO_MIN_RATIO times the memory budget
+    (the hot cache holds much of them: repacking costs more than it saves); otherwise
+    AUTO_FEATURE_SHARE of the features, capped at AUTO_DISK_SHARE of the free space, and 0
+    when that cap is below the memory budget (windows smaller than a buffer repack nothing
+    worth the write: the disk is too full)."""
+    if feature_bytes <= AUTO_MIN_RATIO * memory_budget:
+        return 0
+    free = disk.f_bavail * disk.f_frsize
+    chosen = min(int(feature_bytes * AUTO_FEATURE_SHARE), int(free * AUTO_DISK_SHARE))
+    return chosen if chosen >= memory_budget else 0
+
+
+def resolve_block_budget(value: int | str, feature_bytes: int, memory_budget: int,
+                         directory: Path) -> tuple[int, str]:
+    """The block budget in bytes for `value` (a size, or "auto" decided for `directory`'s
+    filesystem, or its nearest existing parent's), and a line saying why, for the log."""
+    if not (isinstance(value, str) and value.strip().lower() == AUTO):
+        size = parse_bytes(value)
+        return size, f"ssd.block_budget {format_bytes(size)} (as configured)"
+    existing = next(p for p in (directory, *directory.parents) if p.exists())
+    disk = os.statvfs(existing)
+    chosen = auto_block_budget(feature_bytes, memory_budget, disk)
+    return chosen, (f"ssd.block_budget auto: {format_bytes(chosen)} (features "
+                    f"{feature_bytes / memory_budget:.1f}x the memory budget; "
+                    f"{format_bytes(disk.f_bavail * disk.f_frsize)} free under {existing})")

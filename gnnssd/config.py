@@ -73,6 +73,8 @@ def _size(value: Any) -> bool:
 
 
 SIZE = _check(_size, "a size: bytes, or a number with B/KiB/MiB/GiB/TiB or KB/MB/GB/TB")
+SIZE_OR_AUTO = _check(lambda v: (isinstance(v, str) and v.strip().lower() == "auto") or _size(v),
+                      "auto, or a size: bytes, or a number with B/KiB/MiB/GiB/TiB or KB/MB/GB/TB")
 
 
 @dataclass
@@ -85,8 +87,11 @@ class SSDConfig:
     mega_batch: int = field(default=16, metadata=_check(_positive, "a positive integer"))
     #: Share of the budget (after queues) for the hot cache; the rest is two buffers.
     hot_fraction: float = field(default=0.4, metadata=_check(lambda v: 0 <= v < 1, "in [0, 1)"))
-    #: Disk space for compact blocks repacked ahead of training; 0 = extents only.
-    block_budget: int | str = field(default=0, metadata=SIZE)
+    #: Disk space for compact blocks repacked ahead of training; 0 = extents only; "auto":
+    #: 0 when the features are at most twice memory_budget, else half the features' size,
+    #: capped at a quarter of the free space where the blocks go (0 if that is below
+    #: memory_budget). The chosen value is logged (gnnssd.budget.auto_block_budget).
+    block_budget: int | str = field(default="auto", metadata=SIZE_OR_AUTO)
     queue_depth: int = field(default=128, metadata=_check(_positive, "a positive integer"))
     io_backend: Literal["auto", "io_uring", "threads"] = "auto"
     #: Check every page read from features.bin against the store's CRC32C page checksums.

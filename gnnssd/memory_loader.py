@@ -39,23 +39,27 @@ class MiniBatch:
 
 
 class IOCounters:
-    """Bytes and requests a loader sent to the disk since it was opened; the ssd loader's
-    read and repack threads add to them at once, hence the lock."""
+    """Bytes and requests a loader sent to the disk since it was opened, and `useful_bytes`:
+    the bytes of the cold rows its mini-batches needed (each mini-batch's distinct input rows
+    outside its cache), so bytes_read / useful_bytes is the read amplification. The ssd
+    loader's read and repack threads add to them at once, hence the lock."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self.bytes_read = self.bytes_written = self.requests = 0
+        self.bytes_read = self.bytes_written = self.requests = self.useful_bytes = 0
 
-    def add(self, bytes_read: int = 0, bytes_written: int = 0, requests: int = 0) -> None:
+    def add(self, bytes_read: int = 0, bytes_written: int = 0, requests: int = 0,
+            useful_bytes: int = 0) -> None:
         with self._lock:
             self.bytes_read += bytes_read
             self.bytes_written += bytes_written
             self.requests += requests
+            self.useful_bytes += useful_bytes
 
     def as_dict(self) -> dict[str, int]:
         with self._lock:
             return {"bytes_read": self.bytes_read, "bytes_written": self.bytes_written,
-                    "requests": self.requests}
+                    "requests": self.requests, "useful_bytes": self.useful_bytes}
 
 
 def store_graph(store: Store) -> dgl.DGLGraph:

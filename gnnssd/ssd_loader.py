@@ -15,17 +15,18 @@ from __future__ import annotations
 import logging
 import shutil
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Iterator
 
 import numpy as np
 import torch
 
-from gnnssd.sampler import MegaBatchPlan, NeighborSampler, PlanConfig, Planner, to_dgl_blocks
+from gnnssd.sampler import MFGs, MegaBatchPlan, NeighborSampler, PlanConfig, Planner, to_dgl_blocks
 from gnnssd.sampler.readplan import pages_plan
 from gnnssd.storage_format import Store
 
-from .budget import MemoryBudget, format_bytes, parse_bytes
+from .budget import MemoryBudget, format_bytes, parse_bytes, resolve_block_budget
 from .config import ConfigError, SamplerConfig, SSDConfig
 from .memory_loader import IOCounters, MiniBatch, store_labels
 from .pipeline import (DirectIO, FeatureFile, HotCache, MegaBatchLoader, PlanWorker, hottest_rows, load_model,
@@ -38,7 +39,8 @@ log = logging.getLogger("gnnssd.ssd")
 
 MIN_STAGING, MAX_STAGING = 4 << 20, 32 << 20
 PLANS_IN_FLIGHT_BYTES = 8 << 20  # plans and gathered batches queued between the stages
-MINIBATCH_MARGIN = 1.5  # buffer rows per sampled mini-batch's input rows: batches vary
+MINIBATCH_MARGIN = 1.5  # buffer rows per sampled mini-batch's cold rows: batches vary
+MIN_BUFFER_BYTES = 1 << 20  # smaller buffers would stream a mini-batch in too many pieces
 
 
 def staging_bytes(budget: int) -> int:
@@ -59,9 +61,11 @@ class SSDLoader:
         self.labels = store_labels(store)
         self.io = IOCounters()
         self.cost_model = load_model(store.path)
-        self.block_budget = parse_bytes(ssd.block_budget)
         self.block_dir = block_dir  # scratch this loader owns: made on use, removed after
+        self._assembling: np.ndarray | None = None  # x of a mini-batch read in pieces
         total = parse_bytes(ssd.memory_budget)
+        self.block_budget, why = resolve_block_budget(ssd.block_budget, store.feature_bytes, total, block_dir)
+        log.info(why)
         row_bytes = store.row_bytes
         self.staging_bytes = staging_bytes(total)
         self.writer_bytes = self.staging_bytes // 4
@@ -72,23 +76,30 @@ class SSDLoader:
             queue_bytes += (self.staging_bytes + self.writer_bytes
                             + 2 * (self.block_budget // 2 // row_bytes) * 8)
         usable = max(total - queue_bytes, 0)
-        # Two buffers take (1 - hot_fraction) of what is left, or more when sampled
-        # mini-batches (with a margin) need more; the hot cache gets the rest.
-        needed = int(MINIBATCH_MARGIN * self._rows_per_minibatch())
-        if 2 * needed * row_bytes > usable:
-            least = 2 * needed * row_bytes + queue_bytes
+        # Buffers hold cold rows only (hot rows are gathered from the hot cache). Two take
+        # (1 - hot_fraction) of what is left, or more when the sampled mini-batches' cold rows
+        # (with a margin) need more and fit; a mini-batch larger than a buffer is streamed in
+        # pieces (Planner), so the least that works is two buffers of MIN_BUFFER_BYTES.
+        least_rows = max(1, MIN_BUFFER_BYTES // row_bytes)
+        if 2 * least_rows * row_bytes > usable:
+            least = 2 * least_rows * row_bytes + queue_bytes
             raise ConfigError(
-                f"ssd.memory_budget: {format_bytes(total)} is too small: a mini-batch reads up to "
-                f"~{needed:,} rows of {row_bytes} B (with margin), and two buffers of that plus "
-                f"{format_bytes(queue_bytes)} of queues need at least {format_bytes(least)}; raise "
-                "memory_budget or lower sampler.batch_size / fanouts (eval ones too)")
-        buffer_rows = max(int(usable * (1 - ssd.hot_fraction)) // (2 * row_bytes), needed)
+                f"ssd.memory_budget: {format_bytes(total)} is too small: {format_bytes(queue_bytes)} of "
+                f"queues and staging plus two buffers of at least {least_rows:,} rows of {row_bytes} B "
+                f"need at least {format_bytes(least)} ({least} bytes); raise memory_budget")
+        share = max(int(usable * (1 - ssd.hot_fraction)) // (2 * row_bytes), least_rows)
+        hot_guess = hottest_rows(store, min(store.num_nodes, usable // row_bytes - 2 * share), sampling.fanouts)
+        needed = int(MINIBATCH_MARGIN * self._cold_rows_per_minibatch(hot_guess))
+        buffer_rows = needed if share < needed <= usable // (2 * row_bytes) else share
         try:
             self.budget = MemoryBudget.split(total, row_bytes, hot_rows=min(store.num_nodes, usable // row_bytes),
-                                             buffer_rows=max(buffer_rows, 1), prefetch_depth=1,
+                                             buffer_rows=buffer_rows, prefetch_depth=1,
                                              queue_bytes=queue_bytes)
         except ValueError as exc:
             raise ConfigError(f"ssd.memory_budget: {exc}") from None
+        if buffer_rows < needed:
+            log.info("a buffer holds %s rows, fewer than a mini-batch's ~%s cold rows: larger "
+                     "mini-batches are read in pieces", f"{buffer_rows:,}", f"{needed:,}")
         log.info(self.budget.describe())
         self.direct_io = DirectIO(queue_depth=ssd.queue_depth, backend=ssd.io_backend,
                                   checksums={store.features_path: store.page_checksums()}
@@ -103,9 +114,12 @@ class SSDLoader:
         self.buffers = MegaBatchLoader(self.hot, self.budget.buffer_rows, block_dir)
         self.io.add(bytes_read=self.hot.nbytes)
 
-    def _rows_per_minibatch(self) -> int:
-        """Most input rows among a few sampled mini-batches, with the training and with the
-        evaluation settings: what a buffer must hold at the least."""
+    def _cold_rows_per_minibatch(self, hot_rows: np.ndarray) -> int:
+        """Most input rows outside `hot_rows` among a few sampled mini-batches, with the
+        training and with the evaluation settings: what a buffer holds to read a mini-batch
+        in one piece."""
+        is_hot = np.zeros(self.store.num_nodes, np.bool_)
+        is_hot[hot_rows] = True
         sampler_cfg = self.sampling
         layers = len(sampler_cfg.fanouts)
         settings = [(sampler_cfg.fanouts, sampler_cfg.batch_size),
@@ -118,7 +132,8 @@ class SSDLoader:
             # a link store has no node splits: its seeds (edge endpoints) are any nodes
             for nodes in [s for s in splits if len(s)] or [np.arange(self.store.num_nodes)]:
                 seeds = np.sort(rng.choice(nodes, min(len(nodes), batch_size), replace=False))
-                most = max(most, len(sampler.sample(seeds, self.seed).input_nodes))
+                inputs = np.asarray(sampler.sample(seeds, self.seed).input_nodes)
+                most = max(most, int(np.count_nonzero(~is_hot[inputs])))
         return most
 
     def minibatches(self, batches: list[np.ndarray], fanouts: list[int], epoch: int = 0,
@@ -186,26 +201,47 @@ class SSDLoader:
                     if plan.spill_path:
                         plan = plan.restore()
                     buffer = self.buffers.load(plan)
-                self.io.add(bytes_read=plan.read.nbytes, requests=len(plan.read.offsets))
+                self.io.add(bytes_read=plan.read.nbytes, requests=len(plan.read.offsets),
+                            useful_bytes=plan.stats["minibatch_cold_rows"] * self.store.row_bytes)
                 remove([plan], self.block_dir)
                 yield plan, buffer
 
     def _minibatches(self, plan: MegaBatchPlan, buffer: np.ndarray) -> Iterator[MiniBatch]:
+        """The mini-batches of a loaded plan; a piece plan (see Planner) adds its rows to the
+        x being assembled and yields it with the last piece."""
+        pieces = plan.stats.get("pieces", 0)
+        if pieces:
+            with self.timer.stage("gather"):
+                index = plan.gather[0]
+                if plan.stats["piece"] == 0:
+                    self._assembling = np.empty((len(index), self.store.feat_dim), self.store.feat_dtype)
+                mine = index >= 0
+                part = replace(plan, gather=[index[mine]])
+                self._assembling[mine] = self.buffers.gather(part, 0, buffer)
+            if plan.stats["piece"] == pieces - 1:
+                x, self._assembling = self._assembling, None
+                yield self._minibatch(plan.minibatches[0], x)
+            return
         for i, mfgs in enumerate(plan.minibatches):
             with self.timer.stage("gather"):
-                x = torch.from_numpy(self.buffers.gather(plan, i, buffer))
-                if x.dtype != torch.float32:
-                    x = x.float()
-                blocks = to_dgl_blocks(mfgs)
-                input_nodes = torch.from_numpy(mfgs.input_nodes)
-                output_nodes = torch.from_numpy(mfgs.seeds)
-                y = self.labels[output_nodes]
-            with self.timer.stage("transfer"):
-                if self.device.type == "cuda":
-                    x = x.pin_memory().to(self.device, non_blocking=True)
-                    blocks = [b.to(self.device) for b in blocks]
-                    input_nodes, output_nodes, y = (t.to(self.device) for t in (input_nodes, output_nodes, y))
-            yield MiniBatch(input_nodes, output_nodes, blocks, x, y)
+                x = self.buffers.gather(plan, i, buffer)
+            yield self._minibatch(mfgs, x)
+
+    def _minibatch(self, mfgs: MFGs, features: np.ndarray) -> MiniBatch:
+        with self.timer.stage("gather"):
+            x = torch.from_numpy(features)
+            if x.dtype != torch.float32:
+                x = x.float()
+            blocks = to_dgl_blocks(mfgs)
+            input_nodes = torch.from_numpy(mfgs.input_nodes)
+            output_nodes = torch.from_numpy(mfgs.seeds)
+            y = self.labels[output_nodes]
+        with self.timer.stage("transfer"):
+            if self.device.type == "cuda":
+                x = x.pin_memory().to(self.device, non_blocking=True)
+                blocks = [b.to(self.device) for b in blocks]
+                input_nodes, output_nodes, y = (t.to(self.device) for t in (input_nodes, output_nodes, y))
+        return MiniBatch(input_nodes, output_nodes, blocks, x, y)
 
     def io_stats(self) -> dict[str, int]:
         return self.io.as_dict()

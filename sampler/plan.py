@@ -293,6 +293,8 @@ class Planner:
 
     With `max_rows`, a group of M mini-batches whose buffer rows would exceed it is cut
     greedily: each mega-batch takes mini-batches in order while its rows fit `max_rows`.
+    A single mini-batch whose cold rows exceed `max_rows` is streamed: planned as a run of
+    piece plans (see `pieces`), so a buffer need not hold a whole mini-batch.
     """
 
     def __init__(
@@ -309,6 +311,7 @@ class Planner:
         num_rows = len(indptr) - 1
         hot = hot_rows if isinstance(hot_rows, HotRows) else HotRows.of(
             np.empty(0, np.int64) if hot_rows is None else hot_rows, num_rows)
+        self.hot = hot
         self.union = RowUnion(num_rows, hot)
         self.sampler = NeighborSampler(indptr, indices, config.fanouts)
         self.max_rows = np.iinfo(np.int64).max if max_rows is None else max_rows
@@ -339,22 +342,52 @@ class Planner:
                     yield self._take(epoch, index)
                     index += 1
                 if not self.union.add(mfgs, self.max_rows):
-                    raise self._too_large(mfgs)
-            yield self._take(epoch, index)
-            index += 1
-
-    def _too_large(self, mfgs: MFGs) -> ValueError:
-        self.union.add(mfgs, np.iinfo(np.int64).max)
-        needed = self.union.cold_rows()
-        self.union.clear()
-        return ValueError(f"one mini-batch needs {needed} buffer rows beyond the hot cache, the buffer "
-                          f"holds {self.max_rows}: raise the memory budget or lower batch size or fanouts")
+                    for piece in pieces(mfgs, self.hot.rows, self.max_rows, epoch, index):
+                        self._prev = piece  # the next plan carries from the last piece's buffer
+                        yield piece
+                        index += 1
+            if self.union.members:
+                yield self._take(epoch, index)
+                index += 1
 
     def _take(self, epoch: int, index: int) -> MegaBatchPlan:
         prev = self._prev
         self._prev = (self.union.take(None, 0, epoch, index) if prev is None
                       else self.union.take(prev.rows, prev.num_read, epoch, index))
         return self._prev
+
+
+def pieces(mfgs: MFGs, hot_rows: np.ndarray, max_rows: int, epoch: int, index: int) -> list[MegaBatchPlan]:
+    """One mini-batch too large for a buffer as plans of at most `max_rows` cold rows each
+    (its sorted cold rows cut in order), numbered from `index`. Piece k's gather index is the
+    mini-batch's full input length: the slot in [hot cache | buffer] of each input row this
+    piece supplies (the hot rows in piece 0, cold rows in the piece that reads them), -1 for
+    the others; the caller fills x piece by piece. stats["pieces"] is the count, "piece" k.
+    Pieces carry nothing over: each buffer holds only its own rows."""
+    nodes = np.asarray(mfgs.input_nodes, np.int64)
+    at = np.minimum(np.searchsorted(hot_rows, nodes), max(len(hot_rows) - 1, 0))
+    hot = hot_rows[at] == nodes if len(hot_rows) else np.zeros(len(nodes), np.bool_)
+    cold_pos = np.flatnonzero(~hot)
+    order = np.argsort(nodes[cold_pos], kind="stable")
+    cold = nodes[cold_pos][order]  # input rows are distinct within a mini-batch
+    count = -(-len(cold) // max_rows)
+    plans = []
+    for k in range(count):
+        lo, hi = k * max_rows, min((k + 1) * max_rows, len(cold))
+        gather = np.full(len(nodes), -1, np.int64)
+        if k == 0:
+            gather[hot] = at[hot]
+        gather[cold_pos[order[lo:hi]]] = len(hot_rows) + np.arange(hi - lo)
+        first = int(k == 0)  # the mini-batch's own counts go with its first piece
+        hot_hits = first * int(hot.sum())
+        stats = {"minibatches": first, "input_rows": first * len(nodes), "unique_rows": hi - lo + hot_hits,
+                 "sharing": float(first * len(nodes) / (hi - lo + hot_hits)), "hot_hits": hot_hits,
+                 "cold_unique_rows": hi - lo, "carried_rows": 0, "read_rows": hi - lo,
+                 "minibatch_cold_rows": first * len(cold), "piece": k, "pieces": count}
+        plans.append(MegaBatchPlan(epoch=epoch, index=index + k, minibatches=[mfgs], gather=[gather],
+                                   rows=cold[lo:hi], num_read=hi - lo, carry_src=np.empty(0, np.int64),
+                                   num_hot=len(hot_rows), stats=stats))
+    return plans
 
 
 def save_plan(plan: MegaBatchPlan, path: str | Path) -> None:

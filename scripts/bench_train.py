@@ -8,7 +8,15 @@ O_DIRECT page through the io_engine: the Ginex / GraphBolt way) and `gnnssd` (`f
 ssd`), all through `gnnssd.NodeLoader` (`features=`). Same store, model (3-layer GraphSAGE, hidden 256, fanouts
 15,10,5, batch 1024), seed and number of mini-batches for every system. Regimes:
 `end-to-end` (forward, backward and step per mini-batch) and `loader-only` (the inputs
-materialised and touched, no model: the regime of a fast GPU).
+materialised and touched, no model: the regime of a fast GPU). gnnssd runs with the default
+`ssd.block_budget` (auto, or --block-budget) and, as `gnnssd-extents`, with block_budget 0.
+With --cores, memory and gnnssd also run loader-only pinned to the first N cores (one row
+per N: how each scales with cores).
+
+Rows of the disk loaders (per-row, gnnssd) carry `useful_bytes`, the bytes of the cold rows
+their mini-batches needed (each mini-batch's distinct input rows outside the loader's cache,
+from its io_stats, counted when the rows are loaded), and `read_amplification` = bytes_read /
+useful_bytes. gnnssd loads up to two plans ahead of the loop: both counts include them.
 
 Each (system, regime) runs in a fresh subprocess, so peak RSS (ru_maxrss) is its own;
 bytes read are /proc/self/io read_bytes over the mini-batch loop (reads that reached
@@ -61,6 +69,8 @@ FEATURES = {"memory": "memory", "mmap": "mmap", "per-row": "per-row", "gnnssd": 
 SYSTEMS = tuple(FEATURES)
 # on request (--systems): gnnssd without page checksums, to measure what they cost
 NO_VERIFY = "gnnssd-no-verify"
+EXTENTS = "gnnssd-extents"  # gnnssd with block_budget 0, beside the default config
+PINNED = ("memory", "gnnssd")  # the systems --cores runs loader-only on 1..N cores
 REGIMES = ("end-to-end", "loader-only")
 MODEL = ModelConfig(name="sage", hidden=256, layers=3, dropout=0.5, compile=False)  # dgl.nn SAGEConv
 FANOUTS = [15, 10, 5]
@@ -133,7 +143,7 @@ def consume(batches: Iterator[MiniBatch], step: Callable[[MiniBatch], None],
     return Measured(time.perf_counter() - start, n, storage_bytes_read() - read0, timer.take())
 
 
-def run_system(system: str, store: Store, budget: int, batches: int, regime: str, block_budget: int,
+def run_system(system: str, store: Store, budget: int, batches: int, regime: str, block_budget: int | str,
                mega_batch: int, seed: int, time_limit: float, verify: bool = True) -> Measured:
     """One system through NodeLoader (`features=system`) within `budget` bytes: the
     per-row cache, or gnnssd's hot cache and buffers (compact blocks within `block_budget`
@@ -153,12 +163,13 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     """One (system, regime) in this fresh process; returns its row."""
     start, read0 = time.perf_counter(), storage_bytes_read()
     store = Store.open(spec["store"])
+    block_budget = 0 if spec["system"] == EXTENTS else spec["block_budget"]
     seed_everything(spec["seed"])
     system, regime = spec["system"], spec["regime"]
-    row: dict[str, Any] = {"system": system, "regime": regime}
+    row: dict[str, Any] = {"system": system, "regime": regime, "cores": spec["cores"]}
     try:
         measured = run_system(FEATURES.get(system, "ssd"), store, spec["budget"], spec["batches"], regime,
-                              spec["block_budget"], spec["mega_batch"], spec["seed"], spec["time_limit"],
+                              block_budget, spec["mega_batch"], spec["seed"], spec["time_limit"],
                               verify=system != NO_VERIFY)
     except NotImplementedError as exc:
         return {**row, "status": f"not run: {exc}"}
@@ -171,7 +182,15 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
             "setup_bytes_read": storage_bytes_read() - read0 - measured.bytes_read,
             "setup_s": round(total_s - measured.seconds, 3),
             "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-            "stages_s": measured.stages_s, **measured.extra}
+            "stages_s": measured.stages_s, **measured.extra, **amplification(measured)}
+
+
+def amplification(measured: Measured) -> dict[str, Any]:
+    """useful_bytes and bytes_read / useful_bytes, for loaders that count useful bytes."""
+    useful = measured.extra["loader_io"].get("useful_bytes", 0)
+    if not useful:
+        return {}
+    return {"useful_bytes": useful, "read_amplification": round(measured.bytes_read / useful, 3)}
 
 
 # --- the page cache ----------------------------------------------------------------------
@@ -259,39 +278,50 @@ def open_or_make_store(args: argparse.Namespace) -> Store:
 
 
 def run_one(spec: dict[str, Any]) -> dict[str, Any]:
+    """One row in a fresh process; with spec["cores"], pinned (as taskset would) from its
+    start to the first that many cores, so torch, numba and the I/O threads size to them."""
+    cores = spec["cores"]
+    pin = None if cores is None else (lambda: os.sched_setaffinity(0, range(cores)))
     proc = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)],
-                          stdout=subprocess.PIPE, text=True)
+                          stdout=subprocess.PIPE, text=True, preexec_fn=pin)
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines:
-        return {"system": spec["system"], "regime": spec["regime"],
+        return {"system": spec["system"], "regime": spec["regime"], "cores": cores,
                 "status": f"failed (exit {proc.returncode}; see stderr above)"}
     return json.loads(lines[-1])
+
+
+def runs(args: argparse.Namespace) -> list[tuple[str, str, int | None]]:
+    """(system, regime, cores or None) of every row, in order: each regime's systems, then
+    the pinned loader-only rows of --cores."""
+    pinned = [(system, "loader-only", cores) for cores in args.cores for system in PINNED
+              if system in args.systems]
+    return [(system, regime, None) for regime in args.regimes for system in args.systems] + pinned
 
 
 def bench(args: argparse.Namespace, store: Store, budget: int) -> list[dict[str, Any]]:
     rows = []
     keep_free = budget + args.headroom
-    for regime in args.regimes:
-        for system in args.systems:
-            caches = drop_caches()
-            spec = {"system": system, "regime": regime, "store": str(store.path),
-                    "budget": budget, "batches": args.batches, "seed": args.seed,
-                    "block_budget": args.block_budget, "mega_batch": args.mega_batch,
-                    "time_limit": args.time_limit}
-            if args.limit_page_cache and system != "memory":
-                with PageCacheLimit(keep_free) as limit:
-                    row = run_one(spec)
-                page_cache = limit.describe() + (" -- killed by the OOM killer during the run"
-                                                 if limit.killed else "")
-            else:
+    for system, regime, cores in runs(args):
+        caches = drop_caches()
+        spec = {"system": system, "regime": regime, "store": str(store.path),
+                "budget": budget, "batches": args.batches, "seed": args.seed,
+                "block_budget": args.block_budget, "mega_batch": args.mega_batch,
+                "time_limit": args.time_limit, "cores": cores}
+        if args.limit_page_cache and system != "memory":
+            with PageCacheLimit(keep_free) as limit:
                 row = run_one(spec)
-                page_cache = "not limited"
-            row.update(page_cache=page_cache, page_cache_dropped=caches)
-            rows.append(row)
-            print(_fmt(row), flush=True)
+            page_cache = limit.describe() + (" -- killed by the OOM killer during the run"
+                                             if limit.killed else "")
+        else:
+            row = run_one(spec)
+            page_cache = "not limited"
+        row.update(page_cache=page_cache, page_cache_dropped=caches)
+        rows.append(row)
+        print(_fmt(row), flush=True)
     for row in rows:
-        reference = next((r for r in rows if r["system"] == "memory"
-                          and r["regime"] == row["regime"] and r["status"] == "ok"), None)
+        reference = next((r for r in rows if r["system"] == "memory" and r["regime"] == row["regime"]
+                          and r.get("cores") == row.get("cores") and r["status"] == "ok"), None)
         if row["status"] == "ok" and reference is not None:
             # per mini-batch: a run stopped by the time limit did fewer
             row["ratio_to_memory"] = round(reference["batches_per_s"] / row["batches_per_s"], 3)
@@ -301,7 +331,8 @@ def bench(args: argparse.Namespace, store: Store, budget: int) -> list[dict[str,
 def targets(rows: list[dict[str, Any]], budget: int, store: Store) -> list[dict[str, Any]]:
     """The issue's targets, each with its measured value (None when a row is missing)."""
     def get(system: str, regime: str, key: str) -> float | None:
-        row = next((r for r in rows if (r["system"], r["regime"]) == (system, regime)), None)
+        row = next((r for r in rows if (r["system"], r["regime"], r.get("cores")) == (system, regime, None)),
+                   None)
         return row.get(key) if row and row["status"] == "ok" else None
 
     def ratio(a: float | None, b: float | None) -> float | None:
@@ -331,18 +362,22 @@ def targets(rows: list[dict[str, Any]], budget: int, store: Store) -> list[dict[
 
 
 def _fmt(row: dict[str, Any]) -> str:
-    head = f"{row['system']:<16} {row['regime']:<12}"
+    pinned = "" if row.get("cores") is None else f" [{row['cores']} core{'s' * (row['cores'] > 1)}]"
+    head = f"{row['system'] + pinned:<25} {row['regime']:<12}"
     if row["status"] != "ok":
         return f"{head} {row['status']}"
     ratio = row.get("ratio_to_memory")
     stages = " ".join(f"{k} {v:.1f}" for k, v in row["stages_s"].items())
     stopped = f"  (stopped by the time limit after {row['batches']} mini-batches)" if row["stopped_by_time_limit"] else ""
+    useful = format_bytes(row["useful_bytes"]) if "useful_bytes" in row else "-"
+    amp = f"{row['read_amplification']:.2f}" if "read_amplification" in row else "-"
     return (f"{head} {row['batches_per_s']:>9.3f} {'-' if ratio is None else f'{ratio:.2f}':>7} "
-            f"{format_bytes(row['bytes_read']):>10} {format_bytes(row['peak_rss_bytes']):>10}  {stages}{stopped}")
+            f"{format_bytes(row['bytes_read']):>10} {useful:>10} {amp:>6} "
+            f"{format_bytes(row['peak_rss_bytes']):>10}  {stages}{stopped}")
 
 
-HEADER = (f"{'system':<16} {'regime':<12} {'batches/s':>9} {'x mem':>7} {'read':>10} "
-          f"{'peak RSS':>10}  stages (s)")
+HEADER = (f"{'system':<25} {'regime':<12} {'batches/s':>9} {'x mem':>7} {'read':>10} {'useful':>10} "
+          f"{'ampl':>6} {'peak RSS':>10}  stages (s)")
 
 
 def main() -> int:
@@ -364,12 +399,17 @@ def main() -> int:
                    help="seconds per run: a system still running then stops, and its throughput "
                         "is over the mini-batches it did (flagged in the table)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--block-budget", default="0",
-                   help="gnnssd: disk space for compact blocks (default 0: extents only)")
+    p.add_argument("--block-budget", default="auto",
+                   help="gnnssd: disk space for compact blocks (default: auto, the config's "
+                        f"default; {EXTENTS} runs with 0: extents only)")
     p.add_argument("--mega-batch", type=int, default=16,
                    help="gnnssd: mini-batches per mega-batch (split to fit the buffers)")
-    p.add_argument("--systems", nargs="+", choices=(*SYSTEMS, NO_VERIFY), default=list(SYSTEMS),
-                   help=f"(default: %(default)s; {NO_VERIFY}: gnnssd without page checksums)")
+    p.add_argument("--systems", nargs="+", choices=(*SYSTEMS, EXTENTS, NO_VERIFY), default=[*SYSTEMS, EXTENTS],
+                   help=f"(default: %(default)s; {EXTENTS}: gnnssd with block_budget 0; {NO_VERIFY}: "
+                        "gnnssd without page checksums)")
+    p.add_argument("--cores", nargs="*", type=int, default=[],
+                   help="also run memory and gnnssd loader-only pinned to the first N cores, for "
+                        "each N given (e.g. --cores 1 2)")
     p.add_argument("--regimes", nargs="+", choices=REGIMES, default=list(REGIMES))
     p.add_argument("--limit-page-cache", action="store_true",
                    help="hold all but budget + headroom of memory during mmap/per-row/gnnssd runs")
@@ -390,7 +430,11 @@ def main() -> int:
     store = open_or_make_store(args)
     budget = parse_bytes(args.budget) if args.budget else (
         store.feature_bytes // 8 if args.quick else parse_bytes("1.25GiB"))
-    args.block_budget = parse_bytes(args.block_budget)
+    if args.block_budget.strip().lower() != "auto":
+        args.block_budget = parse_bytes(args.block_budget)
+    if any(not 0 < n <= len(os.sched_getaffinity(0)) for n in args.cores):
+        p.error(f"--cores {args.cores}: each must be in 1..{len(os.sched_getaffinity(0))} (this "
+                "process's cores)")
     args.headroom = (parse_bytes(args.headroom) if args.headroom
                      else topology_bytes(store) + RUNTIME_ALLOWANCE)
     print(f"store {store.path}: {store.num_nodes:,} nodes, features "
@@ -412,6 +456,7 @@ def main() -> int:
     meta = {"store": str(store.path), "nodes": store.num_nodes, "feature_bytes": store.feature_bytes,
             "budget_bytes": budget, "topology_bytes": topology_bytes(store),
             "batches": args.batches, "seed": args.seed, "fanouts": FANOUTS, "batch_size": BATCH_SIZE,
+            "block_budget": args.block_budget,
             "model": asdict(MODEL), "limit_page_cache": args.limit_page_cache,
             "headroom_bytes": args.headroom, "kernel": platform.release(), "cpus": os.cpu_count(),
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}

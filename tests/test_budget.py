@@ -1,9 +1,11 @@
 """Sizes parse as documented; the budget split follows its policy and refusals say what fits."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
-from gnnssd.budget import MemoryBudget, format_bytes, parse_bytes
+from gnnssd.budget import MemoryBudget, auto_block_budget, format_bytes, parse_bytes, resolve_block_budget
 
 MiB, GiB = 1 << 20, 1 << 30
 
@@ -65,3 +67,32 @@ def test_split_rejects_nonsense(key: str, kwargs: dict) -> None:
     args = {"row_bytes": 512, "hot_rows": 0, "buffer_rows": 10, **kwargs}
     with pytest.raises(ValueError, match=key):
         MemoryBudget.split(GiB, **args)
+
+
+def _with_free(disk: os.statvfs_result, free: int) -> os.statvfs_result:
+    """`disk` (a real os.statvfs) as if `free` bytes were available."""
+    fields = list(disk)
+    fields[4] = free // disk.f_frsize  # f_bavail
+    return os.statvfs_result(fields)
+
+
+def test_auto_block_budget_follows_features_and_free_disk(tmp_path) -> None:
+    disk = os.statvfs(tmp_path)
+    free = disk.f_bavail * disk.f_frsize
+    budget = 64 * MiB
+    # the budget holds the features, or half of them: extents only
+    assert auto_block_budget(60 * MiB, budget, disk) == 0
+    assert auto_block_budget(2 * budget, budget, disk) == 0
+    # features many times the budget: half their size, or a quarter of the free disk
+    features = min(GiB, free // 2)
+    assert auto_block_budget(features, budget, disk) == min(features // 2, free // 4) > 0
+    assert auto_block_budget(10 * GiB, budget, _with_free(disk, 2 * GiB)) == GiB // 2
+    # the disk too full for a window of a buffer's size: extents only
+    assert auto_block_budget(10 * GiB, budget, _with_free(disk, 200 * MiB)) == 0
+
+
+def test_resolve_block_budget_says_what_it_chose(tmp_path) -> None:
+    assert resolve_block_budget("0", 10 * GiB, 64 * MiB, tmp_path)[0] == 0
+    assert resolve_block_budget("1GiB", 10 * GiB, 64 * MiB, tmp_path)[0] == GiB
+    size, why = resolve_block_budget("auto", 60 * MiB, 64 * MiB, tmp_path / "not" / "yet")
+    assert size == 0 and why.startswith("ssd.block_budget auto: 0 B") and str(tmp_path) in why

@@ -41,10 +41,11 @@ def test_batches_carry_the_features_on_disk(small_store, tmp_path, block_budget)
     features = Store.open(small_store).features_memmap()
     labels = np.asarray(trainer.store.labels)
     train = np.asarray(trainer.store.train_idx)
-    seen = []
+    seen, seen_inputs = [], []
     loader.set_epoch(1)
     for batch in loader:
         inputs = batch.blocks[0].srcdata[dgl.NID].numpy()
+        seen_inputs.append(inputs)
         np.testing.assert_array_equal(batch.input_nodes.numpy(), inputs)
         np.testing.assert_array_equal(batch.x.numpy(), features[inputs])
         np.testing.assert_array_equal(batch.blocks[-1].dstdata[dgl.NID].numpy(), batch.output_nodes.numpy())
@@ -53,6 +54,7 @@ def test_batches_carry_the_features_on_disk(small_store, tmp_path, block_budget)
     np.testing.assert_array_equal(np.sort(np.concatenate(seen)), train)
     counts = loader.io_stats()
     assert counts["bytes_read"] > 0 and counts["requests"] > 0
+    assert counts["useful_bytes"] == _cold_bytes(seen_inputs, loader._backend.hot.members.rows, trainer.store.row_bytes)
     if block_budget:  # compact blocks were repacked, read back and deleted
         assert counts["bytes_written"] > 0
     assert not loader._backend.block_dir.exists()  # the loader's own scratch is removed after the epoch
@@ -86,10 +88,44 @@ def test_ssd_resume_equals_uninterrupted_run(small_store, tmp_path):
         torch.testing.assert_close(resumed[key], value, rtol=0, atol=0)
 
 
-def test_budget_too_small_is_refused(small_store, tmp_path):
-    with pytest.raises(ConfigError, match=r"ssd.memory_budget: .* is too small: a mini-batch reads "
-                                          r"up to ~[\d,]+ rows .* need at least"):
-        Trainer(_config(small_store, tmp_path / "run", memory_budget="12.2MiB"))
+def _cold_bytes(inputs: list[np.ndarray], hot_rows: np.ndarray, row_bytes: int) -> int:
+    """Bytes of each mini-batch's distinct input rows outside the hot cache, summed."""
+    return sum(len(np.setdiff1d(np.unique(i), hot_rows)) for i in inputs) * row_bytes
+
+
+def test_budget_below_two_minibatches_streams_pieces(small_store, tmp_path, caplog):
+    """A budget smaller than two buffers of one mini-batch's input rows (the floor before
+    mini-batches were streamed in pieces) trains, with x equal to the stored rows."""
+    config = _config(small_store, tmp_path / "run", memory_budget="14.5MiB")
+    config.sampler.batch_size = config.sampler.eval_batch_size = 1000  # ~15k of the 20k rows each
+    config.train.epochs = 1
+    with caplog.at_level("INFO", logger="gnnssd.ssd"):
+        trainer = Trainer(config)
+    # the default block budget: auto, extents only for 5 MiB of features
+    assert "ssd.block_budget auto: 0 B (features 0.3x the memory budget" in caplog.text
+    backend = trainer.loader._backend
+    features = Store.open(small_store).features_memmap()
+    row_bytes, hot = trainer.store.row_bytes, backend.hot.members.rows
+    inputs = []
+    trainer.loader.set_epoch(1)
+    for batch in trainer.loader:
+        inputs.append(batch.input_nodes.numpy())
+        np.testing.assert_array_equal(batch.x.numpy(), features[inputs[-1]])
+    queues = 12 << 20  # 4 MiB staging + 8 MiB of plans in flight at this budget
+    assert 2 * max(map(len, inputs)) * row_bytes + queues > 14.5 * 2**20  # below the old floor
+    cold = [len(np.setdiff1d(i, hot)) for i in inputs]
+    assert max(cold) > backend.budget.buffer_rows  # some mini-batches came in pieces
+    assert trainer.loader.io_stats()["useful_bytes"] == _cold_bytes(inputs, hot, row_bytes)
+    history = trainer.fit()
+    assert np.isfinite(history[-1]["train_loss"])
+    trainer.close()
+
+
+def test_impossible_budget_is_refused(small_store, tmp_path):
+    with pytest.raises(ConfigError, match=r"ssd.memory_budget: 13 MiB is too small: 12 MiB of queues and "
+                                          r"staging plus two buffers of at least 4,096 rows of 256 B "
+                                          r"need at least 14 MiB"):
+        Trainer(_config(small_store, tmp_path / "run", memory_budget="13MiB"))
 
 
 def test_planner_splits_mega_batches_to_fit_the_buffer(small_store):
@@ -122,5 +158,41 @@ def test_planner_splits_mega_batches_to_fit_the_buffer(small_store):
         for mfgs, index in zip(plan.minibatches, plan.gather):
             np.testing.assert_array_equal(table[index], features[mfgs.input_nodes])
         previous = buffer
-    with pytest.raises(ValueError, match="one mini-batch needs .* buffer rows .* raise the memory budget"):
-        list(Planner(store.indptr, store.indices, store.train_idx, config, hot, max_rows=10).plans([1]))
+
+
+def test_planner_streams_a_minibatch_larger_than_the_buffer_in_pieces(small_store):
+    """With a buffer smaller than some mini-batches' cold rows, those come as piece plans;
+    every mini-batch's x, assembled from [hot | buffer] plan after plan (carried rows
+    included), equals the stored rows, and the mini-batches are those of an unbounded plan."""
+    store = Store.open(small_store)
+    features = store.features_memmap()
+    config = PlanConfig(batch_size=200, fanouts=(5, 5), mega_batch=4, seed=1)
+    hot = np.arange(500)
+    unbounded = [m for p in Planner(store.indptr, store.indices, store.train_idx, config, hot).plans([1])
+                 for m in p.minibatches]
+    cold = [len(np.setdiff1d(m.input_nodes, hot)) for m in unbounded]
+    limit = (min(cold) + max(cold)) // 2
+    plans = list(Planner(store.indptr, store.indices, store.train_idx, config, hot, max_rows=limit).plans([1]))
+    assert all(len(p.rows) <= limit for p in plans)
+    assert any(p.stats.get("pieces", 0) > 1 for p in plans) and any("pieces" not in p.stats for p in plans)
+    assert any(p.num_read < len(p.rows) for p in plans)  # rows carried over, also after pieces
+    assert [p.index for p in plans] == list(range(len(plans)))
+    done, previous, x = [], None, None
+    for plan in plans:
+        buffer = np.empty((len(plan.rows), store.feat_dim), np.float32)
+        buffer[:plan.num_read] = features[plan.read_rows]
+        buffer[plan.num_read:] = previous[plan.carry_src] if plan.num_read < len(plan.rows) else 0
+        table = np.concatenate([features[hot], buffer])
+        if "pieces" in plan.stats:
+            index = plan.gather[0]
+            x = np.full((len(index), store.feat_dim), np.nan, np.float32) if plan.stats["piece"] == 0 else x
+            x[index >= 0] = table[index[index >= 0]]
+            if plan.stats["piece"] == plan.stats["pieces"] - 1:
+                np.testing.assert_array_equal(x, features[plan.minibatches[0].input_nodes])
+                done.append(plan.minibatches[0])
+        else:
+            for mfgs, index in zip(plan.minibatches, plan.gather):
+                np.testing.assert_array_equal(table[index], features[mfgs.input_nodes])
+                done.append(mfgs)
+        previous = buffer
+    assert len(done) == len(unbounded) and all(a.equals(b) for a, b in zip(done, unbounded))

@@ -382,4 +382,5 @@ def test_io_counters_lose_no_counts_across_threads():
             w.join()
     finally:
         sys.setswitchinterval(interval)
-    assert counters.as_dict() == {"bytes_read": n * threads, "bytes_written": 0, "requests": 2 * n * threads}
+    assert counters.as_dict() == {"bytes_read": n * threads, "bytes_written": 0, "requests": 2 * n * threads,
+                                  "useful_bytes": 0}
