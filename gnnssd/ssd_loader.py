@@ -202,9 +202,7 @@ class SSDLoader:
     def _minibatches(self, plan: MegaBatchPlan, buffer: np.ndarray) -> Iterator[MiniBatch]:
         for i, mfgs in enumerate(plan.minibatches):
             with self.timer.stage("gather"):
-                x = torch.from_numpy(self.buffers.gather(plan, i, buffer))
-                if x.dtype != torch.float32:
-                    x = x.float()
+                x = torch.from_numpy(self.store.as_float32(self.buffers.gather(plan, i, buffer), mfgs.input_nodes))
                 blocks = to_dgl_blocks(mfgs)
                 input_nodes = torch.from_numpy(mfgs.input_nodes)
                 output_nodes = torch.from_numpy(mfgs.seeds)
