@@ -14,6 +14,7 @@ from gnnssd.datasets import ArraySource
 from gnnssd.memory_loader import load_features
 from gnnssd.sampler import node_order
 from gnnssd.storage_format import Store, StoreError, write_store
+from gnnssd.storage_format import writer
 from gnnssd.storage_format.quantize import dequantize_rows, quantize_rows
 
 from .conftest import random_graph_arrays
@@ -109,3 +110,23 @@ def test_corrupt_or_missing_row_scales_are_named(tmp_path: Path):
         Store.open(path)
     manifest = json.loads((path / "manifest.json").read_text())
     assert manifest["files"]["features.scale"]["size"] == 300 * 8
+
+
+def test_preprocess_stopped_before_the_int8_rows_replace_features_resumes(tmp_path: Path, monkeypatch):
+    data = random_graph_arrays()
+    whole = Store.open(write_store(tmp_path / "whole", ArraySource(**data), dtype="int8"))
+    replace = os.replace
+
+    def stop_at_the_swap(src, dst):
+        if Path(src).name == "features.int8.bin":
+            raise KeyboardInterrupt
+        replace(src, dst)
+
+    monkeypatch.setattr(writer.os, "replace", stop_at_the_swap)
+    with pytest.raises(KeyboardInterrupt):
+        write_store(tmp_path / "s", ArraySource(**data), dtype="int8")
+    assert not (tmp_path / "s").exists()
+    monkeypatch.setattr(writer.os, "replace", replace)
+    resumed = Store.open(write_store(tmp_path / "s", ArraySource(**data), dtype="int8"), verify=True)
+    np.testing.assert_array_equal(resumed.read_features(), whole.read_features())
+    np.testing.assert_array_equal(resumed.row_scales, whole.row_scales)
