@@ -21,6 +21,7 @@ import numpy as np
 
 from gnnssd.datasets import synthetic_source
 from gnnssd.sampler.order import ORDERS, hotness, window_locality
+from gnnssd.storage_format.csc import csc_from_edges
 
 FANOUTS = (15, 10, 5)
 
@@ -30,14 +31,8 @@ def planted_graph(nodes: int, local_fraction: float, local_size: int):
     source = synthetic_source(num_nodes=nodes, feat_dim=4, avg_degree=15, num_classes=16,
                               local_fraction=local_fraction, local_size=local_size)
     src, dst = source.load_edges()
-    labels = source.load_labels()
-    by_class = np.argsort(labels, kind="stable")
-    rank = np.empty(nodes, np.int64)
-    rank[by_class] = np.arange(nodes) - np.searchsorted(labels[by_class], labels[by_class])
-    oracle = np.argsort(labels.astype(np.int64) * nodes + rank // local_size, kind="stable")
-    indptr = np.concatenate([[0], np.cumsum(np.bincount(dst, minlength=nodes))]).astype(np.int64)
-    indices = src[np.argsort(dst, kind="stable")].astype(np.int32)
-    return indptr, indices, src, dst, oracle
+    indptr, indices = csc_from_edges(src, dst, nodes)
+    return indptr, indices, src, dst, source.neighbourhood_order()
 
 
 def main() -> int:

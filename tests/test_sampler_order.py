@@ -8,6 +8,7 @@ from gnnssd.sampler.graphs import random_csc
 from gnnssd.sampler.order import (degree_order, hotness, locality_order, metis_order, node_order, rcm_order,
                                   window_locality)
 from gnnssd.sampler.sampling import NeighborSampler
+from gnnssd.storage_format.csc import csc_from_edges
 
 
 def test_orders_are_permutations_with_hot_rows_first():
@@ -64,17 +65,11 @@ def test_locality_order_keeps_neighbours_close():
 def _planted(n: int, local_size: int):
     """A synthetic graph with 80% of edges inside neighbourhoods of `local_size` nodes (node
     IDs random), as CSC, its edges, and the generator's own neighbourhood order (the oracle)."""
-    src = synthetic_source(num_nodes=n, feat_dim=4, avg_degree=15, num_classes=8, local_fraction=0.8,
-                           local_size=local_size)
-    s, d = src.load_edges()
-    labels = src.load_labels()
-    by_class = np.argsort(labels, kind="stable")
-    rank = np.empty(n, np.int64)
-    rank[by_class] = np.arange(n) - np.searchsorted(labels[by_class], labels[by_class])
-    oracle = np.argsort(labels.astype(np.int64) * n + rank // local_size, kind="stable")
-    indptr = np.concatenate([[0], np.cumsum(np.bincount(d, minlength=n))]).astype(np.int64)
-    indices = s[np.argsort(d, kind="stable")].astype(np.int32)
-    return indptr, indices, s, d, oracle
+    source = synthetic_source(num_nodes=n, feat_dim=4, avg_degree=15, num_classes=8, local_fraction=0.8,
+                              local_size=local_size)
+    s, d = source.load_edges()
+    indptr, indices = csc_from_edges(s, d, n)
+    return indptr, indices, s, d, source.neighbourhood_order()
 
 
 def test_metis_order_recovers_a_planted_neighbourhood_structure():
