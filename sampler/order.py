@@ -143,12 +143,12 @@ def locality_order(
     return order
 
 
-def _symmetric(indptr: np.ndarray, indices: np.ndarray):
-    """The undirected graph (A + A^T) as a scipy CSR matrix."""
+def _symmetric(indptr: np.ndarray, indices: np.ndarray) -> "scipy.sparse.csr_matrix":
+    """The undirected graph (A + A^T) as a boolean scipy CSR matrix."""
     import scipy.sparse as sp
 
     n = len(indptr) - 1
-    a = sp.csr_matrix((np.ones(len(indices), np.int8), np.asarray(indices), np.asarray(indptr)), shape=(n, n))
+    a = sp.csr_matrix((np.ones(len(indices), np.bool_), np.asarray(indices), np.asarray(indptr)), shape=(n, n))
     return (a + a.T).tocsr()
 
 
