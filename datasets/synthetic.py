@@ -94,6 +94,12 @@ class SyntheticSource:
     def load_labels(self) -> np.ndarray:
         return self._labels
 
+    def neighbourhood_order(self) -> np.ndarray:
+        """The nodes in the generator's own layout: by community, each community's
+        neighbourhoods as runs of local_size consecutive nodes. The oracle that a locality
+        node order is measured against (node IDs themselves are in random order)."""
+        return np.argsort(self._labels, kind="stable")
+
     def load_splits(self) -> dict[str, np.ndarray]:
         s = self.spec
         order = np.random.default_rng([s.seed, 1]).permutation(s.num_nodes)

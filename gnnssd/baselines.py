@@ -34,7 +34,7 @@ class MmapLoader(SampledLoader):
 
     def _inputs(self, rows: np.ndarray) -> torch.Tensor:
         with self.timer.stage("read"):
-            return self._as_float32(np.asarray(self.features[rows]))
+            return self._as_float32(np.asarray(self.features[rows]), rows)
 
 
 class LRUCache:
@@ -158,7 +158,7 @@ class PerRowLoader(SampledLoader):
             self._keep(slots[missed], fresh)
             self.io.add(bytes_read=int(lengths.sum()), requests=len(lengths),
                         useful_bytes=len(missed) * self.row_bytes)
-            return self._as_float32(raw.view(self.store.feat_dtype))
+            return self._as_float32(raw.view(self.store.feat_dtype), rows)
 
     def _keep(self, slots: np.ndarray, fresh: np.ndarray) -> None:
         """Store the rows just read in their cache slots. With more rows in a batch than

@@ -61,6 +61,11 @@ class SamplerConfig:
     #: Fanouts for evaluation and prediction; default: all neighbours.
     eval_fanouts: list[int] | None = None
     eval_batch_size: int = field(default=4096, metadata=_check(_positive, "a positive integer"))
+    #: Training seed order per epoch: "random" (uniform shuffle) or "proximity" (runs of
+    #: `seed_window` consecutive store IDs, visited in random order, shuffled inside; with a
+    #: locality node order a mega-batch's seeds are graph neighbours; see seed_batches).
+    seed_order: Literal["random", "proximity"] = "random"
+    seed_window: int = field(default=16384, metadata=_check(_positive, "a positive integer"))
 
 
 def _size(value: Any) -> bool:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Iterator, Protocol
+from typing import Callable, Iterator, Protocol
 
 import dgl
 import numpy as np
@@ -59,11 +59,14 @@ class TensorRows:
 
 class FileRows:
     """Rows of a fixed-stride file (offset 0, page-padded) read through the io_engine, by
-    extents the read planner merges with the drive's cost model."""
+    extents the read planner merges with the drive's cost model; `as_float32(raw, ids)` turns
+    stored rows into float32 (default: a plain conversion)."""
 
     def __init__(self, engine: Engine, path: Path, dim: int, dtype: np.dtype, model: CostModel,
-                 checksums: np.ndarray | None = None):
+                 checksums: np.ndarray | None = None,
+                 as_float32: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None):
         self.engine, self.dim, self.dtype, self.model = engine, dim, np.dtype(dtype), model
+        self.as_float32 = as_float32 or (lambda raw, ids: raw.astype(np.float32, copy=False))
         self.row_bytes = dim * self.dtype.itemsize
         self.file = engine.open(path, checksums=checksums)
         self.staging = engine.alloc(2 * max(STAGING_HALF, model.max_extent(self.row_bytes)))
@@ -73,7 +76,7 @@ class FileRows:
         offsets, lengths, _ = plan_extents(np.sort(ids), self.row_bytes, self.model)
         raw = self.engine.read_rows(self.file, ids, self.row_bytes, offsets, lengths, staging=self.staging)
         self.bytes_read += len(ids) * self.row_bytes
-        return torch.from_numpy(raw.view(self.dtype).reshape(len(ids), self.dim).astype(np.float32, copy=False))
+        return torch.from_numpy(self.as_float32(raw.view(self.dtype).reshape(len(ids), self.dim), ids))
 
     def close(self) -> None:
         self.file.close()
@@ -177,7 +180,8 @@ class LayerwiseSSD:
         self.scratch_dir.mkdir(parents=True, exist_ok=True)
         path = self.store.features_path
         source = FileRows(self.engine, path, self.store.feat_dim, self.store.feat_dtype, self.model,
-                          checksums=self.store.page_checksums())  # the layer files are our own
+                          checksums=self.store.page_checksums(),  # the layer files are our own
+                          as_float32=self.store.as_float32)
         for i in range(layers or model.num_layers):
             out = self.scratch_dir / f"layer{i}.bin"
             dim = self._write_layer(model, i, source, out)

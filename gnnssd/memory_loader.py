@@ -82,7 +82,7 @@ def store_labels(store: Store) -> torch.Tensor:
 def load_features(store: Store) -> torch.Tensor:
     """The whole feature matrix in RAM as float32 (memory mode only), every page checked
     against the store's page checksums as it loads."""
-    return torch.from_numpy(store.read_features().astype(np.float32, copy=False))
+    return torch.from_numpy(store.as_float32(store.read_features()))
 
 
 class SampledLoader:
@@ -130,9 +130,9 @@ class SampledLoader:
     def _inputs(self, rows: np.ndarray) -> torch.Tensor:
         raise NotImplementedError
 
-    def _as_float32(self, raw: np.ndarray) -> torch.Tensor:
-        """Rows in the store's dtype as the float32 tensor the models take."""
-        return torch.from_numpy(raw.astype(np.float32, copy=False))
+    def _as_float32(self, raw: np.ndarray, rows: np.ndarray) -> torch.Tensor:
+        """Rows `rows` in the store's dtype as the float32 tensor the models take."""
+        return torch.from_numpy(self.store.as_float32(raw, rows))
 
     def close(self) -> None:
         """Nothing to release by default."""

@@ -34,6 +34,7 @@ from .runtime import run_seed, select_device
 from .timing import StageTimer
 
 FEATURES = ("memory", "ssd", "mmap", "per-row")
+SEED_ORDERS = ("random", "proximity")
 _SSD = SSDConfig()
 
 
@@ -62,6 +63,9 @@ class NodeLoader:
     `with_seeds`; `scratch_dir` holds compact blocks (default: a private temporary
     directory, removed by `close`).
 
+    `seed_order="proximity"` draws each epoch's training seeds in runs of `seed_window`
+    nearby store IDs (`gnnssd.sampler.proximity_order`) instead of a uniform shuffle.
+
     Data parallel: rank `rank` of `world_size` (default: this process's place in the
     initialised torch.distributed process group, else 0 of 1) iterates over its `shard` of
     each epoch's seed order, the same order on every rank; all ranks get the same number of
@@ -76,9 +80,14 @@ class NodeLoader:
                  queue_depth: int = _SSD.queue_depth, io_backend: str = _SSD.io_backend,
                  eval_fanouts: list[int] | None = None, eval_batch_size: int = SamplerConfig.eval_batch_size,
                  verify_checksums: bool = _SSD.verify_checksums, scratch_dir: str | Path | None = None,
-                 rank: int | None = None, world_size: int | None = None):
+                 rank: int | None = None, world_size: int | None = None,
+                 seed_order: str = SamplerConfig.seed_order, seed_window: int = SamplerConfig.seed_window):
         if features not in FEATURES:
             raise ValueError(f"features: {features!r}; expected one of {FEATURES}")
+        if seed_order not in SEED_ORDERS:
+            raise ValueError(f"seed_order: {seed_order!r}; expected one of {SEED_ORDERS}")
+        if seed_window < 1:
+            raise ValueError(f"seed_window: {seed_window}; expected a positive integer")
         if batch_size < 1:
             raise ValueError(f"batch_size: {batch_size}; expected a positive integer")
         rank, world_size = _ranks(rank, world_size)
@@ -102,6 +111,7 @@ class NodeLoader:
         self._owner = True
         self._configure(store, features, seeds, list(fanouts), batch_size, shuffle, seed, drop_last)
         self.rank, self.world_size = rank, world_size
+        self.window = seed_window if seed_order == "proximity" else 0
 
     def _configure(self, store: Store, features: str, seeds: np.ndarray, fanouts: list[int], batch_size: int,
                    shuffle: bool, seed: int, drop_last: bool) -> None:
@@ -110,6 +120,7 @@ class NodeLoader:
         self.fanouts, self.batch_size = fanouts, batch_size
         self.shuffle, self.seed, self.drop_last = shuffle, seed, drop_last
         self.rank, self.world_size = 0, 1
+        self.window = 0
         self.epoch = 0
         self._io_seen: dict[str, int] = {}
 
@@ -136,7 +147,7 @@ class NodeLoader:
     def seed_batches(self) -> list[np.ndarray]:
         """This epoch's seed batches (this rank's share), in order (the same in every mode)."""
         return seed_batches(self.seeds, self.batch_size, self.shuffle, self.seed, self.epoch, self.drop_last,
-                            self.rank, self.world_size)
+                            self.rank, self.world_size, self.window)
 
     def __iter__(self) -> Iterator[MiniBatch]:
         return self._backend.minibatches(self.seed_batches(), self.fanouts, self.epoch)

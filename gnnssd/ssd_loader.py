@@ -229,9 +229,7 @@ class SSDLoader:
 
     def _minibatch(self, mfgs: MFGs, features: np.ndarray) -> MiniBatch:
         with self.timer.stage("gather"):
-            x = torch.from_numpy(features)
-            if x.dtype != torch.float32:
-                x = x.float()
+            x = torch.from_numpy(self.store.as_float32(features, mfgs.input_nodes))
             blocks = to_dgl_blocks(mfgs)
             input_nodes = torch.from_numpy(mfgs.input_nodes)
             output_nodes = torch.from_numpy(mfgs.seeds)

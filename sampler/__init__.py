@@ -5,7 +5,8 @@ DGLBlocks), plan (mega-batch plans, save/load), readplan (cost model, extents, s
 choice), order. Executing plans (reading, repacking, background stages) is gnnssd.pipeline.
 """
 from .blocks import MFGs, to_dgl_blocks
-from .order import ORDERS, NodeOrder, degree_order, hotness, locality_order, node_order
+from .order import (ORDERS, NodeOrder, degree_order, hotness, locality_order, metis_order, node_order, rcm_order,
+                    window_locality)
 from .plan import (HotRows, MegaBatchPlan, PlanConfig, Planner, load_plan, minibatch_seeds, save_plan, seed_batches,
                    shard)
 from .readplan import CostModel, ReadPlan, plan_extents, read_stats, windows
@@ -13,7 +14,8 @@ from .sampling import NeighborSampler
 
 __all__ = [
     "CostModel", "HotRows", "MFGs", "MegaBatchPlan", "NeighborSampler", "NodeOrder", "ORDERS", "PlanConfig", "Planner",
-    "ReadPlan", "degree_order", "hotness", "load_plan", "locality_order", "minibatch_seeds", "node_order",
+    "ReadPlan", "degree_order", "hotness", "load_plan", "locality_order", "metis_order", "minibatch_seeds",
+    "node_order", "rcm_order", "window_locality",
     "plan_extents",
     "read_stats", "save_plan", "seed_batches", "shard", "to_dgl_blocks", "windows",
 ]

@@ -107,18 +107,31 @@ class MegaBatchPlan:
 
 
 def seed_batches(seeds: np.ndarray, batch_size: int, shuffle: bool, seed: int, epoch: int,
-                 drop_last: bool = False, rank: int = 0, world_size: int = 1) -> list[np.ndarray]:
+                 drop_last: bool = False, rank: int = 0, world_size: int = 1, window: int = 0) -> list[np.ndarray]:
     """An epoch's mini-batches of seed nodes, in training order: the one seed order every
     loader (memory, ssd, baselines) uses, so all see the same mini-batches for the same
-    (seed, epoch). With `shuffle`, a permutation drawn from (seed, epoch); without, `seeds`
+    (seed, epoch). With `shuffle`, a permutation drawn from (seed, epoch): uniformly random,
+    or with `window` > 0 the `proximity_order` over runs of `window` seeds; without, `seeds`
     in the order given. Of `world_size` data-parallel ranks, rank `rank` takes its `shard`
     of that order (the same on every rank) before it is cut into batches."""
     order = np.asarray(seeds, dtype=np.int64)
     if shuffle:
-        order = np.random.default_rng([seed, epoch]).permutation(order)
+        rng = np.random.default_rng([seed, epoch])
+        order = proximity_order(order, window, rng) if window > 0 and len(order) else rng.permutation(order)
     if world_size > 1 and len(order):
         order = shard(order, rank, world_size)
     return _cut(order, batch_size, drop_last)
+
+
+def proximity_order(seeds: np.ndarray, window: int, rng: np.random.Generator) -> np.ndarray:
+    """Proximity-aware seed order (after BGL, NSDI'23): the sorted seeds, rotated by a random
+    offset, are cut into runs of `window`; the runs are visited in random order and each is
+    shuffled. Consecutive mini-batches then draw from nearby store IDs, which under a
+    locality node order (metis, locality) are graph neighbours: a mega-batch's rows overlap
+    more and sit closer on disk, while every seed still comes once per epoch."""
+    ordered = np.roll(np.sort(seeds), -int(rng.integers(len(seeds))))
+    runs = [ordered[i : i + window] for i in range(0, len(ordered), window)]
+    return np.concatenate([rng.permutation(runs[r]) for r in rng.permutation(len(runs))])
 
 
 def shard(order: np.ndarray, rank: int, world_size: int) -> np.ndarray:
@@ -145,20 +158,10 @@ def _cut(order: np.ndarray, batch_size: int, drop_last: bool) -> list[np.ndarray
 
 def minibatch_seeds(train_idx: np.ndarray, cfg: PlanConfig, epoch: int) -> list[np.ndarray]:
     """The epoch's mini-batches of seed nodes for a plan config: `seed_batches` shuffled,
-    or with `locality`: the sorted training nodes (rotated by a random offset) are cut into
-    runs of B*M, the runs are visited in random order and each run is shuffled into its M
-    mini-batches: a mega-batch's seeds are then neighbours in the store's node order, which
-    (with a locality order) means neighbours in the graph.
-    """
-    if not cfg.locality:
-        return seed_batches(train_idx, cfg.batch_size, True, cfg.seed, epoch, cfg.drop_last)
-    rng = np.random.default_rng([cfg.seed, epoch])
-    train = np.asarray(train_idx, dtype=np.int64)
-    span = cfg.batch_size * cfg.mega_batch
-    ordered = np.roll(np.sort(train), -int(rng.integers(len(train))))
-    runs = [ordered[i : i + span] for i in range(0, len(ordered), span)]
-    order = np.concatenate([rng.permutation(runs[r]) for r in rng.permutation(len(runs))])
-    return _cut(order, cfg.batch_size, cfg.drop_last)
+    with `locality` in proximity order over runs of B*M seeds (a mega-batch's seeds are then
+    one run: neighbours in the store's node order)."""
+    window = cfg.batch_size * cfg.mega_batch if cfg.locality else 0
+    return seed_batches(train_idx, cfg.batch_size, True, cfg.seed, epoch, cfg.drop_last, window=window)
 
 
 @nb.njit(cache=True, nogil=True)

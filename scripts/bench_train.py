@@ -144,7 +144,8 @@ def consume(batches: Iterator[MiniBatch], step: Callable[[MiniBatch], None],
 
 
 def run_system(system: str, store: Store, budget: int, batches: int, regime: str, block_budget: int | str,
-               mega_batch: int, seed: int, time_limit: float, verify: bool = True) -> Measured:
+               mega_batch: int, seed: int, time_limit: float, verify: bool = True,
+               seed_order: str = "random", seed_window: int = 16384) -> Measured:
     """One system through NodeLoader (`features=system`) within `budget` bytes: the
     per-row cache, or gnnssd's hot cache and buffers (compact blocks within `block_budget`
     bytes of disk, every page read checked against its checksum unless verify=False);
@@ -152,7 +153,7 @@ def run_system(system: str, store: Store, budget: int, batches: int, regime: str
     with NodeLoader(store, store.train_idx, fanouts=FANOUTS, batch_size=BATCH_SIZE, features=system,
                     memory_budget=budget, shuffle=True, seed=seed, device=CPU, block_budget=block_budget,
                     mega_batch=mega_batch, eval_fanouts=FANOUTS, eval_batch_size=BATCH_SIZE,
-                    verify_checksums=verify) as loader:
+                    verify_checksums=verify, seed_order=seed_order, seed_window=seed_window) as loader:
         setup_io = loader.io_stats()
         measured = consume(mini_batches(loader, batches), make_step(regime, store), loader.timer, time_limit)
         measured.extra = {"loader_io": loader.io_stats(), "setup_io": setup_io}
@@ -170,7 +171,8 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     try:
         measured = run_system(FEATURES.get(system, "ssd"), store, spec["budget"], spec["batches"], regime,
                               block_budget, spec["mega_batch"], spec["seed"], spec["time_limit"],
-                              verify=system != NO_VERIFY)
+                              verify=system != NO_VERIFY, seed_order=spec["seed_order"],
+                              seed_window=spec["seed_window"])
     except NotImplementedError as exc:
         return {**row, "status": f"not run: {exc}"}
     total_s = time.perf_counter() - start
@@ -307,7 +309,8 @@ def bench(args: argparse.Namespace, store: Store, budget: int) -> list[dict[str,
         spec = {"system": system, "regime": regime, "store": str(store.path),
                 "budget": budget, "batches": args.batches, "seed": args.seed,
                 "block_budget": args.block_budget, "mega_batch": args.mega_batch,
-                "time_limit": args.time_limit, "cores": cores}
+                "time_limit": args.time_limit, "cores": cores, "seed_order": args.seed_order,
+                "seed_window": args.seed_window}
         if args.limit_page_cache and system != "memory":
             with PageCacheLimit(keep_free) as limit:
                 row = run_one(spec)

@@ -13,8 +13,9 @@ FORMAT_VERSION = 2  # 2: page checksums (features.crc32c) and the manifest's own
 MANIFEST = "manifest.json"
 FEATURES = "features.bin"
 PAGE_CHECKSUMS = "features.crc32c"  # CRC32C of every PAGE of features.bin, uint32 LE
+ROW_SCALES = "features.scale"  # int8 stores: (scale, offset) of every row, float32 LE
 PAGE = 4096
-FEATURE_DTYPES = ("float32", "float16")
+FEATURE_DTYPES = ("float32", "float16", "int8")
 
 # The store's files other than features.bin, all NumPy .npy.
 ARRAY_FILES = ("indptr", "indices", "labels", "perm", "inv", "train_idx", "valid_idx", "test_idx")

@@ -10,9 +10,10 @@ import numpy as np
 
 from .atomic import CHUNK_BYTES, crc32_of_file
 from .errors import StoreError
-from .manifest import (FEATURE_DTYPES, FEATURES, MANIFEST, PAGE, PAGE_CHECKSUMS,
+from .manifest import (FEATURE_DTYPES, FEATURES, MANIFEST, PAGE, PAGE_CHECKSUMS, ROW_SCALES,
                        manifest_checksum, read_manifest)
 from .page_crc import first_bad_page, page_checksum_error
+from .quantize import dequantize_rows
 
 
 def _array_file(name: str, doc: str) -> cached_property:
@@ -86,7 +87,12 @@ class Store:
                 f"{dim * np.dtype(dtype).itemsize} B per row, but features.row_bytes is "
                 f"{row_bytes!r}")
         padded = -(-self.num_nodes * row_bytes // PAGE) * PAGE
-        for name, size in ((FEATURES, padded), (PAGE_CHECKSUMS, padded // PAGE * 4)):
+        sizes = [(FEATURES, padded), (PAGE_CHECKSUMS, padded // PAGE * 4)]
+        if dtype == "int8":
+            if ROW_SCALES not in self.manifest["files"]:
+                raise self._manifest_error(f"features.dtype int8 without files.{ROW_SCALES} (the row scales)")
+            sizes.append((ROW_SCALES, self.num_nodes * 8))
+        for name, size in sizes:
             if self.manifest["files"][name]["size"] != size:
                 raise self._manifest_error(
                     f"files.{name}.size is {self.manifest['files'][name]['size']}, but "
@@ -237,6 +243,24 @@ class Store:
         """CRC32C of every 4 KiB page of features.bin (uint32, read-only): what the I/O
         engine verifies each page it reads against (Engine.open(..., checksums=))."""
         return self._page_checksums
+
+    @cached_property
+    def row_scales(self) -> np.ndarray | None:
+        """int8 stores: (scale, offset) float32 of every row, from features.scale checked
+        against its CRC-32 as it loads; None for float stores."""
+        if self.feat_dtype != np.int8:
+            return None
+        self._check_crc(ROW_SCALES)
+        scales = np.fromfile(self.path / ROW_SCALES, dtype="<f4").astype(np.float32, copy=False)
+        return scales.reshape(self.num_nodes, 2)
+
+    def as_float32(self, raw: np.ndarray, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
+        """Feature rows of store nodes `rows` as stored (`raw`, in the store's dtype) as
+        float32: int8 rows dequantized with their row scales, float rows converted. Every
+        loader goes through here, so all modes see the same values."""
+        if self.row_scales is None:
+            return raw.astype(np.float32, copy=False)
+        return dequantize_rows(raw, self.row_scales[rows])
 
     def read_features(self, verify: bool = True) -> np.ndarray:
         """The feature matrix (num_nodes, dim) read into memory, each page checked

@@ -27,15 +27,17 @@ from .csc_external import BUCKET_IDS_PER_EDGE, external_csc
 from .errors import DatasetError, StoreError
 from .link_split import LinkSplit, checked_link_split, held_out_mask, random_link_split
 from .manifest import (ARRAY_FILES, FEATURE_DTYPES, FEATURES, FORMAT_NAME, FORMAT_VERSION,
-                       MANIFEST, PAGE, PAGE_CHECKSUMS, is_store_manifest, manifest_checksum)
+                       MANIFEST, PAGE, PAGE_CHECKSUMS, ROW_SCALES, is_store_manifest, manifest_checksum)
 from .order import NodeOrder, order_name, resolve_order
 from .page_crc import page_crc32c
+from .quantize import quantize_rows
 from .source import DatasetSource, edge_chunks, edge_count
 
 log = logging.getLogger(__name__)
 
 PROGRESS = "progress.json"
 STAGED_FEATURES = "features.original-order.bin"
+QUANTIZED_FEATURES = "features.int8.bin"  # int8 rows until they replace the float32 features.bin
 CHUNK_BYTES = 16 << 20
 #: Any store may have this many classes; more only with as many labelled nodes (a label of
 #: 10**9 on a small graph is a data error, and would size the output layer at 10**9).
@@ -126,15 +128,18 @@ def _write_partial(partial: Path, source: DatasetSource, order: str | NodeOrder,
     topology["num_edges"] = int(indices.shape[0])
     notify("topology", 1, 1)
 
-    row_bytes = source.feat_dim * np.dtype(dtype).itemsize
+    written = _written_dtype(dtype)
     files: dict[str, dict[str, int]] = {}
     if order == "original":
-        files[FEATURES] = _stream_features(partial, FEATURES, source, dtype, notify)
+        files[FEATURES] = _stream_features(partial, FEATURES, source, written, notify)
     else:
-        _stream_features(partial, STAGED_FEATURES, source, dtype, notify)
-        files[FEATURES] = _gather_features(partial, perm, n, row_bytes, notify)
+        _stream_features(partial, STAGED_FEATURES, source, written, notify)
+        files[FEATURES] = _gather_features(partial, perm, n, source.feat_dim * np.dtype(written).itemsize, notify)
         (partial / STAGED_FEATURES).unlink(missing_ok=True)  # gone if a resumed run got past this
+    if dtype == "int8":
+        files.update(_quantize_features(partial, n, source.feat_dim, notify))
     files[PAGE_CHECKSUMS] = _write_page_checksums(partial)
+    row_bytes = source.feat_dim * np.dtype(dtype).itemsize
 
     arrays = {"indptr": indptr, "indices": indices, "labels": labels[perm],
               "perm": perm, "inv": inv,
@@ -154,7 +159,7 @@ def _write_partial(partial: Path, source: DatasetSource, order: str | NodeOrder,
         "num_classes": num_classes,
         "features": {"file": FEATURES, "dim": source.feat_dim, "dtype": dtype,
                      "row_bytes": row_bytes, "offset": 0, "alignment": PAGE,
-                     "page_checksums": PAGE_CHECKSUMS},
+                     "page_checksums": PAGE_CHECKSUMS, **({"row_scales": ROW_SCALES} if dtype == "int8" else {})},
         "order": order,
         "files": files,
         "preprocess": params,
@@ -196,8 +201,8 @@ def _writing(path: Path, what: str) -> Iterator[None]:
 def _space_needed(source: DatasetSource, dtype: str, order: str, num_edges: int | None) -> int:
     """Bytes a store of `source` takes, with a reordering's staged copy: the features,
     their page checksums and the arrays (int64 node arrays; edges once known)."""
-    features = -(-source.num_nodes * source.feat_dim * np.dtype(dtype).itemsize // PAGE) * PAGE
-    staged = features if order != "original" else 0
+    features = -(-source.num_nodes * source.feat_dim * np.dtype(_written_dtype(dtype)).itemsize // PAGE) * PAGE
+    staged = features if order != "original" or dtype == "int8" else 0
     return features + staged + features // PAGE * 4 + 8 * (6 * source.num_nodes + (num_edges or 0))
 
 
@@ -618,6 +623,42 @@ def _save_array(path: Path, array: np.ndarray) -> dict[str, int]:
         f.flush()
         os.fsync(f.fileno())
     return {"size": path.stat().st_size, "crc32": crc32_of_file(path)}
+
+
+def _written_dtype(dtype: str) -> str:
+    """The dtype features.bin is first written in: int8 rows are quantized from float32."""
+    return "float32" if dtype == "int8" else dtype
+
+
+def _quantize_features(partial: Path, n: int, dim: int,
+                       notify: Callable[[str, int, int], None]) -> dict[str, dict[str, int]]:
+    """Quantize the float32 features.bin (store order) into int8 rows and features.scale
+    (`quantize_rows`) in one sequential pass, then replace features.bin with the int8 rows.
+    A resumed run redoes the pass until it is recorded done; the replacement is a rename,
+    repeated if the run stopped between the record and the rename."""
+    state = {name: _resume_state(partial, name) for name in (QUANTIZED_FEATURES, ROW_SCALES)}
+    if not state[ROW_SCALES]["done"]:
+        chunk_rows = _chunk_rows(dim * 4)
+        with (_writing(partial / QUANTIZED_FEATURES, "int8 feature rows"),
+              open(partial / FEATURES, "rb") as src, open(partial / QUANTIZED_FEATURES, "wb") as codes_file,
+              open(partial / ROW_SCALES, "wb") as scales_file):
+            codes_out, scales_out = ChecksummedWriter(codes_file), ChecksummedWriter(scales_file)
+            for lo in range(0, n, chunk_rows):
+                rows = min(chunk_rows, n - lo)
+                codes, params = quantize_rows(np.frombuffer(src.read(rows * dim * 4), "<f4").reshape(rows, dim))
+                codes_out.write(codes.data)
+                scales_out.write(params.astype("<f4").data)
+                notify("quantize", lo + rows, n)
+            codes_out.write(bytes(-codes_out.size % PAGE))
+            codes_out.sync()
+            scales_out.sync()
+        for name, out in ((QUANTIZED_FEATURES, codes_out), (ROW_SCALES, scales_out)):
+            state[name] = {"rows": n, "size": out.size, "crc32": out.crc, "done": 1}
+            _record_progress(partial, name, state[name])
+    if (partial / QUANTIZED_FEATURES).exists():
+        os.replace(partial / QUANTIZED_FEATURES, partial / FEATURES)
+    return {FEATURES: {"size": state[QUANTIZED_FEATURES]["size"], "crc32": state[QUANTIZED_FEATURES]["crc32"]},
+            ROW_SCALES: {"size": state[ROW_SCALES]["size"], "crc32": state[ROW_SCALES]["crc32"]}}
 
 
 def _write_page_checksums(partial: Path) -> dict[str, int]:

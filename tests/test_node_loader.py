@@ -70,6 +70,19 @@ def test_memory_and_ssd_yield_the_same_seed_batches(store: gnnssd.Store) -> None
     assert not np.array_equal(seen["ssd"][0][0], seen["ssd"][1][0])  # a new shuffle per epoch
 
 
+def test_proximity_seed_order_reaches_every_mode(store: gnnssd.Store) -> None:
+    expected = seed_batches(store.train_idx, 300, True, 7, 1, window=600)
+    for mode in ("memory", "ssd"):
+        with _loader(store, mode, seed_order="proximity", seed_window=600) as loader:
+            loader.set_epoch(1)
+            got = [mb.output_nodes.numpy() for mb in loader]
+        assert len(got) == len(expected)
+        for a, b in zip(got, expected):
+            np.testing.assert_array_equal(a, b)
+    with pytest.raises(ValueError, match="seed_order: 'nearby'; expected one of"):
+        _loader(store, "memory", seed_order="nearby")
+
+
 def test_full_neighbourhoods_agree_between_dgl_and_gnnssd_sampling(store: gnnssd.Store) -> None:
     """With all neighbours (no random draw), DGL's sampler (memory) and gnnssd's planner
     (ssd) must reach the same input nodes for each seed batch."""

@@ -9,7 +9,7 @@ from gnnssd.pipeline.direct_io import DirectIO
 from gnnssd.sampler.graphs import random_csc
 from gnnssd.pipeline.hot_cache import HotCache
 from gnnssd.pipeline.loader import FeatureFile, MegaBatchLoader
-from gnnssd.sampler.plan import PlanConfig, Planner, load_plan, minibatch_seeds, save_plan
+from gnnssd.sampler.plan import PlanConfig, Planner, load_plan, minibatch_seeds, save_plan, seed_batches, shard
 from gnnssd.sampler.readplan import CostModel, pages_plan, windows
 from gnnssd.pipeline.repack import remove, repack, repacked_windows
 from gnnssd.pipeline.worker import PlanWorker, replay, saving
@@ -77,6 +77,32 @@ def test_epoch_covers_training_nodes_once(graph):
     first = np.sort(np.concatenate(minibatch_seeds(train, cfg, 0)[:4]))
     ranks = np.searchsorted(np.sort(train), first)
     assert np.count_nonzero(np.diff(ranks) != 1) <= 1  # one wrap-around at most
+
+
+def test_proximity_seed_order_draws_batches_from_runs_of_nearby_seeds():
+    seeds = np.random.default_rng(5).choice(100_000, 12_800, replace=False)
+    window, batch = 1280, 320  # every run is full: four mini-batches per run
+    epochs = [seed_batches(seeds, batch, True, 3, epoch, window=window) for epoch in (0, 1)]
+    assert epochs[0][0].tolist() == seed_batches(seeds, batch, True, 3, 0, window=window)[0].tolist()  # seeded
+    for batches in epochs:
+        order = np.concatenate(batches)
+        assert np.array_equal(np.sort(order), np.sort(seeds))  # every seed once per epoch
+        ranks = np.searchsorted(np.sort(seeds), order)
+        for start in range(0, len(order), window):  # a run: consecutive sorted seeds (mod n)
+            run = np.sort(ranks[start : start + window])
+            assert np.count_nonzero(np.diff(run) != 1) <= 1  # at most one wrap past the end
+            assert run[-1] - run[0] in (window - 1, len(seeds) - 1)
+        inside = np.sort(ranks[:window])
+        assert not np.array_equal(ranks[:window], inside)  # shuffled within the run
+    assert not np.array_equal(np.concatenate(epochs[0]), np.concatenate(epochs[1]))  # fresh every epoch
+    # uniform shuffle: a mini-batch spans nearly all seeds; proximity: one run
+    spread = np.ptp(np.searchsorted(np.sort(seeds), seed_batches(seeds, batch, True, 3, 0)[0]))
+    assert spread > 5 * window
+    # ranks shard the proximity order as they shard a random one
+    whole = np.concatenate(seed_batches(seeds, batch, True, 3, 1, window=window))
+    for rank in (0, 1):
+        mine = np.concatenate(seed_batches(seeds, batch, True, 3, 1, rank=rank, world_size=2, window=window))
+        assert np.array_equal(mine, shard(whole, rank, 2))
 
 
 def test_spilled_plan_restores_whole(graph, tmp_path):

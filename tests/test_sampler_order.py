@@ -1,9 +1,14 @@
-"""Node orders: valid permutations; hot rows first; hotness matches sampled frequencies."""
+"""Node orders: valid permutations; hot rows first; hotness matches sampled frequencies;
+METIS recovers a planted neighbourhood structure; RCM narrows the band."""
 import numpy as np
+import pytest
 
+from gnnssd.datasets.synthetic import synthetic_source
 from gnnssd.sampler.graphs import random_csc
-from gnnssd.sampler.order import degree_order, hotness, locality_order
+from gnnssd.sampler.order import (degree_order, hotness, locality_order, metis_order, node_order, rcm_order,
+                                  window_locality)
 from gnnssd.sampler.sampling import NeighborSampler
+from gnnssd.storage_format.csc import csc_from_edges
 
 
 def test_orders_are_permutations_with_hot_rows_first():
@@ -55,3 +60,49 @@ def test_locality_order_keeps_neighbours_close():
     assert np.median(gap_local) < np.median(gap_shuffled) / 4
     community = n // 40
     assert (gap_local < community).mean() > 5 * (gap_shuffled < community).mean()
+
+
+def _planted(n: int, local_size: int):
+    """A synthetic graph with 80% of edges inside neighbourhoods of `local_size` nodes (node
+    IDs random), as CSC, its edges, and the generator's own neighbourhood order (the oracle)."""
+    source = synthetic_source(num_nodes=n, feat_dim=4, avg_degree=15, num_classes=8, local_fraction=0.8,
+                              local_size=local_size)
+    s, d = source.load_edges()
+    indptr, indices = csc_from_edges(s, d, n)
+    return indptr, indices, s, d, source.neighbourhood_order()
+
+
+def test_metis_order_recovers_a_planted_neighbourhood_structure():
+    n, size = 30_000, 512
+    indptr, indices, s, d, oracle = _planted(n, size)
+    window = 4 * size
+    recovered = {name: window_locality(perm, s, d, window) for name, perm in (
+        ("original", np.arange(n)), ("oracle", oracle), ("metis", metis_order(indptr, indices, part_size=size)),
+        ("locality", locality_order(indptr, indices)))}
+    assert recovered["oracle"] > 0.75  # 80% of edges planted inside neighbourhoods
+    assert recovered["original"] < recovered["oracle"] - 0.3
+    assert recovered["metis"] > 0.9 * recovered["oracle"]
+    assert recovered["metis"] > recovered["locality"] + 0.2  # hot rows up front cut the hubs' edges
+
+
+def test_orders_by_name_are_permutations_and_rcm_recovers_a_band():
+    n = 5000
+    indptr, indices = random_csc(n, 8, seed=5, communities=10)
+    for name in ("rcm", "metis"):
+        perm = node_order(name).permutation(indptr, indices, None)
+        assert np.array_equal(np.sort(perm), np.arange(n))
+    # a 100 x 30 grid under shuffled IDs: RCM brings the bandwidth back to about the width
+    rows, cols = 100, 30
+    node = np.arange(rows * cols).reshape(rows, cols)
+    pairs = np.concatenate([np.stack([node[:, :-1].ravel(), node[:, 1:].ravel()], 1),
+                            np.stack([node[:-1].ravel(), node[1:].ravel()], 1)])
+    shuffled = np.random.default_rng(2).permutation(rows * cols)
+    s, d = shuffled[pairs[:, 0]], shuffled[pairs[:, 1]]
+    indptr = np.concatenate([[0], np.cumsum(np.bincount(d, minlength=rows * cols))]).astype(np.int64)
+    indices = s[np.argsort(d, kind="stable")].astype(np.int32)
+    pos = np.empty(rows * cols, np.int64)
+    pos[rcm_order(indptr, indices)] = np.arange(rows * cols)
+    assert np.abs(pos[s] - pos[d]).max() <= 2 * cols
+    assert np.abs(s - d).max() > 10 * cols
+    with pytest.raises(ValueError, match="expected one of"):
+        node_order("bfs")
