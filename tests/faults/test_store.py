@@ -294,7 +294,7 @@ def _edit_manifest(path: Path, edit) -> None:
     ("dim", 16, r"features.dim 16 x features.dtype float32 \(4 B\) = 64 B per row, but "
                 r"features.row_bytes is 32"),
     ("dim", 0, r"features.dim 0, expected a positive integer"),
-    ("dtype", "int8", r"features.dtype 'int8', expected one of"),
+    ("dtype", "int16", r"features.dtype 'int16', expected one of"),
     ("num_classes", 2, r"num_classes 2, but labels.npy holds label 3"),
     ("num_nodes", 500, r"files.features.bin.size is 12288, but num_nodes 500 x row_bytes 32 "
                        r"\(padded to 4096\) needs 16384"),
