@@ -407,6 +407,10 @@ def main() -> int:
                         f"default; {EXTENTS} runs with 0: extents only)")
     p.add_argument("--mega-batch", type=int, default=16,
                    help="gnnssd: mini-batches per mega-batch (split to fit the buffers)")
+    p.add_argument("--seed-order", choices=("random", "proximity"), default="random",
+                   help="every system's training seed order (NodeLoader seed_order; default %(default)s)")
+    p.add_argument("--seed-window", type=int, default=16384,
+                   help="seeds per run of the proximity order (default %(default)s)")
     p.add_argument("--systems", nargs="+", choices=(*SYSTEMS, EXTENTS, NO_VERIFY), default=[*SYSTEMS, EXTENTS],
                    help=f"(default: %(default)s; {EXTENTS}: gnnssd with block_budget 0; {NO_VERIFY}: "
                         "gnnssd without page checksums)")
@@ -459,7 +463,7 @@ def main() -> int:
     meta = {"store": str(store.path), "nodes": store.num_nodes, "feature_bytes": store.feature_bytes,
             "budget_bytes": budget, "topology_bytes": topology_bytes(store),
             "batches": args.batches, "seed": args.seed, "fanouts": FANOUTS, "batch_size": BATCH_SIZE,
-            "block_budget": args.block_budget,
+            "block_budget": args.block_budget, "seed_order": args.seed_order, "seed_window": args.seed_window,
             "model": asdict(MODEL), "limit_page_cache": args.limit_page_cache,
             "headroom_bytes": args.headroom, "kernel": platform.release(), "cpus": os.cpu_count(),
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}

@@ -1,0 +1,41 @@
+"""The benchmark scripts run end to end on a tiny store and write their JSON: a merge or a
+renamed option breaks a benchmark only where nothing runs it. Behaviour only, never timing."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gnnssd.datasets import ArraySource
+from gnnssd.storage_format import write_store
+
+from .conftest import REPO, random_graph_arrays
+
+
+@pytest.fixture(scope="module")
+def tiny_store(tmp_path_factory) -> Path:
+    data = random_graph_arrays(num_nodes=20000, num_edges=100000, dim=256)  # 19.5 MiB of rows
+    return write_store(tmp_path_factory.mktemp("bench") / "store",
+                       ArraySource(data["features"], data["edges"], data["labels"], data["splits"]))
+
+
+def test_bench_train_runs_every_row_kind_and_writes_its_json(tiny_store, tmp_path):
+    out = tmp_path / "bench.json"
+    result = subprocess.run(
+        [sys.executable, "scripts/bench_train.py", "--store", str(tiny_store), "--budget", "16MiB",
+         "--batches", "2", "--systems", "memory", "gnnssd", "gnnssd-extents", "--regimes", "loader-only",
+         "--seed-order", "proximity", "--seed-window", "64", "--cores", "1", "--json", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(out.read_text())
+    rows = {(r["system"], r["cores"]): r for r in report["rows"]}
+    assert {("memory", None), ("gnnssd", None), ("gnnssd-extents", None), ("memory", 1), ("gnnssd", 1)} <= set(rows)
+    for row in report["rows"]:
+        assert row["status"] == "ok" and row["batches"] == 2, row
+    gnnssd = rows[("gnnssd", None)]
+    assert gnnssd["useful_bytes"] > 0  # a 16 MiB budget cannot hold the rows: some are read
+    assert gnnssd["read_amplification"] == round(gnnssd["bytes_read"] / gnnssd["useful_bytes"], 3)
+    assert report["meta"]["seed_order"] == "proximity"
