@@ -9,7 +9,6 @@ positive edge (EdgeLoader); evaluation ranks every valid/test edge against its
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
 
-from .config import Config, ConfigError
+from .config import ConfigError
 from .edge_loader import EdgeBatch, EdgeLoader
 from .runtime import epoch_seed, seed_everything, uninterruptible
 from .trainer import Trainer
@@ -72,10 +71,7 @@ class LinkTrainer(Trainer):
     passed as `model`) and the decoder.
     """
 
-    def __init__(self, config: Config | str | Path, overrides: dict[str, Any] | None = None,
-                 model: nn.Module | None = None):
-        super().__init__(config, overrides, model)
-        self.best = {"valid_mrr": -1.0, "epoch": 0, "state": None}
+    SELECTION = "mrr"
 
     def _check_store(self) -> None:
         cfg = self.config
@@ -149,21 +145,8 @@ class LinkTrainer(Trainer):
             record["io"] = self.loader.io_stats()
         return record
 
-    def _evaluate_epoch(self, epoch: int) -> dict[str, Any]:
-        """Scores of the non-empty evaluation splits; the best model is the one of highest
-        validation MRR, or the latest when the store has no validation edges."""
-        splits = [s for s in ("valid", "test") if self._split_size(s)]
-        scores = {f"{split}_{k}": v for split in splits
-                  for k, v in self.evaluate(split).items() if k != "edges"}
-        valid = scores.get("valid_mrr")
-        if valid is None or valid > self.best["valid_mrr"]:
-            self.best = {"valid_mrr": -1.0 if valid is None else valid, "test_mrr": scores.get("test_mrr"),
-                         "epoch": epoch,
-                         "state": {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}}
-        skipped = [s for s in ("valid", "test") if s not in splits]
-        if skipped:
-            scores["skipped_splits"] = skipped
-        return {**scores, "best_epoch": self.best["epoch"], "best_test_mrr": self.best["test_mrr"]}
+    def _split_scores(self, split: str) -> dict[str, float]:
+        return {k: v for k, v in self.evaluate(split).items() if k != "edges"}
 
     # --- evaluation ------------------------------------------------------------------------
 

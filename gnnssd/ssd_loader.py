@@ -22,14 +22,14 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from gnnssd.sampler import MFGs, MegaBatchPlan, NeighborSampler, PlanConfig, Planner, to_dgl_blocks
+from gnnssd.sampler import HotRows, MFGs, MegaBatchPlan, NeighborSampler, PlanConfig, Planner, to_dgl_blocks
 from gnnssd.sampler.readplan import pages_plan
 from gnnssd.storage_format import Store
 
 from .budget import MemoryBudget, format_bytes, parse_bytes, resolve_block_budget
 from .config import ConfigError, SamplerConfig, SSDConfig
 from .memory_loader import IOCounters, MiniBatch, store_labels
-from .pipeline import (DirectIO, FeatureFile, HotCache, MegaBatchLoader, PlanWorker, hottest_rows, load_model,
+from .pipeline import (DirectIO, FeatureFile, HotCache, HotRanking, MegaBatchLoader, PlanWorker, load_model,
                        remove, repacked_windows)
 from .pipeline.loader import BUFFERS
 from .pipeline.repack import RepackReport
@@ -88,7 +88,8 @@ class SSDLoader:
                 f"queues and staging plus two buffers of at least {least_rows:,} rows of {row_bytes} B "
                 f"need at least {format_bytes(least)} ({least} bytes); raise memory_budget")
         share = max(int(usable * (1 - ssd.hot_fraction)) // (2 * row_bytes), least_rows)
-        hot_guess = hottest_rows(store, min(store.num_nodes, usable // row_bytes - 2 * share), sampling.fanouts)
+        ranking = HotRanking(store, sampling.fanouts)
+        hot_guess = ranking.top(min(store.num_nodes, usable // row_bytes - 2 * share))
         needed = int(MINIBATCH_MARGIN * self._cold_rows_per_minibatch(hot_guess))
         buffer_rows = needed if share < needed <= usable // (2 * row_bytes) else share
         try:
@@ -107,8 +108,7 @@ class SSDLoader:
         self.features = FeatureFile(self.direct_io, store.features_path, store.feat_dim, store.feat_dtype,
                                     self.cost_model, self.staging_bytes)
         with timer.stage("read"):
-            self.hot = HotCache(self.features, hottest_rows(store, self.budget.hot_rows, sampling.fanouts),
-                                store.num_nodes)
+            self.hot = HotCache(self.features, ranking.top(self.budget.hot_rows), store.num_nodes)
         log.info("features from %s through the %s backend; %s of hot rows loaded",
                  store.features_path, self.direct_io.backend, format_bytes(self.hot.nbytes))
         self.buffers = MegaBatchLoader(self.hot, self.budget.buffer_rows, block_dir)
@@ -118,8 +118,7 @@ class SSDLoader:
         """Most input rows outside `hot_rows` among a few sampled mini-batches, with the
         training and with the evaluation settings: what a buffer holds to read a mini-batch
         in one piece."""
-        is_hot = np.zeros(self.store.num_nodes, np.bool_)
-        is_hot[hot_rows] = True
+        is_hot = HotRows.of(hot_rows, self.store.num_nodes).mask
         sampler_cfg = self.sampling
         layers = len(sampler_cfg.fanouts)
         settings = [(sampler_cfg.fanouts, sampler_cfg.batch_size),

@@ -52,6 +52,8 @@ class Trainer:
     split between the ranks, and rank 0 alone locks and writes the run directory.
     """
 
+    SELECTION = "acc"  # the validation score that picks the best model
+
     def __init__(self, config: Config | str | Path, overrides: dict[str, Any] | None = None,
                  model: torch.nn.Module | None = None):
         self.config = config if isinstance(config, Config) else load_config(config, overrides)
@@ -76,7 +78,7 @@ class Trainer:
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.train.lr,
                                           weight_decay=cfg.train.weight_decay)
         self.epochs_done = 0
-        self.best: dict[str, Any] = {"valid_acc": -1.0, "epoch": 0, "state": None}
+        self.best: dict[str, Any] = {f"valid_{self.SELECTION}": -1.0, "epoch": 0, "state": None}
         self.metrics = MetricsLog(self.run_dir)
 
     # --- what a task overrides (gnnssd.link.LinkTrainer) ---------------------------------
@@ -236,19 +238,26 @@ class Trainer:
                 f"Corrupt features or labels do this: run `gnnssd verify {self.config.store_path()}`; "
                 "if the store is sound, lower train.lr")
 
+    def _split_scores(self, split: str) -> dict[str, float]:
+        """The scores of one evaluation split, by name (metrics.jsonl prefixes the split)."""
+        return {"acc": self.evaluate(split)["accuracy"]}
+
     def _evaluate_epoch(self, epoch: int) -> dict[str, Any]:
         """Scores of the non-empty evaluation splits; the best model is the one of highest
-        validation accuracy, or the latest when the store has no validation nodes."""
+        validation SELECTION score, or the latest when the store has no validation split."""
+        key = self.SELECTION
         splits = [s for s in ("valid", "test") if self._split_size(s)]
-        scores: dict[str, Any] = {f"{s}_acc": self.evaluate(s)["accuracy"] for s in splits}
-        valid = scores.get("valid_acc")
-        if valid is None or valid > self.best["valid_acc"]:
-            self.best = {"valid_acc": valid, "test_acc": scores.get("test_acc"), "epoch": epoch,
+        scores: dict[str, Any] = {f"{s}_{name}": value for s in splits
+                                  for name, value in self._split_scores(s).items()}
+        valid = scores.get(f"valid_{key}")
+        if valid is None or valid > self.best[f"valid_{key}"]:
+            self.best = {f"valid_{key}": -1.0 if valid is None else valid, f"test_{key}": scores.get(f"test_{key}"),
+                         "epoch": epoch,
                          "state": {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}}
         skipped = [s for s in ("valid", "test") if s not in splits]
         if skipped:
             scores["skipped_splits"] = skipped
-        return {**scores, "best_epoch": self.best["epoch"], "best_test_acc": self.best["test_acc"]}
+        return {**scores, "best_epoch": self.best["epoch"], f"best_test_{key}": self.best[f"test_{key}"]}
 
     # --- evaluation and prediction --------------------------------------------------------
 

@@ -345,7 +345,7 @@ class Planner:
                     yield self._take(epoch, index)
                     index += 1
                 if not self.union.add(mfgs, self.max_rows):
-                    for piece in pieces(mfgs, self.hot.rows, self.max_rows, epoch, index):
+                    for piece in pieces(mfgs, self.hot, self.max_rows, epoch, index):
                         self._prev = piece  # the next plan carries from the last piece's buffer
                         yield piece
                         index += 1
@@ -360,7 +360,7 @@ class Planner:
         return self._prev
 
 
-def pieces(mfgs: MFGs, hot_rows: np.ndarray, max_rows: int, epoch: int, index: int) -> list[MegaBatchPlan]:
+def pieces(mfgs: MFGs, members: HotRows, max_rows: int, epoch: int, index: int) -> list[MegaBatchPlan]:
     """One mini-batch too large for a buffer as plans of at most `max_rows` cold rows each
     (its sorted cold rows cut in order), numbered from `index`. Piece k's gather index is the
     mini-batch's full input length: the slot in [hot cache | buffer] of each input row this
@@ -368,8 +368,7 @@ def pieces(mfgs: MFGs, hot_rows: np.ndarray, max_rows: int, epoch: int, index: i
     the others; the caller fills x piece by piece. stats["pieces"] is the count, "piece" k.
     Pieces carry nothing over: each buffer holds only its own rows."""
     nodes = np.asarray(mfgs.input_nodes, np.int64)
-    at = np.minimum(np.searchsorted(hot_rows, nodes), max(len(hot_rows) - 1, 0))
-    hot = hot_rows[at] == nodes if len(hot_rows) else np.zeros(len(nodes), np.bool_)
+    hot = members.mask[nodes]
     cold_pos = np.flatnonzero(~hot)
     order = np.argsort(nodes[cold_pos], kind="stable")
     cold = nodes[cold_pos][order]  # input rows are distinct within a mini-batch
@@ -379,8 +378,8 @@ def pieces(mfgs: MFGs, hot_rows: np.ndarray, max_rows: int, epoch: int, index: i
         lo, hi = k * max_rows, min((k + 1) * max_rows, len(cold))
         gather = np.full(len(nodes), -1, np.int64)
         if k == 0:
-            gather[hot] = at[hot]
-        gather[cold_pos[order[lo:hi]]] = len(hot_rows) + np.arange(hi - lo)
+            gather[hot] = members.slots(nodes[hot])
+        gather[cold_pos[order[lo:hi]]] = len(members.rows) + np.arange(hi - lo)
         first = int(k == 0)  # the mini-batch's own counts go with its first piece
         hot_hits = first * int(hot.sum())
         stats = {"minibatches": first, "input_rows": first * len(nodes), "unique_rows": hi - lo + hot_hits,
@@ -389,7 +388,7 @@ def pieces(mfgs: MFGs, hot_rows: np.ndarray, max_rows: int, epoch: int, index: i
                  "minibatch_cold_rows": first * len(cold), "piece": k, "pieces": count}
         plans.append(MegaBatchPlan(epoch=epoch, index=index + k, minibatches=[mfgs], gather=[gather],
                                    rows=cold[lo:hi], num_read=hi - lo, carry_src=np.empty(0, np.int64),
-                                   num_hot=len(hot_rows), stats=stats))
+                                   num_hot=len(members.rows), stats=stats))
     return plans
 
 

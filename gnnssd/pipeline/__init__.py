@@ -6,10 +6,10 @@ calibration (the drive's cost model).
 """
 from .calibration import calibrate, load_model
 from .direct_io import DirectIO
-from .hot_cache import HotCache, hottest_rows
+from .hot_cache import HotCache, HotRanking, hottest_rows
 from .loader import FeatureFile, MegaBatchLoader
 from .repack import remove, repack, repacked_windows
 from .worker import PlanWorker, replay, saving
 
 __all__ = ["DirectIO", "FeatureFile", "HotCache", "MegaBatchLoader", "PlanWorker", "calibrate", "load_model", "remove", "repack",
-           "hottest_rows", "repacked_windows", "replay", "saving"]
+           "HotRanking", "hottest_rows", "repacked_windows", "replay", "saving"]

@@ -8,6 +8,8 @@ copies hot rows from `data`, the rest from the mega-batch buffer the reader fill
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from gnnssd.sampler import HotRows, hotness
@@ -19,16 +21,35 @@ from .loader import FeatureFile
 HOT_FIRST_ORDERS = ("degree", "locality")
 
 
+class HotRanking:
+    """The store's rows in decreasing sampling heat, ranked once (on first use) and cut at
+    any count: the loader sizes its buffers with one count and fills the cache with another."""
+
+    def __init__(self, store: Store, fanouts: list[int]):
+        self.store, self.fanouts = store, fanouts
+
+    @functools.cached_property
+    def _order(self) -> np.ndarray | None:
+        """Rows hottest first; None when the store's order already put them first."""
+        if self.store.manifest["order"] in HOT_FIRST_ORDERS:
+            return None
+        train = np.asarray(self.store.train_idx)  # empty in a link store: seeds are anywhere
+        heat = hotness(self.store.indptr, self.store.indices, self.fanouts, train if len(train) else None)
+        return np.argsort(-heat, kind="stable")
+
+    def top(self, count: int) -> np.ndarray:
+        """The `count` hottest rows, sorted; the front of the file when the store's order
+        already put the hottest rows first (one sequential read)."""
+        if count == 0:
+            return np.empty(0, np.int64)
+        if self._order is None:
+            return np.arange(count, dtype=np.int64)
+        return np.sort(self._order[:count]).astype(np.int64)
+
+
 def hottest_rows(store: Store, count: int, fanouts: list[int]) -> np.ndarray:
-    """The `count` rows sampling with `fanouts` reaches most (sorted); the front of the
-    file when the store's order already put the hottest rows first (one sequential read)."""
-    if count == 0:
-        return np.empty(0, np.int64)
-    if store.manifest["order"] in HOT_FIRST_ORDERS:
-        return np.arange(count, dtype=np.int64)
-    train = np.asarray(store.train_idx)  # empty in a link store: seeds are anywhere
-    heat = hotness(store.indptr, store.indices, fanouts, train if len(train) else None)
-    return np.sort(np.argsort(-heat, kind="stable")[:count]).astype(np.int64)
+    """The `count` rows sampling with `fanouts` reaches most (sorted)."""
+    return HotRanking(store, fanouts).top(count)
 
 
 class HotCache:
