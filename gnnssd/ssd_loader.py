@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 import shutil
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Iterator
 
@@ -211,12 +210,9 @@ class SSDLoader:
         pieces = plan.stats.get("pieces", 0)
         if pieces:
             with self.timer.stage("gather"):
-                index = plan.gather[0]
                 if plan.stats["piece"] == 0:
-                    self._assembling = np.empty((len(index), self.store.feat_dim), self.store.feat_dtype)
-                mine = index >= 0
-                part = replace(plan, gather=[index[mine]])
-                self._assembling[mine] = self.buffers.gather(part, 0, buffer)
+                    self._assembling = np.empty((len(plan.gather[0]), self.store.feat_dim), self.store.feat_dtype)
+                self.buffers.gather(plan, 0, buffer, self._assembling)
             if plan.stats["piece"] == pieces - 1:
                 x, self._assembling = self._assembling, None
                 yield self._minibatch(plan.minibatches[0], x)

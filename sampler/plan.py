@@ -196,10 +196,34 @@ def _carried(cold, prev, lo, hi, carried, carry_slot):
             carry_slot[i] = j
 
 
+@nb.njit(cache=True, nogil=True)
+def _scan_rows(slot, is_hot, value, cold_at):
+    """Walk every row in ascending order: a hot row r of the union (slot[r] >= 0) gets
+    value[slot[r]] = its cache slot (the hot rows before it); the slots of the union's
+    cold rows go to cold_at in row order. Returns how many are cold."""
+    rank = 0
+    count = 0
+    for r in range(slot.shape[0]):
+        s = slot[r]
+        if is_hot[r]:
+            if s >= 0:
+                value[s] = rank
+            rank += 1
+        elif s >= 0:
+            cold_at[count] = s
+            count += 1
+    return count
+
+
 @nb.njit(parallel=True, cache=True, nogil=True)
 def _gather_index(nodes, slot, value, out):
     for i in nb.prange(nodes.shape[0]):
         out[i] = value[slot[nodes[i]]]
+
+
+# A union holding at least 1/SCAN_SHARE of the graph's rows is put in row order by one walk
+# over the row-sized maps (linear in the rows, no allocation); a smaller one is sorted.
+SCAN_SHARE = 64
 
 
 class RowUnion:
@@ -235,6 +259,19 @@ class RowUnion:
         self.state[:] = 0
         self.members = []
 
+    def _split(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For distinct `rows` whose slot map entries are their positions (slot[rows[k]] ==
+        k): the cache slot of each hot one (value[k]; the cold ones' entries are unset) and
+        the positions of the cold ones in ascending row order."""
+        value = np.empty(len(rows), np.int64)
+        if len(rows) * SCAN_SHARE >= len(self.slot):
+            cold_at = np.empty(len(rows), np.int64)
+            return value, cold_at[: _scan_rows(self.slot, self.hot.mask, value, cold_at)]
+        hot = self.hot.mask[rows]
+        value[hot] = self.hot.slots(rows[hot])
+        cold_at = np.flatnonzero(~hot)
+        return value, cold_at[np.argsort(rows[cold_at])]
+
     def take(self, prev_rows: np.ndarray | None, prev_num_read: int, epoch: int, index: int) -> "MegaBatchPlan":
         """The plan of the current group; the union is emptied for the next one.
 
@@ -242,9 +279,10 @@ class RowUnion:
         split at prev_num_read (or None)."""
         mfgs, inputs = self.members, [np.asarray(m.input_nodes, np.int64) for m in self.members]
         uniq = self.uniq[: self.state[0]]
-        hot = self.hot.mask[uniq]
-        cold = np.sort(uniq[~hot])
-        cold_at = self.slot[cold]  # their positions in uniq
+        # each unique row's index in [hot cache | buffer], in uniq order (hot rows here,
+        # cold rows below once the carried ones are known)
+        value, cold_at = self._split(uniq)
+        cold = uniq[cold_at]
         carried = np.zeros(len(cold), np.bool_)
         carry_slot = np.zeros(len(cold), np.int64)
         if prev_rows is not None:
@@ -252,9 +290,6 @@ class RowUnion:
                 _carried(cold, prev_rows, lo, hi, carried, carry_slot)
         read_rows, carry_rows = cold[~carried], cold[carried]
         num_hot = len(self.hot.rows)
-        # each unique row's index in [hot cache | buffer], in uniq order
-        value = np.empty(len(uniq), np.int64)
-        value[hot] = self.hot.slots(uniq[hot])
         value[cold_at[~carried]] = num_hot + np.arange(len(read_rows))
         value[cold_at[carried]] = num_hot + len(read_rows) + np.arange(len(carry_rows))
         allin = np.concatenate(inputs)
@@ -286,6 +321,44 @@ class RowUnion:
             num_hot=num_hot,
             stats=stats,
         )
+
+    def pieces(self, mfgs: MFGs, max_rows: int, epoch: int, index: int) -> list[MegaBatchPlan]:
+        """One mini-batch too large for a buffer as plans of at most `max_rows` cold rows
+        each (its sorted cold rows cut in order), numbered from `index`; the union must be
+        empty (its slot map serves as scratch). Piece k's gather index is the mini-batch's
+        full input length: the slot in [hot cache | buffer] of each input row this piece
+        supplies (the hot rows in piece 0, cold rows in the piece that reads them), -1 for
+        the others; the caller fills x piece by piece. stats["pieces"] is the count,
+        "piece" k. Pieces carry nothing over: each buffer holds only its own rows."""
+        if self.members:
+            raise ValueError("pieces are planned from an empty union")
+        nodes = np.asarray(mfgs.input_nodes, np.int64)  # distinct within a mini-batch
+        self.slot[nodes] = np.arange(len(nodes), dtype=np.int32)
+        try:
+            value, cold_pos = self._split(nodes)
+        finally:
+            self.slot[nodes] = -1
+        hot = self.hot.mask[nodes]
+        cold = nodes[cold_pos]
+        num_hot = len(self.hot.rows)
+        count = -(-len(cold) // max_rows)
+        plans = []
+        for k in range(count):
+            lo, hi = k * max_rows, min((k + 1) * max_rows, len(cold))
+            gather = np.full(len(nodes), -1, np.int64)
+            if k == 0:
+                gather[hot] = value[hot]
+            gather[cold_pos[lo:hi]] = num_hot + np.arange(hi - lo)
+            first = int(k == 0)  # the mini-batch's own counts go with its first piece
+            hot_hits = first * int(hot.sum())
+            stats = {"minibatches": first, "input_rows": first * len(nodes), "unique_rows": hi - lo + hot_hits,
+                     "sharing": float(first * len(nodes) / (hi - lo + hot_hits)), "hot_hits": hot_hits,
+                     "cold_unique_rows": hi - lo, "carried_rows": 0, "read_rows": hi - lo,
+                     "minibatch_cold_rows": first * len(cold), "piece": k, "pieces": count}
+            plans.append(MegaBatchPlan(epoch=epoch, index=index + k, minibatches=[mfgs], gather=[gather],
+                                       rows=cold[lo:hi], num_read=hi - lo, carry_src=np.empty(0, np.int64),
+                                       num_hot=num_hot, stats=stats))
+        return plans
 
 
 class Planner:
@@ -341,14 +414,15 @@ class Planner:
                                                  excluded):
                 if self.union.add(mfgs, self.max_rows):
                     continue
-                if self.union.members:
+                if self.union.members:  # full: a new mega-batch starts with this mini-batch
                     yield self._take(epoch, index)
                     index += 1
-                if not self.union.add(mfgs, self.max_rows):
-                    for piece in pieces(mfgs, self.hot, self.max_rows, epoch, index):
-                        self._prev = piece  # the next plan carries from the last piece's buffer
-                        yield piece
-                        index += 1
+                    if self.union.add(mfgs, self.max_rows):
+                        continue
+                for piece in self.union.pieces(mfgs, self.max_rows, epoch, index):
+                    self._prev = piece  # the next plan carries from the last piece's buffer
+                    yield piece
+                    index += 1
             if self.union.members:
                 yield self._take(epoch, index)
                 index += 1
@@ -358,38 +432,6 @@ class Planner:
         self._prev = (self.union.take(None, 0, epoch, index) if prev is None
                       else self.union.take(prev.rows, prev.num_read, epoch, index))
         return self._prev
-
-
-def pieces(mfgs: MFGs, members: HotRows, max_rows: int, epoch: int, index: int) -> list[MegaBatchPlan]:
-    """One mini-batch too large for a buffer as plans of at most `max_rows` cold rows each
-    (its sorted cold rows cut in order), numbered from `index`. Piece k's gather index is the
-    mini-batch's full input length: the slot in [hot cache | buffer] of each input row this
-    piece supplies (the hot rows in piece 0, cold rows in the piece that reads them), -1 for
-    the others; the caller fills x piece by piece. stats["pieces"] is the count, "piece" k.
-    Pieces carry nothing over: each buffer holds only its own rows."""
-    nodes = np.asarray(mfgs.input_nodes, np.int64)
-    hot = members.mask[nodes]
-    cold_pos = np.flatnonzero(~hot)
-    order = np.argsort(nodes[cold_pos], kind="stable")
-    cold = nodes[cold_pos][order]  # input rows are distinct within a mini-batch
-    count = -(-len(cold) // max_rows)
-    plans = []
-    for k in range(count):
-        lo, hi = k * max_rows, min((k + 1) * max_rows, len(cold))
-        gather = np.full(len(nodes), -1, np.int64)
-        if k == 0:
-            gather[hot] = members.slots(nodes[hot])
-        gather[cold_pos[order[lo:hi]]] = len(members.rows) + np.arange(hi - lo)
-        first = int(k == 0)  # the mini-batch's own counts go with its first piece
-        hot_hits = first * int(hot.sum())
-        stats = {"minibatches": first, "input_rows": first * len(nodes), "unique_rows": hi - lo + hot_hits,
-                 "sharing": float(first * len(nodes) / (hi - lo + hot_hits)), "hot_hits": hot_hits,
-                 "cold_unique_rows": hi - lo, "carried_rows": 0, "read_rows": hi - lo,
-                 "minibatch_cold_rows": first * len(cold), "piece": k, "pieces": count}
-        plans.append(MegaBatchPlan(epoch=epoch, index=index + k, minibatches=[mfgs], gather=[gather],
-                                   rows=cold[lo:hi], num_read=hi - lo, carry_src=np.empty(0, np.int64),
-                                   num_hot=len(members.rows), stats=stats))
-    return plans
 
 
 def save_plan(plan: MegaBatchPlan, path: str | Path) -> None:
