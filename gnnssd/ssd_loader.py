@@ -211,7 +211,8 @@ class SSDLoader:
         if pieces:
             with self.timer.stage("gather"):
                 if plan.stats["piece"] == 0:
-                    self._assembling = np.empty((len(plan.gather[0]), self.store.feat_dim), self.store.feat_dtype)
+                    self._assembling = self.buffers.outputs.take(len(plan.gather[0]), self.store.feat_dim,
+                                                                 self.store.feat_dtype)
                 self.buffers.gather(plan, 0, buffer, self._assembling)
             if plan.stats["piece"] == pieces - 1:
                 x, self._assembling = self._assembling, None

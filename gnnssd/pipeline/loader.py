@@ -7,6 +7,7 @@ BUFFERS plans ahead of the caller (PlanWorker depth BUFFERS): the count is one c
 """
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -72,6 +73,33 @@ class FeatureFile:
         self.io.close(self.file)
 
 
+class Recycler:
+    """Memory for the mini-batches' x, reused once nothing references an earlier x any more
+    (the caller let its mini-batch go): a fresh array's pages each fault on first touch,
+    which costs more than the gather that fills them (several times more on a virtual
+    machine whose host took the freed pages back). Keeps at most `keep` arrays (the x in
+    use and the one being gathered); beyond that, arrays are new and not kept."""
+
+    def __init__(self, keep: int = 2):
+        self.keep = keep
+        self._arrays: list[np.ndarray] = []  # flat uint8; the x handed out are views of them
+
+    def take(self, rows: int, feat_dim: int, dtype: np.dtype) -> np.ndarray:
+        """An uninitialised (rows, feat_dim) array of `dtype`."""
+        nbytes = rows * feat_dim * np.dtype(dtype).itemsize
+        for k in range(len(self._arrays)):
+            # unused: referenced by this list and getrefcount's argument only (every view of
+            # an x, and a tensor made from one, holds a reference to its raw array)
+            if sys.getrefcount(self._arrays[k]) == 2:
+                if len(self._arrays[k]) < nbytes:  # a larger mini-batch: replace it, with room
+                    self._arrays[k] = np.empty(nbytes + nbytes // 8, np.uint8)
+                return self._arrays[k][:nbytes].view(dtype).reshape(rows, feat_dim)
+        raw = np.empty(nbytes + nbytes // 8, np.uint8)
+        if len(self._arrays) < self.keep:
+            self._arrays.append(raw)
+        return raw[:nbytes].view(dtype).reshape(rows, feat_dim)
+
+
 class MegaBatchLoader:
     """Double-buffered mega-batch buffers behind the hot cache, filled from the features
     file it wraps; the input rows of mini-batch i are [hot | buffer][gather[i]]."""
@@ -83,6 +111,7 @@ class MegaBatchLoader:
         self.capacity = capacity_rows
         self.block_dir = Path(block_dir) if block_dir else None
         self._bufs = [source.io.alloc(capacity_rows * self.row_bytes) for _ in range(BUFFERS)]
+        self.outputs = Recycler()
         self._cur = 1
 
     def _rows_view(self, k: int) -> np.ndarray:
@@ -118,7 +147,7 @@ class MegaBatchLoader:
         """
         idx = plan.gather[i]
         if out is None:
-            out = np.empty((len(idx), self.feat_dim), self.dtype)
+            out = self.outputs.take(len(idx), self.feat_dim, self.dtype)
         words = self.row_bytes % 8 == 0
         _gather_rows(_rows(self.hot.data, self.row_bytes, words), _rows(buffer, self.row_bytes, words), idx,
                      plan.num_hot, _rows(out, self.row_bytes, words))
