@@ -1,0 +1,98 @@
+"""The per-mini-batch CPU kernels of the ssd data path against NumPy references: the plan's
+union put in row order (by a walk of the row maps or by a sort, whichever its size picks),
+piece plans, the gather into x (pieces fill only their rows), and the recycled x memory."""
+import numpy as np
+import pytest
+import torch
+
+from gnnssd.pipeline.loader import Recycler, _gather_rows, _rows
+from gnnssd.sampler import plan as plan_module
+from gnnssd.sampler.graphs import random_csc
+from gnnssd.sampler.plan import PlanConfig, Planner
+
+N = 5000
+
+
+@pytest.fixture(scope="module")
+def graph():
+    indptr, indices = random_csc(N, 6, seed=11, communities=10)
+    train = np.random.default_rng(1).choice(N, 1500, replace=False)
+    hot = np.random.default_rng(2).choice(N, 400, replace=False)  # scattered, not a prefix
+    return indptr, indices, train, hot
+
+
+def _plans(graph, scan: bool, max_rows: int | None, monkeypatch) -> list:
+    """One epoch's plans, the union put in row order by the walk (scan) or by a sort."""
+    indptr, indices, train, hot = graph
+    monkeypatch.setattr(plan_module, "SCAN_SHARE", 1 << 40 if scan else 0)
+    config = PlanConfig(batch_size=100, fanouts=(4, 3), mega_batch=4, seed=5)
+    return list(Planner(indptr, indices, train, config, hot, max_rows=max_rows).plans([0]))
+
+
+@pytest.mark.parametrize("max_rows", [None, 700])  # 700: mega-batches cut, some mini-batches in pieces
+def test_plans_by_walk_and_by_sort_match_a_numpy_reference(graph, max_rows, monkeypatch):
+    walked = _plans(graph, True, max_rows, monkeypatch)
+    sorted_ = _plans(graph, False, max_rows, monkeypatch)
+    assert len(walked) == len(sorted_) and all(a.equals(b) for a, b in zip(walked, sorted_))
+    if max_rows:
+        assert any("pieces" in p.stats for p in walked) and any("pieces" not in p.stats for p in walked)
+    hot = np.unique(graph[3])
+    previous = None
+    for plan in walked:
+        read, carried = plan.rows[: plan.num_read], plan.rows[plan.num_read:]
+        assert np.all(np.diff(read) > 0) and np.all(np.diff(carried) > 0)  # each run ascending
+        assert not np.isin(plan.rows, hot).any()
+        if len(carried):
+            np.testing.assert_array_equal(previous[plan.carry_src], carried)
+        # store row of every slot of [hot cache | buffer]: the gather must give the input rows
+        table = np.concatenate([hot, plan.rows])
+        if "pieces" in plan.stats:
+            index = plan.gather[0]
+            mine = index >= 0
+            np.testing.assert_array_equal(table[index[mine]], plan.minibatches[0].input_nodes[mine])
+            want = np.setdiff1d(plan.minibatches[0].input_nodes, hot)
+            k, size = plan.stats["piece"], max_rows
+            np.testing.assert_array_equal(plan.rows, want[k * size:(k + 1) * size])
+        else:
+            for mfgs, index in zip(plan.minibatches, plan.gather):
+                np.testing.assert_array_equal(table[index], mfgs.input_nodes)
+            inputs = np.concatenate([m.input_nodes for m in plan.minibatches])
+            np.testing.assert_array_equal(np.sort(plan.rows), np.setdiff1d(inputs, hot))
+        previous = plan.rows
+
+
+@pytest.mark.parametrize("words", [True, False])  # 8-byte words, or bytes (rows of 12 bytes)
+def test_gather_kernel_matches_numpy_and_leaves_unsupplied_rows(words):
+    rng = np.random.default_rng(0)
+    row_bytes = 32 if words else 12
+    hot = rng.integers(0, 255, (50, row_bytes), dtype=np.uint8)
+    buffer = rng.integers(0, 255, (70, row_bytes), dtype=np.uint8)
+    index = rng.integers(0, 120, 1000)
+    index[rng.random(1000) < 0.3] = -1  # rows another piece supplies
+    out = np.full((1000, row_bytes), 7, np.uint8)
+    _gather_rows(_rows(hot, row_bytes, words), _rows(buffer, row_bytes, words), index, len(hot),
+                 _rows(out, row_bytes, words))
+    want = np.full_like(out, 7)
+    mine = index >= 0
+    want[mine] = np.concatenate([hot, buffer])[index[mine]]
+    np.testing.assert_array_equal(out, want)
+
+
+def test_recycler_reuses_an_x_only_once_nothing_references_it():
+    recycler = Recycler(keep=2)
+    a = recycler.take(100, 4, np.float32)
+    held = torch.from_numpy(a[10:20])  # a tensor of a slice keeps a's memory in use
+    del a
+    b = recycler.take(100, 4, np.float32)  # a in use: new memory, kept (two kept now)
+    c = recycler.take(90, 4, np.float32)  # both kept arrays in use: new memory, not kept
+    assert not np.shares_memory(b, held.numpy()) and not np.shares_memory(c, held.numpy())
+    assert not np.shares_memory(b, c) and len(recycler._arrays) == 2
+    del held, c
+    d = recycler.take(100, 4, np.float32)  # a's memory again
+    assert d.shape == (100, 4) and d.dtype == np.float32 and np.shares_memory(d, recycler._arrays[0])
+    e = recycler.take(2000, 4, np.float32)  # both in use (b, d)
+    assert not any(np.shares_memory(e, kept) for kept in recycler._arrays)
+    del d
+    f = recycler.take(3000, 4, np.float32)  # the free kept array is too small: replaced
+    assert np.shares_memory(f, recycler._arrays[0]) and recycler._arrays[0].nbytes >= f.nbytes
+    assert not np.shares_memory(f, b)
