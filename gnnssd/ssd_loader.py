@@ -173,7 +173,7 @@ class SSDLoader:
             with self.timer.stage("plan"):
                 plan.read = pages_plan(plan.read_rows, self.store.row_bytes, self.cost_model)
                 if self.block_budget:
-                    plan = plan.spill(self.block_dir / f"plan_e{plan.epoch}_m{plan.index}.npz")
+                    plan = plan.spill(self.block_dir / f"plan_e{plan.epoch}_m{plan.index}.spill")
             yield plan
 
     def _repacked_windows(self, plans: Iterator[MegaBatchPlan]) -> Iterator[list[MegaBatchPlan]]:

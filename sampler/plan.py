@@ -81,12 +81,12 @@ class MegaBatchPlan:
         """Write the plan to `path` and return a stub without its mini-batches and gather
         indices (most of its memory) but with everything reads and repacking use.
         While a repack window fills, its plans wait as stubs."""
-        save_plan(self, path)
+        _spill_plan(self, path)
         return replace(self, minibatches=[], gather=[], spill_path=str(path))
 
     def restore(self) -> "MegaBatchPlan":
         """The whole plan of a stub (its read plan as set since the spill); deletes the file."""
-        full = load_plan(self.spill_path)
+        full = _unspill_plan(self.spill_path)
         full.read = self.read
         Path(self.spill_path).unlink()
         return full
@@ -436,6 +436,32 @@ class Planner:
 
 def save_plan(plan: MegaBatchPlan, path: str | Path) -> None:
     """One .npz per mega-batch plan; `load_plan` gives back an equal plan."""
+    with open(path, "wb") as f:
+        np.savez(f, **_plan_arrays(plan))
+
+
+def load_plan(path: str | Path) -> MegaBatchPlan:
+    with np.load(path) as z:
+        return _plan_from_arrays({k: z[k] for k in z.files})
+
+
+def _spill_plan(plan: MegaBatchPlan, path: str | Path) -> None:
+    """The plan's arrays one .npy after another (their names first): a private scratch
+    file, written and read back at memory speed (a zip's CRC-32 costs more than the write)."""
+    arrays = _plan_arrays(plan)
+    with open(path, "wb") as f:
+        np.save(f, np.frombuffer(json.dumps(list(arrays)).encode(), np.uint8))
+        for a in arrays.values():
+            np.save(f, a, allow_pickle=False)
+
+
+def _unspill_plan(path: str | Path) -> MegaBatchPlan:
+    with open(path, "rb") as f:
+        names = json.loads(np.load(f).tobytes().decode())
+        return _plan_from_arrays({name: np.load(f) for name in names})
+
+
+def _plan_arrays(plan: MegaBatchPlan) -> dict[str, np.ndarray]:
     mb = plan.minibatches
     arrays = {
         "nodes": np.concatenate([m.nodes for m in mb]),
@@ -457,13 +483,10 @@ def save_plan(plan: MegaBatchPlan, path: str | Path) -> None:
     }
     if plan.read is not None:
         arrays.update({f"read_{k}": v for k, v in plan.read.to_arrays().items()})
-    with open(path, "wb") as f:
-        np.savez(f, **arrays)
+    return arrays
 
 
-def load_plan(path: str | Path) -> MegaBatchPlan:
-    with np.load(path) as z:
-        a = {k: z[k] for k in z.files}
+def _plan_from_arrays(a: dict[str, np.ndarray]) -> MegaBatchPlan:
     meta = json.loads(a["meta"].tobytes().decode())
     node_off = np.concatenate([[0], np.cumsum(a["node_len"])])
     edge_off = np.concatenate([[0], np.cumsum(a["edge_ptr"][:, -1])])

@@ -107,13 +107,13 @@ def test_proximity_seed_order_draws_batches_from_runs_of_nearby_seeds():
 
 def test_spilled_plan_restores_whole(graph, tmp_path):
     plan = next(_planner(graph).plans([2]))
-    stub = plan.spill(tmp_path / "p.npz")
+    stub = plan.spill(tmp_path / "p.spill")
     assert stub.minibatches == [] and stub.gather == [] and np.array_equal(stub.read_rows, plan.read_rows)
     stub.read = pages_plan(stub.read_rows, DIM * 4, CostModel.default())  # set while spilled
     whole = stub.restore()
     plan.read = stub.read
     assert whole.equals(plan) and whole.spill_path == ""
-    assert not (tmp_path / "p.npz").exists()
+    assert not (tmp_path / "p.spill").exists()
 
 
 def test_deterministic_and_save_load(graph, tmp_path):
