@@ -83,14 +83,17 @@ class Recycler:
     def __init__(self, keep: int = 2):
         self.keep = keep
         self._arrays: list[np.ndarray] = []  # flat uint8; the x handed out are views of them
+        # what getrefcount says of an array that only such a list holds (interpreters differ)
+        probe = [np.empty(0, np.uint8)]
+        self._unused_refs = sys.getrefcount(probe[0])
 
     def take(self, rows: int, feat_dim: int, dtype: np.dtype) -> np.ndarray:
         """An uninitialised (rows, feat_dim) array of `dtype`."""
         nbytes = rows * feat_dim * np.dtype(dtype).itemsize
         for k in range(len(self._arrays)):
-            # unused: referenced by this list and getrefcount's argument only (every view of
-            # an x, and a tensor made from one, holds a reference to its raw array)
-            if sys.getrefcount(self._arrays[k]) == 2:
+            # unused: referenced by this list only (every view of an x, and a tensor made
+            # from one, holds a reference to its raw array)
+            if sys.getrefcount(self._arrays[k]) == self._unused_refs:
                 if len(self._arrays[k]) < nbytes:  # a larger mini-batch: replace it, with room
                     self._arrays[k] = np.empty(nbytes + nbytes // 8, np.uint8)
                 return self._arrays[k][:nbytes].view(dtype).reshape(rows, feat_dim)
@@ -133,7 +136,8 @@ class MegaBatchLoader:
                 io.close(f)
         else:
             self.source.read(plan.read_rows, out, None if read is None else (read.offsets, read.lengths))
-        copy_rows(prev.reshape(-1), plan.carry_src * self.row_bytes, self.row_bytes, out[plan.num_read : len(plan.rows)])
+        copy_rows(prev.reshape(-1), plan.carry_src * self.row_bytes, self.row_bytes,
+                  out[plan.num_read : len(plan.rows)])
         self._cur = nxt
         return out[: len(plan.rows)].view(self.dtype)
 
