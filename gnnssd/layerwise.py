@@ -147,12 +147,13 @@ def layer_chunks(model: nn.Module, i: int, store: Store, source: Rows,
 
 
 @torch.no_grad()
-def layerwise_memory(model: nn.Module, store: Store, features: torch.Tensor, layers: int | None = None,
-                     budget: int = 256 << 20) -> torch.Tensor:
-    """Every node's output of the first `layers` layers (default all), store order, in RAM."""
+def layerwise_memory(model: nn.Module, store: Store, features: torch.Tensor | None = None,
+                     layers: int | None = None, budget: int = 256 << 20) -> torch.Tensor:
+    """Every node's output of the first `layers` layers (default all), store order, in RAM.
+    Without `features` the store's are loaded here, and freed once layer 0 is done."""
     model.eval()
-    h = features
-    del features  # when the caller kept no reference, layer 0's input is freed after it
+    h = load_features(store) if features is None else features
+    del features
     for i in range(layers or model.num_layers):
         bounds = chunk_bounds(store.indptr, h.shape[1] * 4, budget)
         h = _filled(layer_chunks(model, i, store, TensorRows(h), bounds), store.num_nodes)
@@ -279,7 +280,7 @@ def layerwise_outputs(config: Config, model: nn.Module, scratch_dir: Path,
     store = Store.open(config.store_path())
     budget = parse_bytes(config.ssd.memory_budget)
     if config.features == "memory":
-        h = layerwise_memory(model, store, load_features(store), layers, budget)
+        h = layerwise_memory(model, store, layers=layers, budget=budget)
         yield h[torch.from_numpy(np.array(store.inv, np.int64))].numpy()
         return
     runner = LayerwiseSSD(store, scratch_dir / "layerwise", budget, config.ssd.queue_depth,
