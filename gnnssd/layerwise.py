@@ -9,8 +9,14 @@ then each layer's page-aligned scratch feature file, read through the io_engine
 (O_DIRECT) and written with O_DIRECT; in `memory` mode they are tensors in RAM (the
 reference). The chunk size follows the memory budget.
 
+In `ssd` mode a layer whose neighbour input is the mean of its in-neighbours' rows
+(GraphSAGE-mean: `model.mean_aggregation(i)`) is computed instead by sequential passes over
+its input file (gnnssd.layerwise_mean): gathering in-neighbour rows is one small read per row
+on graphs without neighbourhood locality.
+
 The model must expose the per-layer interface of gnnssd.models.BlockGNN:
-`num_layers` and `layer(i, block, h)` (layer i on one DGL block, activation included).
+`num_layers` and `layer(i, block, h)` (layer i on one DGL block, activation included), and
+may expose `mean_aggregation(i)`.
 """
 from __future__ import annotations
 
@@ -30,6 +36,7 @@ from gnnssd.storage_format import Store
 from .budget import parse_bytes
 from .checkpoint import load_checkpoint
 from .config import Config, ConfigError
+from .layerwise_mean import cost_ranges, mean_layer_chunks
 from .memory_loader import load_features
 from .models import build_model
 from .pipeline.block_writer import BlockWriter
@@ -70,12 +77,12 @@ class FileRows:
         self.row_bytes = dim * self.dtype.itemsize
         self.file = engine.open(path, checksums=checksums)
         self.staging = engine.alloc(2 * max(STAGING_HALF, model.max_extent(self.row_bytes)))
-        self.bytes_read = 0
+        self.bytes_read = 0  # of the extents read: what the drive delivered
 
     def rows(self, ids: np.ndarray) -> torch.Tensor:
         offsets, lengths, _ = plan_extents(np.sort(ids), self.row_bytes, self.model)
         raw = self.engine.read_rows(self.file, ids, self.row_bytes, offsets, lengths, staging=self.staging)
-        self.bytes_read += len(ids) * self.row_bytes
+        self.bytes_read += int(np.sum(lengths))
         return torch.from_numpy(self.as_float32(raw.view(self.dtype).reshape(len(ids), self.dim), ids))
 
     def close(self) -> None:
@@ -111,17 +118,9 @@ def most_referenced(indices: np.ndarray, num_nodes: int, count: int) -> np.ndarr
 def chunk_bounds(indptr: np.ndarray, row_bytes: int, budget: int) -> list[tuple[int, int]]:
     """Destination ranges [lo, hi) in store order whose nodes plus in-edges, as rows of
     row_bytes, fit budget // CHUNK_SHARE (at least one node each)."""
-    n = len(indptr) - 1
     limit = max(budget // CHUNK_SHARE // max(row_bytes, 1), 1)
     # a chunk [lo, hi) needs at most (hi - lo) + (indptr[hi] - indptr[lo]) rows
-    cost = np.arange(n + 1, dtype=np.int64) + np.asarray(indptr, np.int64)
-    bounds, lo = [], 0
-    while lo < n:
-        hi = int(np.searchsorted(cost, cost[lo] + limit, side="right")) - 1
-        hi = min(max(hi, lo + 1), n)
-        bounds.append((lo, hi))
-        lo = hi
-    return bounds
+    return cost_ranges(np.arange(len(indptr), dtype=np.int64) + np.asarray(indptr, np.int64), limit)
 
 
 def chunk_block(indptr: np.ndarray, indices: np.ndarray, lo: int, hi: int) -> tuple[dgl.DGLGraph, np.ndarray]:
@@ -148,15 +147,28 @@ def layer_chunks(model: nn.Module, i: int, store: Store, source: Rows,
 
 
 @torch.no_grad()
-def layerwise_memory(model: nn.Module, store: Store, features: torch.Tensor, layers: int | None = None,
-                     budget: int = 256 << 20) -> torch.Tensor:
-    """Every node's output of the first `layers` layers (default all), store order, in RAM."""
+def layerwise_memory(model: nn.Module, store: Store, features: torch.Tensor | None = None,
+                     layers: int | None = None, budget: int = 256 << 20) -> torch.Tensor:
+    """Every node's output of the first `layers` layers (default all), store order, in RAM.
+    Without `features` the store's are loaded here, and freed once layer 0 is done."""
     model.eval()
-    h = features
+    h = load_features(store) if features is None else features
+    del features
     for i in range(layers or model.num_layers):
         bounds = chunk_bounds(store.indptr, h.shape[1] * 4, budget)
-        h = torch.cat(list(layer_chunks(model, i, store, TensorRows(h), bounds)))
+        h = _filled(layer_chunks(model, i, store, TensorRows(h), bounds), store.num_nodes)
     return h
+
+
+def _filled(chunks: Iterator[torch.Tensor], total: int) -> torch.Tensor:
+    """The rows of `chunks` (`total` in all) in one tensor, without holding them twice."""
+    first = next(chunks)
+    out = torch.empty(total, first.shape[1])
+    n = 0
+    for h in _prepend(first, chunks):
+        out[n:n + len(h)] = h
+        n += len(h)
+    return out
 
 
 class LayerwiseSSD:
@@ -195,13 +207,7 @@ class LayerwiseSSD:
         return path, source.dim
 
     def _write_layer(self, model: nn.Module, i: int, source: FileRows, out: Path) -> int:
-        bounds = chunk_bounds(self.store.indptr, source.row_bytes, self.budget)
-        # the cache: what the budget leaves after chunk inputs (and their float32 copies,
-        # model temporaries) and the writer's buffers, at 4 B per row for the slot map
-        hot_bytes = max(self.budget // 2 - self.store.num_nodes * 4, 0)
-        hot = most_referenced(self.store.indices, self.store.num_nodes, hot_bytes // (source.dim * 4))
-        cached = CachedRows(source, hot, self.store.num_nodes)
-        chunks = layer_chunks(model, i, self.store, cached, bounds)
+        chunks = self._layer_chunks(model, i, source)
         first = next(chunks).contiguous()
         row_bytes = first.shape[1] * 4
         with BlockWriter([out], row_bytes, self.engine.alloc,
@@ -211,6 +217,22 @@ class LayerwiseSSD:
                 writer.append(0, raw, np.arange(len(h), dtype=np.int64) * row_bytes)
         self.bytes_written += os.path.getsize(out)
         return first.shape[1]
+
+    def _layer_chunks(self, model: nn.Module, i: int, source: FileRows) -> Iterator[torch.Tensor]:
+        """Layer i's output rows in store order: by sequential passes for a mean-aggregation
+        layer, else by chunks over gathered in-neighbour rows and a cache of the most
+        referenced ones."""
+        store = self.store
+        if getattr(model, "mean_aggregation", lambda i: False)(i):
+            # chunk inputs: own rows, means, their concatenation and the output
+            chunk_rows = max(self.budget // CHUNK_SHARE // (source.dim * 4 * 4), 1)
+            return mean_layer_chunks(model, i, source, store.indptr, store.indices, self.budget, chunk_rows)
+        bounds = chunk_bounds(store.indptr, source.row_bytes, self.budget)
+        # the cache: what the budget leaves after chunk inputs (and their float32 copies,
+        # model temporaries) and the writer's buffers, at 4 B per row for the slot map
+        hot_bytes = max(self.budget // 2 - store.num_nodes * 4, 0)
+        hot = most_referenced(store.indices, store.num_nodes, hot_bytes // (source.dim * 4))
+        return layer_chunks(model, i, store, CachedRows(source, hot, store.num_nodes), bounds)
 
     def original_order(self, layer_file: Path, dim: int) -> Iterator[np.ndarray]:
         """The layer file's rows in original node order, in chunks within the budget."""
@@ -258,7 +280,7 @@ def layerwise_outputs(config: Config, model: nn.Module, scratch_dir: Path,
     store = Store.open(config.store_path())
     budget = parse_bytes(config.ssd.memory_budget)
     if config.features == "memory":
-        h = layerwise_memory(model, store, load_features(store), layers, budget)
+        h = layerwise_memory(model, store, layers=layers, budget=budget)
         yield h[torch.from_numpy(np.array(store.inv, np.int64))].numpy()
         return
     runner = LayerwiseSSD(store, scratch_dir / "layerwise", budget, config.ssd.queue_depth,

@@ -15,7 +15,8 @@ class BlockGNN(nn.Module):
     """`layers` graph convolutions; ReLU and dropout between them, none after the last.
 
     The per-layer interface (what layer-wise inference uses, see gnnssd.layerwise):
-    `num_layers` and `layer(i, block, h)`, layer i on one block, activation included.
+    `num_layers` and `layer(i, block, h)`, layer i on one block, activation included, and
+    optionally `mean_aggregation(i)`.
     """
 
     def __init__(self, convs: list[nn.Module], dropout: float):
@@ -26,6 +27,13 @@ class BlockGNN(nn.Module):
     @property
     def num_layers(self) -> int:
         return len(self.convs)
+
+    def mean_aggregation(self, i: int) -> bool:
+        """Whether layer i sees its neighbours only through the mean of their rows
+        (GraphSAGE-mean): layer-wise inference may then sum the rows in any order."""
+        conv = getattr(self.convs[i], "_layer", self.convs[i])  # a compiled layer's source
+        return isinstance(conv, SAGEConvUDF) or (
+            isinstance(conv, dglnn.SAGEConv) and conv._aggre_type == "mean")
 
     def layer(self, i: int, block: dgl.DGLGraph, h: torch.Tensor) -> torch.Tensor:
         h = self.convs[i](block, h)

@@ -8,6 +8,7 @@ Variants (all `features: memory`, so only what the option changes differs):
   metis+proximity    metis node order, `sampler.seed_order: proximity`
   int8               original order, int8 rows (dequantized when memory mode loads them)
   int8+metis+prox    both
+  float16            original order, float16 rows
 
 The proximity window is two mini-batches here (these training sets are a few thousand
 nodes: the default window of 16,384 seeds would hold the whole set, i.e. a plain shuffle);
@@ -41,10 +42,12 @@ DATASETS = {
     "citeseer": (lambda: PlanetoidSource(SHARED / "planetoid", "citeseer"), PLANETOID),
     "tolokers": (lambda: HeterophilousSource(SHARED / "heterophilous" / "tolokers.npz", split=0), HETEROPHILOUS),
     "minesweeper": (lambda: HeterophilousSource(SHARED / "heterophilous" / "minesweeper.npz", split=0), HETEROPHILOUS),
+    "actor": (lambda: HeterophilousSource(SHARED / "heterophilous" / "actor.npz", split=0), HETEROPHILOUS),
 }
 #: variant -> (node order, feature dtype, proximity seed order)
 VARIANTS = {"float32": ("original", "float32", False), "metis+proximity": ("metis", "float32", True),
-            "int8": ("original", "int8", False), "int8+metis+prox": ("metis", "int8", True)}
+            "int8": ("original", "int8", False), "int8+metis+prox": ("metis", "int8", True),
+            "float16": ("original", "float16", False)}
 
 
 def accuracy(store: Path, run_dir: Path, spec: dict, proximity: bool, seed: int) -> float:

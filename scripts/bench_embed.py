@@ -3,11 +3,12 @@
 inference of the same model on the same store, in one run.
 
 `memory`: features.bin loaded into RAM, each layer computed in chunks of destination nodes
-over all in-neighbours, outputs in RAM (DGL's full-graph inference). `ssd`
-(gnnssd.layerwise.LayerwiseSSD): inputs read through the io_engine (O_DIRECT), the most
-referenced rows of each layer cached within the budget, each layer written as a
-page-aligned scratch file with O_DIRECT and read back by the next layer. Same model (a
-GraphSAGE with random weights, seeded), same store. Each mode runs in a fresh subprocess
+over all their in-neighbours' rows, outputs in RAM (DGL's full-graph inference). `ssd`
+(gnnssd.layerwise.LayerwiseSSD): GraphSAGE-mean layers by sequential passes over the
+layer's input file through the io_engine (O_DIRECT; gnnssd.layerwise_mean), each layer
+written as a page-aligned scratch file with O_DIRECT and read back by the next layer. Same
+model (a GraphSAGE with random weights, seeded), same store; "read" counts the bytes of
+the extents read. Each mode runs in a fresh subprocess
 so its peak RSS (ru_maxrss) is its own; the first rows of both outputs are compared.
 
     python scripts/bench_embed.py --store DIR [--budget SIZE | --budget-fraction F]
@@ -29,7 +30,6 @@ import torch
 from gnnssd.budget import format_bytes, parse_bytes
 from gnnssd.config import ModelConfig
 from gnnssd.layerwise import LayerwiseSSD, layerwise_memory
-from gnnssd.memory_loader import load_features
 from gnnssd.models import build_model
 from gnnssd.storage_format import Store
 
@@ -44,7 +44,7 @@ def run_mode(mode: str, store_dir: Path, budget: int, hidden: int, layers: int, 
                         store.feat_dim, hidden).eval()
     start = time.perf_counter()
     if mode == "memory":
-        out = layerwise_memory(model, store, load_features(store), budget=budget)
+        out = layerwise_memory(model, store, budget=budget)
         first = out[:COMPARED_ROWS].numpy()
         written = read = 0
     else:

@@ -1,5 +1,6 @@
 """Layer-wise inference: equal to full-neighbour sampled inference of the same model, in
-memory and through scratch files on disk; `embed` and `predict --layerwise` in original IDs."""
+memory and through scratch files on disk (mean layers by sequential passes too); `embed`
+and `predict --layerwise` in original IDs."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,7 +10,9 @@ import torch
 from gnnssd.cli import main
 from gnnssd.config import ModelConfig, load_config
 from gnnssd.datasets import ArraySource
+from gnnssd import layerwise_mean
 from gnnssd.layerwise import LayerwiseSSD, chunk_bounds, embed, layerwise_memory
+from gnnssd.layerwise_mean import bucket_in_edges, sum_ranges
 from gnnssd.memory_loader import MemoryLoader, load_features
 from gnnssd.models import build_model
 from gnnssd.rundir import RunDirBusy, RunLock
@@ -90,3 +93,41 @@ def test_embed_and_predict_layerwise_are_in_original_ids(store, tmp_path, featur
             embed(load_config(config_file), tmp_path / "busy.npy")
     finally:
         writer.release()
+
+
+def test_in_edges_bucketed_by_source_segment_as_numpy_groups_them():
+    rng = np.random.default_rng(0)
+    degree = rng.integers(0, 9, 300)
+    indptr = np.concatenate([[0], np.cumsum(degree)]).astype(np.int64)
+    indices = rng.integers(0, 300, indptr[-1]).astype(np.int32)
+    lo, hi, segment_rows = 40, 250, 32
+    sources, dests, starts = bucket_in_edges(indptr, indices, lo, hi, segment_rows, 10)
+    edges = np.arange(indptr[lo], indptr[hi])
+    edge_dst = np.repeat(np.arange(lo, hi), degree[lo:hi]) - lo
+    order = np.lexsort((edge_dst, indices[edges] // segment_rows))  # by segment, then destination
+    np.testing.assert_array_equal(sources, indices[edges][order])
+    np.testing.assert_array_equal(dests, edge_dst[order])
+    np.testing.assert_array_equal(np.diff(starts), np.bincount(indices[edges] // segment_rows, minlength=10))
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_mean_layers_by_sequential_passes_equal_the_gathered_layers(store, tmp_path, monkeypatch, compiled):
+    monkeypatch.setattr(layerwise_mean, "SEGMENT_BYTES", 480)  # 10 rows of layer 0 a segment
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(name="sage", hidden=16, layers=2, compile=compiled), store.feat_dim, 5).eval()
+    assert model.mean_aggregation(0) and model.mean_aggregation(1)
+    gathered = layerwise_memory(model, store, load_features(store), budget=16 << 10).numpy()
+    assert len(sum_ranges(store.indptr, store.feat_dim, 16 << 10)) > 1  # several passes a layer
+    runner = LayerwiseSSD(store, tmp_path / "scratch", budget=16 << 10)
+    try:
+        path, dim = runner.run(model)
+        on_disk = np.fromfile(path, np.float32, count=store.num_nodes * dim).reshape(-1, dim)
+    finally:
+        runner.close()
+    np.testing.assert_allclose(on_disk, gathered, rtol=1e-4, atol=1e-5)
+
+
+def test_only_mean_aggregation_layers_take_the_sequential_passes():
+    for name, expected in [("gat", False), ("gcn", False), ("mlp", False)]:
+        model = build_model(ModelConfig(name=name, hidden=8, layers=2, heads=2), 4, 3)
+        assert model.mean_aggregation(0) is expected
