@@ -29,8 +29,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from gnnssd.io_engine import Engine
-from gnnssd.sampler.readplan import CostModel, plan_extents
+from gnnssd.sampler.readplan import plan_extents
 from gnnssd.storage_format import Store
 
 from .budget import parse_bytes
@@ -39,11 +38,11 @@ from .config import Config, ConfigError
 from .layerwise_mean import cost_ranges, mean_layer_chunks
 from .memory_loader import load_features
 from .models import build_model
+from .pipeline import DirectIO, FeatureFile, load_model
 from .pipeline.block_writer import BlockWriter
-from .pipeline.calibration import load_model
 from .rundir import reading
 
-STAGING_HALF = 4 << 20  # extents read at once by FileRows (while the previous ones are copied)
+STAGING_BYTES = 8 << 20  # FileRows' staging: half read while the other half is copied
 CHUNK_SHARE = 8  # a chunk's input rows take at most 1/CHUNK_SHARE of the budget
 # (ssd mode: half the budget caches the most referenced input rows of each layer)
 
@@ -65,28 +64,25 @@ class TensorRows:
 
 
 class FileRows:
-    """Rows of a fixed-stride file (offset 0, page-padded) read through the io_engine, by
-    extents the read planner merges with the drive's cost model; `as_float32(raw, ids)` turns
-    stored rows into float32 (default: a plain conversion)."""
+    """A layer's input rows from a features file through the ssd loader's reader
+    (pipeline.FeatureFile), by extents the read planner merges with the drive's cost model;
+    `as_float32(raw, ids)` turns stored rows into float32 (default: a plain conversion)."""
 
-    def __init__(self, engine: Engine, path: Path, dim: int, dtype: np.dtype, model: CostModel,
-                 checksums: np.ndarray | None = None,
+    def __init__(self, source: FeatureFile,
                  as_float32: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None):
-        self.engine, self.dim, self.dtype, self.model = engine, dim, np.dtype(dtype), model
+        self.source, self.dim, self.row_bytes = source, source.feat_dim, source.row_bytes
         self.as_float32 = as_float32 or (lambda raw, ids: raw.astype(np.float32, copy=False))
-        self.row_bytes = dim * self.dtype.itemsize
-        self.file = engine.open(path, checksums=checksums)
-        self.staging = engine.alloc(2 * max(STAGING_HALF, model.max_extent(self.row_bytes)))
         self.bytes_read = 0  # of the extents read: what the drive delivered
 
     def rows(self, ids: np.ndarray) -> torch.Tensor:
-        offsets, lengths, _ = plan_extents(np.sort(ids), self.row_bytes, self.model)
-        raw = self.engine.read_rows(self.file, ids, self.row_bytes, offsets, lengths, staging=self.staging)
+        offsets, lengths, _ = plan_extents(np.sort(ids), self.row_bytes, self.source.model)
+        raw = np.empty((len(ids), self.row_bytes), np.uint8)
+        self.source.read(ids, raw, (offsets, lengths))
         self.bytes_read += int(np.sum(lengths))
-        return torch.from_numpy(self.as_float32(raw.view(self.dtype).reshape(len(ids), self.dim), ids))
+        return torch.from_numpy(self.as_float32(raw.view(self.source.dtype), ids))
 
     def close(self) -> None:
-        self.file.close()
+        self.source.close()
 
 
 class CachedRows:
@@ -181,7 +177,8 @@ class LayerwiseSSD:
     def __init__(self, store: Store, scratch_dir: Path, budget: int, queue_depth: int = 128,
                  backend: str = "auto"):
         self.store, self.scratch_dir, self.budget = store, Path(scratch_dir), budget
-        self.engine = Engine(backend=backend, queue_depth=queue_depth)
+        # page checksums for features.bin; the layer files are our own
+        self.io = DirectIO(queue_depth, backend, checksums={store.features_path: store.page_checksums()})
         self.model = load_model(store.path)
         self.bytes_read = self.bytes_written = 0
 
@@ -191,9 +188,7 @@ class LayerwiseSSD:
         model.eval()
         self.scratch_dir.mkdir(parents=True, exist_ok=True)
         path = self.store.features_path
-        source = FileRows(self.engine, path, self.store.feat_dim, self.store.feat_dtype, self.model,
-                          checksums=self.store.page_checksums(),  # the layer files are our own
-                          as_float32=self.store.as_float32)
+        source = self._rows(path, self.store.feat_dim, self.store.feat_dtype, self.store.as_float32)
         for i in range(layers or model.num_layers):
             out = self.scratch_dir / f"layer{i}.bin"
             dim = self._write_layer(model, i, source, out)
@@ -202,15 +197,19 @@ class LayerwiseSSD:
             if path != self.store.features_path:
                 path.unlink()
             path = out
-            source = FileRows(self.engine, path, dim, np.dtype(np.float32), self.model)
+            source = self._rows(path, dim, np.dtype(np.float32))
         source.close()
         return path, source.dim
+
+    def _rows(self, path: Path, dim: int, dtype: np.dtype,
+              as_float32: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None) -> FileRows:
+        return FileRows(FeatureFile(self.io, path, dim, dtype, self.model, STAGING_BYTES), as_float32)
 
     def _write_layer(self, model: nn.Module, i: int, source: FileRows, out: Path) -> int:
         chunks = self._layer_chunks(model, i, source)
         first = next(chunks).contiguous()
         row_bytes = first.shape[1] * 4
-        with BlockWriter([out], row_bytes, self.engine.alloc,
+        with BlockWriter([out], row_bytes, self.io.alloc,
                          memory_bytes=min(self.budget // CHUNK_SHARE, 16 << 20)) as writer:
             for h in _prepend(first, chunks):
                 raw = h.contiguous().numpy().view(np.uint8).reshape(-1)
@@ -237,7 +236,7 @@ class LayerwiseSSD:
     def original_order(self, layer_file: Path, dim: int) -> Iterator[np.ndarray]:
         """The layer file's rows in original node order, in chunks within the budget."""
         inv = np.asarray(self.store.inv)
-        rows = FileRows(self.engine, layer_file, dim, np.dtype(np.float32), self.model)
+        rows = self._rows(layer_file, dim, np.dtype(np.float32))
         step = max(self.budget // CHUNK_SHARE // (dim * 4), 1)
         try:
             for lo in range(0, self.store.num_nodes, step):
@@ -247,7 +246,7 @@ class LayerwiseSSD:
             self.bytes_read += rows.bytes_read
 
     def close(self) -> None:
-        self.engine.close()
+        self.io.shutdown()
 
 
 def _prepend(first: torch.Tensor, rest: Iterator[torch.Tensor]) -> Iterator[torch.Tensor]:

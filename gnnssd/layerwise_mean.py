@@ -17,7 +17,7 @@ passes, all sequential at the drive's bandwidth.
 """
 from __future__ import annotations
 
-from typing import Iterator, Protocol
+from typing import TYPE_CHECKING, Iterator
 
 import dgl
 import numba as nb
@@ -25,17 +25,12 @@ import numpy as np
 import torch
 from torch import nn
 
+if TYPE_CHECKING:
+    from .layerwise import Rows
+
 SEGMENT_BYTES = 16 << 20  # input rows read and added at once
 SUM_SHARE = 2  # a range's sums and bucketed edges take at most 1/SUM_SHARE of the budget
 EDGE_BYTES = 12  # a bucketed edge: its source (int64) and its destination in the range (int32)
-
-
-class RowSource(Protocol):
-    """A layer's input rows (gnnssd.layerwise.FileRows): float32 rows of node IDs."""
-
-    dim: int
-
-    def rows(self, ids: np.ndarray) -> torch.Tensor: ...
 
 
 def sum_ranges(indptr: np.ndarray, width: int, budget: int) -> list[tuple[int, int]]:
@@ -94,7 +89,7 @@ def add_rows(sums: np.ndarray, rows: np.ndarray, first_row: int, sources: np.nda
             sums[d, j] += rows[r, j]
 
 
-def neighbour_sums(source: RowSource, indptr: np.ndarray, indices: np.ndarray, lo: int, hi: int,
+def neighbour_sums(source: Rows, indptr: np.ndarray, indices: np.ndarray, lo: int, hi: int,
                    num_nodes: int) -> np.ndarray:
     """The float32 sums of the in-neighbours' rows of destinations lo..hi-1, from one
     sequential pass over the rows of `source`."""
@@ -119,7 +114,7 @@ def mean_block(count: int) -> dgl.DGLGraph:
     return dgl.create_block((dst + count, dst), num_src_nodes=2 * count, num_dst_nodes=count)
 
 
-def mean_layer_chunks(model: nn.Module, i: int, source: RowSource, indptr: np.ndarray,
+def mean_layer_chunks(model: nn.Module, i: int, source: Rows, indptr: np.ndarray,
                       indices: np.ndarray, budget: int, chunk_rows: int) -> Iterator[torch.Tensor]:
     """Layer i's output rows in store order, for a layer whose neighbour input is the mean
     of its in-neighbours' rows, in chunks of at most `chunk_rows` destinations."""

@@ -64,8 +64,8 @@ class FeatureFile:
         self.staging = io.alloc(max(staging_bytes, 2 * self.model.max_extent(self.row_bytes)))
 
     def read(self, rows: np.ndarray, out: np.ndarray, extents: tuple[np.ndarray, np.ndarray] | None = None) -> None:
-        """out[k] = row rows[k] (sorted; out: at least len(rows) rows of row_bytes), read by
-        `extents` or by extents planned here."""
+        """out[k] = row rows[k] (out: at least len(rows) rows of row_bytes), read by `extents`
+        (rows then in any order) or by extents planned here (rows sorted)."""
         offsets, lengths = extents if extents is not None else plan_extents(rows, self.row_bytes, self.model)[:2]
         self.io.read_rows(self.file, rows, self.row_bytes, offsets, lengths, out[: len(rows)], self.staging)
 
