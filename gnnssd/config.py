@@ -66,6 +66,11 @@ class SamplerConfig:
     #: locality node order a mega-batch's seeds are graph neighbours; see seed_batches).
     seed_order: Literal["random", "proximity"] = "random"
     seed_window: int = field(default=16384, metadata=_check(_positive, "a positive integer"))
+    #: Epochs trained on each epoch's samples (after DiskGNN): epochs 1..K share the seed
+    #: order and neighbour draws of epoch 1, epochs K+1..2K those of epoch K+1, ... With
+    #: features: ssd the group's later epochs replay the first one's plans and compact
+    #: blocks kept on disk (no sampling, planning or repacking). Node tasks only.
+    reuse_epochs: int = field(default=1, metadata=_check(_positive, "a positive integer"))
 
 
 def _size(value: Any) -> bool:
@@ -159,6 +164,9 @@ class Config:
         if self.sampler.eval_fanouts is not None and len(self.sampler.eval_fanouts) != n_layers:
             raise ConfigError(f"sampler.eval_fanouts: {len(self.sampler.eval_fanouts)} fanouts "
                               f"for model.layers = {n_layers}")
+        if self.task == "link" and self.sampler.reuse_epochs != 1:
+            raise ConfigError(f"sampler.reuse_epochs: {self.sampler.reuse_epochs} with task: link; link "
+                              f"prediction draws new edge batches and negatives every epoch (expected 1)")
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)

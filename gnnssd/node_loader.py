@@ -44,7 +44,7 @@ class FeatureBackend(Protocol):
     timer: StageTimer
 
     def minibatches(self, batches: list[np.ndarray], fanouts: list[int], epoch: int = 0,
-                    exclude: list[np.ndarray] | None = None) -> Iterator[MiniBatch]:
+                    exclude: list[np.ndarray] | None = None, reuse: bool = False) -> Iterator[MiniBatch]:
         ...
 
     def io_stats(self) -> dict[str, int]:
@@ -66,6 +66,11 @@ class NodeLoader:
     `seed_order="proximity"` draws each epoch's training seeds in runs of `seed_window`
     nearby store IDs (`gnnssd.sampler.proximity_order`) instead of a uniform shuffle.
 
+    `reuse_epochs=K` trains K consecutive epochs on the same samples (seed order and
+    neighbour draws of the group's first epoch; groups start at `first_epoch`, the number
+    of the loop's first epoch); in ssd mode the group's other epochs replay its plans and
+    compact blocks from disk instead of sampling and repacking again.
+
     Data parallel: rank `rank` of `world_size` (default: this process's place in the
     initialised torch.distributed process group, else 0 of 1) iterates over its `shard` of
     each epoch's seed order, the same order on every rank; all ranks get the same number of
@@ -81,7 +86,8 @@ class NodeLoader:
                  eval_fanouts: list[int] | None = None, eval_batch_size: int = SamplerConfig.eval_batch_size,
                  verify_checksums: bool = _SSD.verify_checksums, scratch_dir: str | Path | None = None,
                  rank: int | None = None, world_size: int | None = None,
-                 seed_order: str = SamplerConfig.seed_order, seed_window: int = SamplerConfig.seed_window):
+                 seed_order: str = SamplerConfig.seed_order, seed_window: int = SamplerConfig.seed_window,
+                 reuse_epochs: int = SamplerConfig.reuse_epochs, first_epoch: int = 0):
         if features not in FEATURES:
             raise ValueError(f"features: {features!r}; expected one of {FEATURES}")
         if seed_order not in SEED_ORDERS:
@@ -90,6 +96,8 @@ class NodeLoader:
             raise ValueError(f"seed_window: {seed_window}; expected a positive integer")
         if batch_size < 1:
             raise ValueError(f"batch_size: {batch_size}; expected a positive integer")
+        if reuse_epochs < 1:
+            raise ValueError(f"reuse_epochs: {reuse_epochs}; expected a positive integer")
         rank, world_size = _ranks(rank, world_size)
         seed = run_seed(seed)  # any integer; DGL and NumPy take a bounded range
         self.device = device if isinstance(device, torch.device) else select_device(device)
@@ -112,6 +120,7 @@ class NodeLoader:
         self._configure(store, features, seeds, list(fanouts), batch_size, shuffle, seed, drop_last)
         self.rank, self.world_size = rank, world_size
         self.window = seed_window if seed_order == "proximity" else 0
+        self.reuse_epochs, self.first_epoch = reuse_epochs, first_epoch
 
     def _configure(self, store: Store, features: str, seeds: np.ndarray, fanouts: list[int], batch_size: int,
                    shuffle: bool, seed: int, drop_last: bool) -> None:
@@ -121,6 +130,7 @@ class NodeLoader:
         self.shuffle, self.seed, self.drop_last = shuffle, seed, drop_last
         self.rank, self.world_size = 0, 1
         self.window = 0
+        self.reuse_epochs, self.first_epoch = 1, 0
         self.epoch = 0
         self._io_seen: dict[str, int] = {}
 
@@ -144,13 +154,20 @@ class NodeLoader:
         """The epoch the next iteration draws its shuffle and neighbours for."""
         self.epoch = epoch
 
+    @property
+    def sample_epoch(self) -> int:
+        """The epoch whose samples this one trains on: the first of its group of
+        `reuse_epochs` epochs, groups counted from `first_epoch`."""
+        return self.epoch - (self.epoch - self.first_epoch) % self.reuse_epochs
+
     def seed_batches(self) -> list[np.ndarray]:
         """This epoch's seed batches (this rank's share), in order (the same in every mode)."""
-        return seed_batches(self.seeds, self.batch_size, self.shuffle, self.seed, self.epoch, self.drop_last,
-                            self.rank, self.world_size, self.window)
+        return seed_batches(self.seeds, self.batch_size, self.shuffle, self.seed, self.sample_epoch,
+                            self.drop_last, self.rank, self.world_size, self.window)
 
     def __iter__(self) -> Iterator[MiniBatch]:
-        return self._backend.minibatches(self.seed_batches(), self.fanouts, self.epoch)
+        return self._backend.minibatches(self.seed_batches(), self.fanouts, self.sample_epoch,
+                                         reuse=self.reuse_epochs > 1)
 
     def __len__(self) -> int:
         full, rest = divmod(-(-len(self.seeds) // self.world_size), self.batch_size)

@@ -13,10 +13,12 @@ whole run; the planner consults its membership, the gather its rows.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import time
+from functools import partial
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 import torch
@@ -25,11 +27,12 @@ from gnnssd.sampler import HotRows, MFGs, MegaBatchPlan, NeighborSampler, PlanCo
 from gnnssd.sampler.readplan import pages_plan
 from gnnssd.storage_format import Store
 
-from .budget import MemoryBudget, format_bytes, parse_bytes, resolve_block_budget
+from .budget import AUTO_DISK_SHARE, MemoryBudget, format_bytes, parse_bytes, resolve_block_budget
 from .config import ConfigError, SamplerConfig, SSDConfig
 from .memory_loader import IOCounters, MiniBatch, store_labels
 from .pipeline import (DirectIO, FeatureFile, HotCache, HotRanking, MegaBatchLoader, PlanWorker, load_model,
-                       remove, repacked_windows)
+                       repacked_windows)
+from .pipeline.kept import KeptSamples, delete, samples_key
 from .pipeline.loader import BUFFERS
 from .pipeline.repack import RepackReport
 from .timing import StageTimer
@@ -61,6 +64,8 @@ class SSDLoader:
         self.io = IOCounters()
         self.cost_model = load_model(store.path)
         self.block_dir = block_dir  # scratch this loader owns: made on use, removed after
+        self.kept_dir = block_dir.with_name(block_dir.name + "-kept")  # an epoch kept for reuse
+        self._kept: KeptSamples | None = None
         self._assembling: np.ndarray | None = None  # x of a mini-batch read in pieces
         total = parse_bytes(ssd.memory_budget)
         self.block_budget, why = resolve_block_budget(ssd.block_budget, store.feature_bytes, total, block_dir)
@@ -135,20 +140,48 @@ class SSDLoader:
         return most
 
     def minibatches(self, batches: list[np.ndarray], fanouts: list[int], epoch: int = 0,
-                    exclude: list[np.ndarray] | None = None) -> Iterator[MiniBatch]:
+                    exclude: list[np.ndarray] | None = None, reuse: bool = False) -> Iterator[MiniBatch]:
         """A mini-batch per array of seed nodes, in order; neighbour draws are seeded by
         (seed, epoch, position). With `exclude`, batch b is sampled without the edges of the
-        (E, 2) node pairs exclude[b] and their reverses (edge mini-batches; gnnssd.edge_loader)."""
+        (E, 2) node pairs exclude[b] and their reverses (edge mini-batches; gnnssd.edge_loader).
+        With `reuse`, the epoch's plans and blocks are kept on disk (within a share of the
+        free space) and the same call again replays them (sampler.reuse_epochs)."""
+        key = samples_key(batches, fanouts, epoch, exclude) if reuse else ""
+        if self._kept is not None and self._kept.complete and self._kept.key == key:
+            yield from self._trained(self._replayed(self._kept))
+            return
+        if reuse:
+            self._drop_kept()
+            self._kept = KeptSamples(key, self.kept_dir, self._kept_limit())
+        directory = self.kept_dir if reuse else self.block_dir
         cfg = PlanConfig(batch_size=max(map(len, batches), default=1), fanouts=tuple(fanouts),
                          mega_batch=self.mega_batch, seed=self.seed)
         planner = Planner(self.store.indptr, self.store.indices, np.empty(0, np.int64), cfg, self.hot.members,
                           max_rows=self.budget.buffer_rows)
-        if self.block_budget:
-            self.block_dir.mkdir(parents=True, exist_ok=True)
-        plans = PlanWorker(self._planned(planner.plan_batches(batches, epoch, exclude)), depth=2, name="gnnssd-plan")
-        windows = PlanWorker(self._repacked_windows(iter(plans)), depth=2, name="gnnssd-repack")
+        directory.mkdir(parents=True, exist_ok=True)
+        spill = directory if self.block_budget or reuse else None
+        plans = PlanWorker(self._planned(planner.plan_batches(batches, epoch, exclude), spill), depth=2,
+                           name="gnnssd-plan")
+        windows = PlanWorker(self._repacked_windows(iter(plans), directory), depth=2, name="gnnssd-repack")
+        kept = self._kept if reuse else None
+        done = kept.keep if kept is not None else partial(delete, directory=directory)
+        complete = False
+        try:
+            yield from self._trained(self._loaded(windows, directory, done))
+            complete = True
+        finally:
+            windows.close()
+            plans.close()
+            if kept is not None and complete and kept.keeping:
+                kept.complete = True
+            else:
+                shutil.rmtree(directory, ignore_errors=True)
+
+    def _trained(self, loading: Iterator[tuple[MegaBatchPlan, np.ndarray]]) -> Iterator[MiniBatch]:
+        """The mini-batches of loaded plans, the read stage kept BUFFERS plans ahead in its
+        own thread; waits for it are charged to `wait`."""
         # Depth BUFFERS: the buffer the caller gathers from and the one being filled.
-        loaded = PlanWorker(self._loaded(windows), depth=BUFFERS, name="gnnssd-read")
+        loaded = PlanWorker(loading, depth=BUFFERS, name="gnnssd-read")
         try:
             pending = iter(loaded)
             while True:
@@ -161,48 +194,61 @@ class SSDLoader:
                 yield from self._minibatches(plan, buffer)
         finally:
             loaded.close()
-            windows.close()
-            plans.close()
-            shutil.rmtree(self.block_dir, ignore_errors=True)
 
-    def _planned(self, plans: Iterator[MegaBatchPlan]) -> Iterator[MegaBatchPlan]:
-        """Plan stage: mega-batch plans with their page reads planned. With blocks, plans
-        wait for their repack window as stubs, their mini-batches spilled to the block
-        directory: memory then does not grow with the window."""
+    def _replayed(self, kept: KeptSamples) -> Iterator[tuple[MegaBatchPlan, np.ndarray]]:
+        """Read stage of a kept epoch: its plans in order, their files kept."""
+        return self._loaded(([plan] for plan in kept.plans), kept.directory, lambda plan: True)
+
+    def _kept_limit(self) -> int:
+        """Bytes an epoch may keep: the share of the free disk the block budget may take."""
+        existing = next(p for p in (self.kept_dir, *self.kept_dir.parents) if p.exists())
+        disk = os.statvfs(existing)
+        return int(disk.f_bavail * disk.f_frsize * AUTO_DISK_SHARE)
+
+    def _drop_kept(self) -> None:
+        if self._kept is not None:
+            self._kept.remove()
+            self._kept = None
+
+    def _planned(self, plans: Iterator[MegaBatchPlan], spill: Path | None) -> Iterator[MegaBatchPlan]:
+        """Plan stage: mega-batch plans with their page reads planned. Plans wait for their
+        repack window (or are kept for a replay) as stubs, their mini-batches spilled to
+        `spill`: memory then does not grow with the window."""
         for plan in _timed(plans, self.timer, "plan"):
             with self.timer.stage("plan"):
                 plan.read = pages_plan(plan.read_rows, self.store.row_bytes, self.cost_model)
-                if self.block_budget:
-                    plan = plan.spill(self.block_dir / f"plan_e{plan.epoch}_m{plan.index}.spill")
+                if spill is not None:
+                    plan = plan.spill(spill / f"plan_e{plan.epoch}_m{plan.index}.spill")
             yield plan
 
-    def _repacked_windows(self, plans: Iterator[MegaBatchPlan]) -> Iterator[list[MegaBatchPlan]]:
+    def _repacked_windows(self, plans: Iterator[MegaBatchPlan], directory: Path) -> Iterator[list[MegaBatchPlan]]:
         """Repack stage (its own thread, behind the planner's): windows of plans, compact
-        blocks written for those the read planner gives one. Without a block budget, each
-        plan is its own window with page reads."""
+        blocks written to `directory` for those the read planner gives one. Without a block
+        budget, each plan is its own window with page reads."""
         if self.block_budget == 0:
             return ([plan] for plan in plans)
         return repacked_windows(plans, self.direct_io, self.store.features_path, self.store.row_bytes,
                                 self.cost_model,
-                                self.block_budget, self.block_dir, self.staging_bytes, self.writer_bytes,
+                                self.block_budget, directory, self.staging_bytes, self.writer_bytes,
                                 report=self._count_repack)
 
     def _count_repack(self, report: RepackReport) -> None:
         self.timer.add("repack", report.seconds)
         self.io.add(report.bytes_read, report.bytes_written, report.requests)
 
-    def _loaded(self, windows_: PlanWorker) -> Iterator[tuple[MegaBatchPlan, np.ndarray]]:
-        """Read stage: each plan's buffer filled; block files deleted once read."""
-        for window in windows_:
+    def _loaded(self, windows: Iterable[list[MegaBatchPlan]], directory: Path,
+                done: Callable[[MegaBatchPlan], object]) -> Iterator[tuple[MegaBatchPlan, np.ndarray]]:
+        """Read stage: each plan's buffer filled (blocks from `directory`); then `done(plan)`
+        deletes its spill file and block, or keeps them for a replay."""
+        for window in windows:
             for plan in window:
                 with self.timer.stage("read"):
-                    if plan.spill_path:
-                        plan = plan.restore()
-                    buffer = self.buffers.load(plan)
-                self.io.add(bytes_read=plan.read.nbytes, requests=len(plan.read.offsets),
-                            useful_bytes=plan.stats["minibatch_cold_rows"] * self.store.row_bytes)
-                remove([plan], self.block_dir)
-                yield plan, buffer
+                    full = plan.restore(keep_file=True) if plan.spill_path else plan
+                    buffer = self.buffers.load(full, directory)
+                self.io.add(bytes_read=full.read.nbytes, requests=len(full.read.offsets),
+                            useful_bytes=full.stats["minibatch_cold_rows"] * self.store.row_bytes)
+                done(plan)
+                yield full, buffer
 
     def _minibatches(self, plan: MegaBatchPlan, buffer: np.ndarray) -> Iterator[MiniBatch]:
         """The mini-batches of a loaded plan; a piece plan (see Planner) adds its rows to the
@@ -241,6 +287,7 @@ class SSDLoader:
         return self.io.as_dict()
 
     def close(self) -> None:
+        self._drop_kept()
         self.features.close()
         self.direct_io.shutdown()
 

@@ -114,7 +114,8 @@ class Trainer:
                               seed=cfg.seed, device=self.device, eval_fanouts=cfg.sampler.eval_fanouts,
                               eval_batch_size=cfg.sampler.eval_batch_size, scratch_dir=self.scratch.path,
                               rank=self.ranks.rank, world_size=self.ranks.world_size,
-                              seed_order=cfg.sampler.seed_order, seed_window=cfg.sampler.seed_window, **vars(ssd))
+                              seed_order=cfg.sampler.seed_order, seed_window=cfg.sampler.seed_window,
+                              reuse_epochs=cfg.sampler.reuse_epochs, first_epoch=1, **vars(ssd))
         except ConfigError as exc:
             if self.ranks.local_world_size == 1:
                 raise

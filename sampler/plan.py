@@ -84,11 +84,13 @@ class MegaBatchPlan:
         _spill_plan(self, path)
         return replace(self, minibatches=[], gather=[], spill_path=str(path))
 
-    def restore(self) -> "MegaBatchPlan":
-        """The whole plan of a stub (its read plan as set since the spill); deletes the file."""
+    def restore(self, keep_file: bool = False) -> "MegaBatchPlan":
+        """The whole plan of a stub (its read plan as set since the spill); deletes the file
+        unless `keep_file` (a plan kept to be replayed: gnnssd.pipeline.reuse)."""
         full = _unspill_plan(self.spill_path)
         full.read = self.read
-        Path(self.spill_path).unlink()
+        if not keep_file:
+            Path(self.spill_path).unlink()
         return full
 
     def equals(self, other: "MegaBatchPlan") -> bool:

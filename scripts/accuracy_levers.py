@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Accuracy of the options that change what is trained: a locality node order with the
-proximity seed order, and int8 feature rows, against float32 in memory; same configs and
-seeds (0, 1, 2), mean test accuracy, the difference in points.
+proximity seed order, int8 and float16 feature rows, and sample reuse, against float32 in
+memory; same configs and seeds (0, 1, 2), mean test accuracy, the difference in points.
 
 Variants (all `features: memory`, so only what the option changes differs):
   float32            original order, random seed order (the reference)
@@ -9,6 +9,8 @@ Variants (all `features: memory`, so only what the option changes differs):
   int8               original order, int8 rows (dequantized when memory mode loads them)
   int8+metis+prox    both
   float16            original order, float16 rows
+  reuse2, reuse4     original order, `sampler.reuse_epochs` 2 / 4: the same number of epochs
+                     on half / a quarter as many samples (lever 4)
 
 The proximity window is two mini-batches here (these training sets are a few thousand
 nodes: the default window of 16,384 seeds would hold the whole set, i.e. a plain shuffle);
@@ -44,14 +46,15 @@ DATASETS = {
     "minesweeper": (lambda: HeterophilousSource(SHARED / "heterophilous" / "minesweeper.npz", split=0), HETEROPHILOUS),
     "actor": (lambda: HeterophilousSource(SHARED / "heterophilous" / "actor.npz", split=0), HETEROPHILOUS),
 }
-#: variant -> (node order, feature dtype, proximity seed order)
-VARIANTS = {"float32": ("original", "float32", False), "metis+proximity": ("metis", "float32", True),
-            "int8": ("original", "int8", False), "int8+metis+prox": ("metis", "int8", True),
-            "float16": ("original", "float16", False)}
+#: variant -> (node order, feature dtype, proximity seed order, sampler.reuse_epochs)
+VARIANTS = {"float32": ("original", "float32", False, 1), "metis+proximity": ("metis", "float32", True, 1),
+            "int8": ("original", "int8", False, 1), "int8+metis+prox": ("metis", "int8", True, 1),
+            "float16": ("original", "float16", False, 1), "reuse2": ("original", "float32", False, 2),
+            "reuse4": ("original", "float32", False, 4)}
 
 
-def accuracy(store: Path, run_dir: Path, spec: dict, proximity: bool, seed: int) -> float:
-    sampler = dict(spec["sampler"])
+def accuracy(store: Path, run_dir: Path, spec: dict, proximity: bool, reuse_epochs: int, seed: int) -> float:
+    sampler = dict(spec["sampler"], reuse_epochs=reuse_epochs)
     if proximity:
         sampler.update(seed_order="proximity", seed_window=2 * sampler["batch_size"])
     config = config_from_dict({"store": str(store), "run_dir": str(run_dir), "features": "memory",
@@ -79,12 +82,12 @@ def main() -> int:
             source, spec = DATASETS[name]
             stores: dict[tuple[str, str], Path] = {}
             for variant in args.variants.split(","):
-                order, dtype, proximity = VARIANTS[variant]
+                order, dtype, proximity, reuse_epochs = VARIANTS[variant]
                 if (order, dtype) not in stores:
                     stores[order, dtype] = write_store(Path(work) / f"{name}-{order}-{dtype}", source(),
                                                        order=node_order(order), dtype=dtype)
-                runs = [accuracy(stores[order, dtype], Path(work) / f"{name}-{variant}-{s}", spec, proximity, s)
-                        for s in range(args.seeds)]
+                runs = [accuracy(stores[order, dtype], Path(work) / f"{name}-{variant}-{s}", spec, proximity,
+                                 reuse_epochs, s) for s in range(args.seeds)]
                 rows.append({"dataset": name, "variant": variant, "accuracy": runs, "mean": statistics.mean(runs)})
                 print(f"{name} {variant}: {runs}", flush=True)
     print(f"\n{'dataset':12} {'variant':16} {'mean':>7} {'- float32 (pts)':>16} {'within 0.5':>10}")

@@ -61,7 +61,7 @@ from gnnssd.datasets import synthetic_source
 from gnnssd.memory_loader import MiniBatch
 from gnnssd.models import build_model
 from gnnssd.runtime import seed_everything
-from gnnssd.sampler import ORDERS, node_order
+from gnnssd.sampler import ORDERS, node_order, seed_batches
 from gnnssd.storage_format import Store, write_store
 from gnnssd.timing import StageTimer
 
@@ -70,6 +70,7 @@ SYSTEMS = tuple(FEATURES)
 # on request (--systems): gnnssd without page checksums, to measure what they cost
 NO_VERIFY = "gnnssd-no-verify"
 EXTENTS = "gnnssd-extents"  # gnnssd with block_budget 0, beside the default config
+REUSE = "gnnssd-reuse"  # gnnssd with sampler.reuse_epochs --reuse-epochs (lever 4)
 PINNED = ("memory", "gnnssd")  # the systems --cores runs loader-only on 1..N cores
 REGIMES = ("end-to-end", "loader-only")
 MODEL = ModelConfig(name="sage", hidden=256, layers=3, dropout=0.5, compile=False)  # dgl.nn SAGEConv
@@ -101,9 +102,9 @@ def storage_bytes_read() -> int:
     raise RuntimeError("/proc/self/io has no read_bytes line")
 
 
-def mini_batches(loader: NodeLoader, n: int) -> Iterator[MiniBatch]:
-    """The first n training mini-batches, epoch after epoch (shuffled)."""
-    for epoch in itertools.count(1):
+def mini_batches(loader: NodeLoader, n: int, first_epoch: int = 1) -> Iterator[MiniBatch]:
+    """The first n training mini-batches from `first_epoch` on, epoch after epoch (shuffled)."""
+    for epoch in itertools.count(first_epoch):
         loader.set_epoch(epoch)
         for batch in loader:
             yield batch
@@ -145,18 +146,41 @@ def consume(batches: Iterator[MiniBatch], step: Callable[[MiniBatch], None],
 
 def run_system(system: str, store: Store, budget: int, batches: int, regime: str, block_budget: int | str,
                mega_batch: int, seed: int, time_limit: float, verify: bool = True,
-               seed_order: str = "random", seed_window: int = 16384) -> Measured:
+               seed_order: str = "random", seed_window: int = 16384, reuse_epochs: int = 1) -> Measured:
     """One system through NodeLoader (`features=system`) within `budget` bytes: the
     per-row cache, or gnnssd's hot cache and buffers (compact blocks within `block_budget`
     bytes of disk, every page read checked against its checksum unless verify=False);
-    `memory` holds all the features whatever the budget."""
-    with NodeLoader(store, store.train_idx, fanouts=FANOUTS, batch_size=BATCH_SIZE, features=system,
+    `memory` holds all the features whatever the budget.
+
+    With reuse_epochs K > 1 the epoch is the seeds of the first `batches` mini-batches and
+    the run trains K epochs on its samples: `batches` x K mini-batches, the first epoch and
+    the K - 1 replayed ones also timed apart."""
+    seeds = np.asarray(store.train_idx)
+    if reuse_epochs > 1:
+        seeds = np.concatenate(seed_batches(seeds, BATCH_SIZE, True, seed, 1, window=seed_window
+                                            if seed_order == "proximity" else 0)[:batches])
+    with NodeLoader(store, seeds, fanouts=FANOUTS, batch_size=BATCH_SIZE, features=system,
                     memory_budget=budget, shuffle=True, seed=seed, device=CPU, block_budget=block_budget,
                     mega_batch=mega_batch, eval_fanouts=FANOUTS, eval_batch_size=BATCH_SIZE,
-                    verify_checksums=verify, seed_order=seed_order, seed_window=seed_window) as loader:
+                    verify_checksums=verify, seed_order=seed_order, seed_window=seed_window,
+                    reuse_epochs=reuse_epochs, first_epoch=1) as loader:
         setup_io = loader.io_stats()
-        measured = consume(mini_batches(loader, batches), make_step(regime, store), loader.timer, time_limit)
+        step = make_step(regime, store)
+        measured = consume(mini_batches(loader, batches), step, loader.timer, time_limit)
         measured.extra = {"loader_io": loader.io_stats(), "setup_io": setup_io}
+        if reuse_epochs > 1:
+            replayed = consume(mini_batches(loader, batches * (reuse_epochs - 1), 2), step, loader.timer,
+                               time_limit)
+            replay_io = loader.io_stats()
+            measured.extra.update(
+                reuse_epochs=reuse_epochs, first_epoch_s=round(measured.seconds, 3),
+                replay_s=round(replayed.seconds, 3), replay_bytes_read=replayed.bytes_read,
+                loader_io={k: v + replay_io.get(k, 0) for k, v in measured.extra["loader_io"].items()})
+            measured.seconds += replayed.seconds
+            measured.batches += replayed.batches
+            measured.bytes_read += replayed.bytes_read
+            measured.stages_s = {k: measured.stages_s.get(k, 0.0) + replayed.stages_s.get(k, 0.0)
+                                 for k in {**measured.stages_s, **replayed.stages_s}}
     return measured
 
 
@@ -165,6 +189,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     start, read0 = time.perf_counter(), storage_bytes_read()
     store = Store.open(spec["store"])
     block_budget = 0 if spec["system"] == EXTENTS else spec["block_budget"]
+    reuse_epochs = spec["reuse_epochs"] if spec["system"] == REUSE else 1
     seed_everything(spec["seed"])
     system, regime = spec["system"], spec["regime"]
     row: dict[str, Any] = {"system": system, "regime": regime, "cores": spec["cores"]}
@@ -172,12 +197,12 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         measured = run_system(FEATURES.get(system, "ssd"), store, spec["budget"], spec["batches"], regime,
                               block_budget, spec["mega_batch"], spec["seed"], spec["time_limit"],
                               verify=system != NO_VERIFY, seed_order=spec["seed_order"],
-                              seed_window=spec["seed_window"])
+                              seed_window=spec["seed_window"], reuse_epochs=reuse_epochs)
     except NotImplementedError as exc:
         return {**row, "status": f"not run: {exc}"}
     total_s = time.perf_counter() - start
     return {**row, "status": "ok", "batches": measured.batches,
-            "stopped_by_time_limit": measured.batches < spec["batches"],
+            "stopped_by_time_limit": measured.batches < spec["batches"] * reuse_epochs,
             "seconds": round(measured.seconds, 3),
             "batches_per_s": round(measured.batches / measured.seconds, 3),
             "bytes_read": measured.bytes_read,
@@ -310,7 +335,7 @@ def bench(args: argparse.Namespace, store: Store, budget: int) -> list[dict[str,
                 "budget": budget, "batches": args.batches, "seed": args.seed,
                 "block_budget": args.block_budget, "mega_batch": args.mega_batch,
                 "time_limit": args.time_limit, "cores": cores, "seed_order": args.seed_order,
-                "seed_window": args.seed_window}
+                "seed_window": args.seed_window, "reuse_epochs": args.reuse_epochs}
         if args.limit_page_cache and system != "memory":
             with PageCacheLimit(keep_free) as limit:
                 row = run_one(spec)
@@ -411,9 +436,13 @@ def main() -> int:
                    help="every system's training seed order (NodeLoader seed_order; default %(default)s)")
     p.add_argument("--seed-window", type=int, default=16384,
                    help="seeds per run of the proximity order (default %(default)s)")
-    p.add_argument("--systems", nargs="+", choices=(*SYSTEMS, EXTENTS, NO_VERIFY), default=[*SYSTEMS, EXTENTS],
+    p.add_argument("--systems", nargs="+", choices=(*SYSTEMS, EXTENTS, NO_VERIFY, REUSE),
+                   default=[*SYSTEMS, EXTENTS],
                    help=f"(default: %(default)s; {EXTENTS}: gnnssd with block_budget 0; {NO_VERIFY}: "
-                        "gnnssd without page checksums)")
+                        f"gnnssd without page checksums; {REUSE}: gnnssd training --reuse-epochs epochs on "
+                        "the samples of one epoch of --batches mini-batches)")
+    p.add_argument("--reuse-epochs", type=int, default=4,
+                   help=f"{REUSE}: epochs per sample (sampler.reuse_epochs; default %(default)s)")
     p.add_argument("--cores", nargs="*", type=int, default=[],
                    help="also run memory and gnnssd loader-only pinned to the first N cores, for "
                         "each N given (e.g. --cores 1 2)")
@@ -464,6 +493,7 @@ def main() -> int:
             "budget_bytes": budget, "topology_bytes": topology_bytes(store),
             "batches": args.batches, "seed": args.seed, "fanouts": FANOUTS, "batch_size": BATCH_SIZE,
             "block_budget": args.block_budget, "seed_order": args.seed_order, "seed_window": args.seed_window,
+            "reuse_epochs": args.reuse_epochs,
             "model": asdict(MODEL), "limit_page_cache": args.limit_page_cache,
             "headroom_bytes": args.headroom, "kernel": platform.release(), "cpus": os.cpu_count(),
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}

@@ -26,15 +26,20 @@ def test_bench_train_runs_every_row_kind_and_writes_its_json(tiny_store, tmp_pat
     out = tmp_path / "bench.json"
     result = subprocess.run(
         [sys.executable, "scripts/bench_train.py", "--store", str(tiny_store), "--budget", "16MiB",
-         "--batches", "2", "--systems", "memory", "gnnssd", "gnnssd-extents", "--regimes", "loader-only",
+         "--batches", "2", "--systems", "memory", "gnnssd", "gnnssd-extents", "gnnssd-reuse", "--reuse-epochs", "2",
+         "--regimes", "loader-only",
          "--seed-order", "proximity", "--seed-window", "64", "--cores", "1", "--json", str(out)],
         cwd=REPO, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(out.read_text())
     rows = {(r["system"], r["cores"]): r for r in report["rows"]}
-    assert {("memory", None), ("gnnssd", None), ("gnnssd-extents", None), ("memory", 1), ("gnnssd", 1)} <= set(rows)
+    assert {("memory", None), ("gnnssd", None), ("gnnssd-extents", None), ("gnnssd-reuse", None), ("memory", 1),
+            ("gnnssd", 1)} <= set(rows)
     for row in report["rows"]:
-        assert row["status"] == "ok" and row["batches"] == 2, row
+        assert row["status"] == "ok" and row["batches"] == (4 if row["system"] == "gnnssd-reuse" else 2), row
+    reuse = rows[("gnnssd-reuse", None)]  # two epochs of the same two mini-batches, the second replayed
+    assert reuse["reuse_epochs"] == 2 and reuse["replay_s"] > 0 and reuse["first_epoch_s"] > 0
+    assert reuse["useful_bytes"] > 0 and reuse["read_amplification"] > 0
     gnnssd = rows[("gnnssd", None)]
     assert gnnssd["useful_bytes"] > 0  # a 16 MiB budget cannot hold the rows: some are read
     assert gnnssd["read_amplification"] == round(gnnssd["bytes_read"] / gnnssd["useful_bytes"], 3)

@@ -2,7 +2,7 @@
 
 direct_io (the one adapter to gnnssd.io_engine), loader (the features file's reader, mega-batch
 buffers, the gather), hot_cache (the hot rows, the one owner of which rows are hot), repack and block_writer (compact blocks), worker (background stages),
-calibration (the drive's cost model).
+kept (an epoch's plans and blocks kept for the epochs that reuse its samples), calibration (the drive's cost model).
 """
 from .calibration import calibrate, load_model
 from .direct_io import DirectIO

@@ -120,8 +120,9 @@ class MegaBatchLoader:
     def _rows_view(self, k: int) -> np.ndarray:
         return self._bufs[k][: self.capacity * self.row_bytes].view(np.uint8).reshape(self.capacity, self.row_bytes)
 
-    def load(self, plan: MegaBatchPlan) -> np.ndarray:
-        """Fill the next buffer for `plan` (previous plan's buffer stays intact); returns its rows."""
+    def load(self, plan: MegaBatchPlan, block_dir: Path | None = None) -> np.ndarray:
+        """Fill the next buffer for `plan` (previous plan's buffer stays intact); returns its
+        rows. A block plan's file is in `block_dir` (default: the loader's)."""
         if len(plan.rows) > self.capacity:
             raise ValueError(f"mega-batch needs {len(plan.rows)} buffer rows, capacity is {self.capacity}")
         nxt = (self._cur + 1) % BUFFERS
@@ -129,7 +130,7 @@ class MegaBatchLoader:
         read = plan.read
         if read is not None and read.strategy == "block":
             io = self.source.io
-            f = io.open(self.block_dir / read.block)
+            f = io.open((block_dir or self.block_dir) / read.block)
             try:
                 io.read_extents(f, read.offsets, read.lengths, self._bufs[nxt], read.offsets)
             finally:
