@@ -103,11 +103,11 @@ class SampledLoader:
         self.io = IOCounters()
 
     def minibatches(self, batches: list[np.ndarray], fanouts: list[int], epoch: int = 0,
-                    exclude: list[np.ndarray] | None = None, reuse: bool = False) -> Iterator[MiniBatch]:
+                    exclude: list[np.ndarray] | None = None, reuse_epochs: int = 1) -> Iterator[MiniBatch]:
         """A mini-batch per array of seed nodes, sampled by DGL's NeighborSampler; with
         `exclude`, batch b without the edges of the (E, 2) node pairs exclude[b] and their
-        reverses (DGL's `exclude_eids`; edge mini-batches, see gnnssd.edge_loader). `reuse`
-        changes nothing here: the same epoch draws the same neighbours again."""
+        reverses (DGL's `exclude_eids`; edge mini-batches, see gnnssd.edge_loader).
+        `reuse_epochs` changes nothing here: the same epoch draws the same neighbours again."""
         if exclude is not None and len(exclude) != len(batches):
             raise ValueError(f"exclude lists {len(exclude)} edge sets for {len(batches)} mini-batches")
         sampler = dgl.dataloading.NeighborSampler(fanouts)

@@ -44,7 +44,7 @@ class FeatureBackend(Protocol):
     timer: StageTimer
 
     def minibatches(self, batches: list[np.ndarray], fanouts: list[int], epoch: int = 0,
-                    exclude: list[np.ndarray] | None = None, reuse: bool = False) -> Iterator[MiniBatch]:
+                    exclude: list[np.ndarray] | None = None, reuse_epochs: int = 1) -> Iterator[MiniBatch]:
         ...
 
     def io_stats(self) -> dict[str, int]:
@@ -167,7 +167,7 @@ class NodeLoader:
 
     def __iter__(self) -> Iterator[MiniBatch]:
         return self._backend.minibatches(self.seed_batches(), self.fanouts, self.sample_epoch,
-                                         reuse=self.reuse_epochs > 1)
+                                         reuse_epochs=self.reuse_epochs)
 
     def __len__(self) -> int:
         full, rest = divmod(-(-len(self.seeds) // self.world_size), self.batch_size)

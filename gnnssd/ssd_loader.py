@@ -140,12 +140,14 @@ class SSDLoader:
         return most
 
     def minibatches(self, batches: list[np.ndarray], fanouts: list[int], epoch: int = 0,
-                    exclude: list[np.ndarray] | None = None, reuse: bool = False) -> Iterator[MiniBatch]:
+                    exclude: list[np.ndarray] | None = None, reuse_epochs: int = 1) -> Iterator[MiniBatch]:
         """A mini-batch per array of seed nodes, in order; neighbour draws are seeded by
         (seed, epoch, position). With `exclude`, batch b is sampled without the edges of the
         (E, 2) node pairs exclude[b] and their reverses (edge mini-batches; gnnssd.edge_loader).
-        With `reuse`, the epoch's plans and blocks are kept on disk (within a share of the
-        free space) and the same call again replays them (sampler.reuse_epochs)."""
+        With `reuse_epochs` > 1 (that many epochs train on these samples: sampler.reuse_epochs)
+        the epoch's plans and blocks are kept on disk (within a share of the free space), the
+        same call again replays them, and blocks are chosen for that many reads."""
+        reuse = reuse_epochs > 1
         key = samples_key(batches, fanouts, epoch, exclude) if reuse else ""
         if self._kept is not None and self._kept.complete and self._kept.key == key:
             yield from self._trained(self._replayed(self._kept))
@@ -162,7 +164,8 @@ class SSDLoader:
         spill = directory if self.block_budget or reuse else None
         plans = PlanWorker(self._planned(planner.plan_batches(batches, epoch, exclude), spill), depth=2,
                            name="gnnssd-plan")
-        windows = PlanWorker(self._repacked_windows(iter(plans), directory), depth=2, name="gnnssd-repack")
+        windows = PlanWorker(self._repacked_windows(iter(plans), directory, reuse_epochs), depth=2,
+                             name="gnnssd-repack")
         kept = self._kept if reuse else None
         done = kept.keep if kept is not None else partial(delete, directory=directory)
         complete = False
@@ -221,16 +224,17 @@ class SSDLoader:
                     plan = plan.spill(spill / f"plan_e{plan.epoch}_m{plan.index}.spill")
             yield plan
 
-    def _repacked_windows(self, plans: Iterator[MegaBatchPlan], directory: Path) -> Iterator[list[MegaBatchPlan]]:
+    def _repacked_windows(self, plans: Iterator[MegaBatchPlan], directory: Path,
+                          uses: int) -> Iterator[list[MegaBatchPlan]]:
         """Repack stage (its own thread, behind the planner's): windows of plans, compact
-        blocks written to `directory` for those the read planner gives one. Without a block
-        budget, each plan is its own window with page reads."""
+        blocks written to `directory` for those the read planner gives one (each read `uses`
+        times). Without a block budget, each plan is its own window with page reads."""
         if self.block_budget == 0:
             return ([plan] for plan in plans)
         return repacked_windows(plans, self.direct_io, self.store.features_path, self.store.row_bytes,
                                 self.cost_model,
                                 self.block_budget, directory, self.staging_bytes, self.writer_bytes,
-                                report=self._count_repack)
+                                report=self._count_repack, uses=uses)
 
     def _count_repack(self, report: RepackReport) -> None:
         self.timer.add("repack", report.seconds)

@@ -169,22 +169,25 @@ class Scan:
         return cls(*(np.empty(0, np.int64) for _ in range(3)))
 
 
-def choose_window(plans: list, row_bytes: int, model: CostModel, disk_budget: int) -> Scan:
+def choose_window(plans: list, row_bytes: int, model: CostModel, disk_budget: int, uses: int = 1) -> Scan:
     """Set `plan.read` for a window of mega-batch plans; returns the repack scan.
 
     A mega-batch is a block candidate when writing and reading back its rows costs less
     than its page reads; the candidates (largest saving first, within `disk_budget`) are
     repacked together when their summed saving pays for the scan that collects their rows.
     Returns an empty scan when no mega-batch of the window gets a block. A plan whose page
-    reads are planned already (`plan.read`, strategy "pages") keeps them.
+    reads are planned already (`plan.read`, strategy "pages") keeps them. With `uses` > 1
+    the plans are read that many times (epochs reusing their samples) while the scan and
+    the writes happen once. A block plan's predicted_s is its time per use.
     """
     page_plans = [p.read if p.read is not None and p.read.strategy == "pages"  # planned already
                   else pages_plan(p.read_rows, row_bytes, model) for p in plans]
-    saving = []
+    write_s, read_s, saving = [], [], []
     for p, pp in zip(plans, page_plans):
         nbytes = block_bytes(p.num_read, row_bytes)
-        block_s = nbytes / model.write_bw + model.read_time(block_requests(nbytes, model)[1])
-        saving.append(pp.predicted_s - block_s)
+        write_s.append(nbytes / model.write_bw)
+        read_s.append(model.read_time(block_requests(nbytes, model)[1]))
+        saving.append(uses * (pp.predicted_s - read_s[-1]) - write_s[-1])
     chosen, used = [], 0
     for i in np.argsort(saving)[::-1]:
         nbytes = block_bytes(plans[i].num_read, row_bytes)
@@ -204,7 +207,7 @@ def choose_window(plans: list, row_bytes: int, model: CostModel, disk_budget: in
             nbytes = block_bytes(p.num_read, row_bytes)
             off, ln = block_requests(nbytes, model)
             share = scan_s * nbytes / used
-            p.read = ReadPlan("block", off, ln, pp.pages, pp.predicted_s - saving[i] + share, block_file_name(p))
+            p.read = ReadPlan("block", off, ln, pp.pages, read_s[i] + (write_s[i] + share) / uses, block_file_name(p))
     return scan
 
 
@@ -228,8 +231,10 @@ def read_stats(plan, row_bytes: int) -> dict:
     }
 
 
-def windows(plans: Iterable, row_bytes: int, model: CostModel, disk_budget: int) -> Iterator[tuple[list, Scan]]:
-    """Group consecutive plans into repack windows and plan their reads.
+def windows(plans: Iterable, row_bytes: int, model: CostModel, disk_budget: int,
+            uses: int = 1) -> Iterator[tuple[list, Scan]]:
+    """Group consecutive plans into repack windows and plan their reads (read `uses` times:
+    see choose_window).
 
     A window's rows to read fit in half the disk budget, so one window can be trained
     from while the next is repacked. Yields (plans, repack scan)."""
@@ -237,9 +242,9 @@ def windows(plans: Iterable, row_bytes: int, model: CostModel, disk_budget: int)
     for p in plans:
         nbytes = block_bytes(p.num_read, row_bytes)
         if window and size + nbytes > disk_budget // 2:
-            yield window, choose_window(window, row_bytes, model, disk_budget // 2)
+            yield window, choose_window(window, row_bytes, model, disk_budget // 2, uses)
             window, size = [], 0
         window.append(p)
         size += nbytes
     if window:
-        yield window, choose_window(window, row_bytes, model, disk_budget // 2)
+        yield window, choose_window(window, row_bytes, model, disk_budget // 2, uses)

@@ -1,9 +1,10 @@
 """Read planner: extents cover exactly the needed rows; the per-row baseline; window choice."""
 import numpy as np
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from gnnssd.sampler.readplan import CostModel, block_bytes, choose_window, per_row_requests, plan_extents, read_stats
+from gnnssd.sampler.readplan import CostModel, block_bytes, block_requests, choose_window, per_row_requests, plan_extents, read_stats
 
 
 def _row_pages(rows, row_bytes, page=4096):
@@ -82,6 +83,26 @@ def test_window_choice_follows_the_model_and_the_disk_budget():
         p.read = None
     scan = choose_window(plans, 512, free_requests, disk_budget=10 * each)
     assert all(p.read.strategy == "pages" for p in plans) and len(scan.lengths) == 0
+
+
+def test_blocks_read_by_several_epochs_pay_for_a_scan_one_epoch_would_not():
+    """One sparse mega-batch over a large file: its page reads save less than the scan of the
+    file costs, once; read by four epochs (sampler.reuse_epochs) the saving is four times
+    larger while the scan and the write happen once."""
+    rng = np.random.default_rng(1)
+    model = CostModel(request_s=20e-6, read_bw=1e9, write_bw=1e9)
+    rows = np.sort(rng.choice(4_000_000, 20_000, replace=False))
+    once = [_Plan(rows, 0)]
+    assert len(choose_window(once, 512, model, disk_budget=1 << 30).lengths) == 0
+    assert once[0].read.strategy == "pages"
+    pages_s = once[0].read.predicted_s
+    reused = [_Plan(rows, 0)]
+    scan = choose_window(reused, 512, model, disk_budget=1 << 30, uses=4)
+    assert reused[0].read.strategy == "block" and len(scan.lengths) > 0
+    # per use: the block read plus a quarter of the write and the scan, below the page reads
+    nbytes = block_bytes(20_000, 512)
+    expected = model.read_time(block_requests(nbytes, model)[1]) + (nbytes / 1e9 + model.read_time(scan.lengths)) / 4
+    assert reused[0].read.predicted_s == pytest.approx(expected) and expected < pages_s
 
 
 def test_dense_rows_read_through_shared_page_extents(tmp_path):

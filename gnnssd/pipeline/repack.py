@@ -83,13 +83,15 @@ def repacked_windows(
     staging_bytes: int = 32 << 20,
     writer_bytes: int = 16 << 20,
     report: Callable[[RepackReport], None] | None = None,
+    uses: int = 1,
 ) -> Iterator[list[MegaBatchPlan]]:
-    """Plans grouped into windows with their reads planned and their blocks written;
-    `report` hears each window's repack cost.
+    """Plans grouped into windows with their reads planned (for `uses` reads of each: see
+    readplan.choose_window) and their blocks written; `report` hears each window's repack
+    cost.
 
     Run it in a PlanWorker of depth 2 and `remove` each window once trained: at most two
     windows of blocks (each within half the budget) are then on disk."""
-    for window, scan in windows(plans, row_bytes, model, disk_budget):
+    for window, scan in windows(plans, row_bytes, model, disk_budget, uses):
         start = time.perf_counter()
         written = repack(io, features_path, row_bytes, window, scan, block_dir, staging_bytes, writer_bytes)
         if report is not None:
