@@ -157,7 +157,10 @@ class NodeLoader:
     @property
     def sample_epoch(self) -> int:
         """The epoch whose samples this one trains on: the first of its group of
-        `reuse_epochs` epochs, groups counted from `first_epoch`."""
+        `reuse_epochs` epochs, groups counted from `first_epoch` (an epoch before that is
+        its own)."""
+        if self.epoch < self.first_epoch:
+            return self.epoch
         return self.epoch - (self.epoch - self.first_epoch) % self.reuse_epochs
 
     def seed_batches(self) -> list[np.ndarray]:

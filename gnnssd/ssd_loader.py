@@ -167,17 +167,16 @@ class SSDLoader:
         windows = PlanWorker(self._repacked_windows(iter(plans), directory, reuse_epochs), depth=2,
                              name="gnnssd-repack")
         kept = self._kept if reuse else None
-        done = kept.keep if kept is not None else partial(delete, directory=directory)
-        complete = False
+        if kept is not None:
+            loading = _then_complete(self._loaded(windows, directory, kept.keep), kept)
+        else:
+            loading = self._loaded(windows, directory, partial(delete, directory=directory))
         try:
-            yield from self._trained(self._loaded(windows, directory, done))
-            complete = True
+            yield from self._trained(loading)
         finally:
             windows.close()
             plans.close()
-            if kept is not None and complete and kept.keeping:
-                kept.complete = True
-            else:
+            if kept is None or not kept.complete:
                 shutil.rmtree(directory, ignore_errors=True)
 
     def _trained(self, loading: Iterator[tuple[MegaBatchPlan, np.ndarray]]) -> Iterator[MiniBatch]:
@@ -294,6 +293,15 @@ class SSDLoader:
         self._drop_kept()
         self.features.close()
         self.direct_io.shutdown()
+
+
+def _then_complete(loading: Iterator[tuple[MegaBatchPlan, np.ndarray]],
+                   kept: KeptSamples) -> Iterator[tuple[MegaBatchPlan, np.ndarray]]:
+    """`loading`; once the read stage has loaded (and kept) the epoch's last plan, `kept` is
+    complete: its files are all on disk, whether or not the caller takes the last
+    mini-batches (a loop that stops after len(loader) of them)."""
+    yield from loading
+    kept.complete = kept.keeping
 
 
 def _timed(items: Iterator, timer: StageTimer, stage: str) -> Iterator:

@@ -102,6 +102,20 @@ def test_an_epoch_left_early_keeps_nothing(store: Store, tmp_path: Path) -> None
             assert _same(again, _epoch(plain, 0)[0])
 
 
+def test_an_epoch_whose_last_minibatch_is_taken_is_kept_without_exhausting_the_iterator(
+        store: Store, tmp_path: Path) -> None:
+    """A loop that stops after len(loader) mini-batches (never asking for one more) still
+    leaves the whole epoch kept: the next epoch of the group replays it."""
+    with _loader(store, "ssd", tmp_path / "scratch", reuse_epochs=2) as loader:
+        loader.set_epoch(0)
+        batches = iter(loader)
+        first = [next(batches).input_nodes.numpy() for _ in range(len(loader))]
+        batches.close()
+        replayed, io = _epoch(loader, 1)
+        assert io["bytes_written"] == 0
+        assert all(np.array_equal(a, b[1]) for a, b in zip(first, replayed)) and len(first) == len(replayed)
+
+
 def test_past_the_disk_share_nothing_is_kept(store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                              caplog: pytest.LogCaptureFixture) -> None:
     """A disk too full to keep an epoch: a warning, the files deleted as usual, and the next
@@ -132,6 +146,8 @@ def test_memory_mode_reuses_the_seed_order_and_draws(store: Store) -> None:
         assert loader.sample_epoch == 0 and all(np.array_equal(a, b) for a, b in zip(order0, loader.seed_batches()))
         loader.set_epoch(2)
         assert loader.sample_epoch == 2 and not np.array_equal(order0[0], loader.seed_batches()[0])
+    with _loader(store, "memory", reuse_epochs=3, first_epoch=1) as loader:  # the Trainer's numbering
+        assert [(loader.set_epoch(e), loader.sample_epoch)[1] for e in range(8)] == [0, 1, 1, 1, 4, 4, 4, 7]
     with pytest.raises(ValueError, match="reuse_epochs: 0"):
         _loader(store, "memory", reuse_epochs=0)
 

@@ -72,10 +72,13 @@ def test_ssd_training_learns_and_reports_io(small_store, tmp_path):
     trainer.close()
 
 
-def test_ssd_resume_equals_uninterrupted_run(small_store, tmp_path):
+@pytest.mark.parametrize("reuse_epochs", [1, 2])
+def test_ssd_resume_equals_uninterrupted_run(small_store, tmp_path, reuse_epochs):
+    """With reuse_epochs 2, the resumed epoch 2 samples again what the straight run replayed."""
     def run(run_dir, epochs, resume=False):
         config = _config(small_store, run_dir)
         config.deterministic, config.train.epochs = True, epochs
+        config.sampler.reuse_epochs = reuse_epochs
         trainer = Trainer(config)
         trainer.fit(resume=resume)
         trainer.close()
