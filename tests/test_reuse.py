@@ -25,11 +25,12 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Store:
     return Store.open(path)
 
 
-def _loader(store: Store, features: str, scratch: Path | None = None, **options) -> gnnssd.NodeLoader:
+def _loader(store: Store, features: str, scratch: Path | None = None, batch_size: int = 200,
+            **options) -> gnnssd.NodeLoader:
     options = {"memory_budget": "24MiB", "block_budget": "8MiB", "mega_batch": 4, "hot_fraction": 0.3,
                **options} if features == "ssd" else options
-    return gnnssd.NodeLoader(store, store.train_idx, fanouts=[5, 5], batch_size=200, features=features,
-                             shuffle=True, seed=3, scratch_dir=scratch, **options)
+    return gnnssd.NodeLoader(store, store.train_idx, fanouts=[5, 5], batch_size=batch_size, features=features,
+                             shuffle=True, seed=3, scratch_dir=scratch, eval_batch_size=batch_size, **options)
 
 
 def _epoch(loader: gnnssd.NodeLoader, epoch: int) -> tuple[list[tuple[np.ndarray, ...]], dict[str, int]]:
@@ -136,6 +137,20 @@ def test_extents_only_plans_are_kept_and_replayed(store: Store, tmp_path: Path) 
         assert not any(loader.backend.kept_dir.glob("block_*")) and any(loader.backend.kept_dir.glob("plan_*"))
         replayed, io1 = _epoch(loader, 1)
         assert _same(first, replayed) and io1["bytes_read"] == io0["bytes_read"]
+
+
+def test_minibatches_read_in_pieces_are_replayed_whole(store: Store, tmp_path: Path) -> None:
+    """A budget whose buffers hold less than a mini-batch's cold rows: its pieces are kept
+    and replayed, and x is assembled from them again."""
+    features = store.features_memmap()
+    with _loader(store, "ssd", tmp_path / "scratch", batch_size=1000, memory_budget="14.5MiB",
+                 block_budget=0, reuse_epochs=2) as loader:
+        first, _ = _epoch(loader, 0)
+        assert max(p.stats.get("pieces", 0) for p in loader.backend._kept.plans) > 1
+        replayed, io = _epoch(loader, 1)
+        assert _same(first, replayed) and io["bytes_read"] > 0
+        for _, inputs, *_, x in replayed:
+            np.testing.assert_array_equal(x, features[inputs])
 
 
 def test_memory_mode_reuses_the_seed_order_and_draws(store: Store) -> None:
