@@ -145,8 +145,9 @@ class SSDLoader:
         (seed, epoch, position). With `exclude`, batch b is sampled without the edges of the
         (E, 2) node pairs exclude[b] and their reverses (edge mini-batches; gnnssd.edge_loader).
         With `reuse_epochs` > 1 (that many epochs train on these samples: sampler.reuse_epochs)
-        the epoch's plans and blocks are kept on disk (within a share of the free space), the
-        same call again replays them, and blocks are chosen for that many reads."""
+        the epoch's plans and blocks are kept on disk (within a share of the free space) once
+        it is iterated to its end, the same call again replays them, and blocks are chosen for
+        that many reads."""
         reuse = reuse_epochs > 1
         key = samples_key(batches, fanouts, epoch, exclude) if reuse else ""
         if self._kept is not None and self._kept.complete and self._kept.key == key:
@@ -167,12 +168,11 @@ class SSDLoader:
         windows = PlanWorker(self._repacked_windows(iter(plans), directory, reuse_epochs), depth=2,
                              name="gnnssd-repack")
         kept = self._kept if reuse else None
-        if kept is not None:
-            loading = _then_complete(self._loaded(windows, directory, kept.keep), kept)
-        else:
-            loading = self._loaded(windows, directory, partial(delete, directory=directory))
+        done = kept.keep if kept is not None else partial(delete, directory=directory)
         try:
-            yield from self._trained(loading)
+            yield from self._trained(self._loaded(windows, directory, done))
+            if kept is not None:  # iterated to its end: every plan was loaded
+                kept.complete = kept.keeping
         finally:
             windows.close()
             plans.close()
@@ -293,15 +293,6 @@ class SSDLoader:
         self._drop_kept()
         self.features.close()
         self.direct_io.shutdown()
-
-
-def _then_complete(loading: Iterator[tuple[MegaBatchPlan, np.ndarray]],
-                   kept: KeptSamples) -> Iterator[tuple[MegaBatchPlan, np.ndarray]]:
-    """`loading`; once the read stage has loaded (and kept) the epoch's last plan, `kept` is
-    complete: its files are all on disk, whether or not the caller takes the last
-    mini-batches (a loop that stops after len(loader) of them)."""
-    yield from loading
-    kept.complete = kept.keeping
 
 
 def _timed(items: Iterator, timer: StageTimer, stage: str) -> Iterator:

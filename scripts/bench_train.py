@@ -90,6 +90,7 @@ class Measured:
     bytes_read: int
     stages_s: dict[str, float]
     extra: dict[str, Any] = field(default_factory=dict)
+    asked: int = 0  # mini-batches the run was to do (fewer: stopped by the time limit)
 
 
 # --- the shared loop ---------------------------------------------------------------------
@@ -111,6 +112,14 @@ def mini_batches(loader: NodeLoader, n: int, first_epoch: int = 1) -> Iterator[M
             n -= 1
             if n == 0:
                 return
+
+
+def whole_epochs(loader: NodeLoader, first: int, count: int) -> Iterator[MiniBatch]:
+    """Every mini-batch of `count` epochs from `first`, each iterated to its end (what lets
+    an epoch of reused samples be kept for the next)."""
+    for epoch in range(first, first + count):
+        loader.set_epoch(epoch)
+        yield from loader
 
 
 def make_step(regime: str, store: Store) -> Callable[[MiniBatch], None]:
@@ -166,11 +175,12 @@ def run_system(system: str, store: Store, budget: int, batches: int, regime: str
                     reuse_epochs=reuse_epochs, first_epoch=1) as loader:
         setup_io = loader.io_stats()
         step = make_step(regime, store)
-        measured = consume(mini_batches(loader, batches), step, loader.timer, time_limit)
+        first = whole_epochs(loader, 1, 1) if reuse_epochs > 1 else mini_batches(loader, batches)
+        measured = consume(first, step, loader.timer, time_limit)
         measured.extra = {"loader_io": loader.io_stats(), "setup_io": setup_io}
+        measured.asked = len(loader) * reuse_epochs if reuse_epochs > 1 else batches
         if reuse_epochs > 1:
-            replayed = consume(mini_batches(loader, batches * (reuse_epochs - 1), 2), step, loader.timer,
-                               time_limit)
+            replayed = consume(whole_epochs(loader, 2, reuse_epochs - 1), step, loader.timer, time_limit)
             replay_io = loader.io_stats()
             measured.extra.update(
                 reuse_epochs=reuse_epochs, first_epoch_s=round(measured.seconds, 3),
@@ -202,7 +212,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         return {**row, "status": f"not run: {exc}"}
     total_s = time.perf_counter() - start
     return {**row, "status": "ok", "batches": measured.batches,
-            "stopped_by_time_limit": measured.batches < spec["batches"] * reuse_epochs,
+            "stopped_by_time_limit": measured.batches < measured.asked,
             "seconds": round(measured.seconds, 3),
             "batches_per_s": round(measured.batches / measured.seconds, 3),
             "bytes_read": measured.bytes_read,

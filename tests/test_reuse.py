@@ -106,20 +106,6 @@ def test_an_epoch_left_early_keeps_nothing(store: Store, tmp_path: Path) -> None
             assert _same(again, _epoch(plain, 0)[0])
 
 
-def test_an_epoch_whose_last_minibatch_is_taken_is_kept_without_exhausting_the_iterator(
-        store: Store, tmp_path: Path) -> None:
-    """A loop that stops after len(loader) mini-batches (never asking for one more) still
-    leaves the whole epoch kept: the next epoch of the group replays it."""
-    with _loader(store, "ssd", tmp_path / "scratch", reuse_epochs=2) as loader:
-        loader.set_epoch(0)
-        batches = iter(loader)
-        first = [next(batches).input_nodes.numpy() for _ in range(len(loader))]
-        batches.close()
-        replayed, io = _epoch(loader, 1)
-        assert io["bytes_written"] == 0
-        assert all(np.array_equal(a, b[1]) for a, b in zip(first, replayed)) and len(first) == len(replayed)
-
-
 def test_past_the_disk_share_nothing_is_kept(store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                              caplog: pytest.LogCaptureFixture) -> None:
     """A disk too full to keep an epoch: a warning, the files deleted as usual, and the next
