@@ -138,6 +138,19 @@ def auto_block_budget(feature_bytes: int, memory_budget: int, disk: os.statvfs_r
     return chosen if chosen >= memory_budget else 0
 
 
+def filesystem(directory: Path) -> tuple[Path, os.statvfs_result]:
+    """`directory`, or its nearest existing parent, and the statvfs of its filesystem."""
+    existing = next(p for p in (directory, *directory.parents) if p.exists())
+    return existing, os.statvfs(existing)
+
+
+def disk_share(directory: Path) -> int:
+    """AUTO_DISK_SHARE of the free space on `directory`'s filesystem: the most the block
+    budget, or an epoch kept for reuse, may take there."""
+    disk = filesystem(directory)[1]
+    return int(disk.f_bavail * disk.f_frsize * AUTO_DISK_SHARE)
+
+
 def resolve_block_budget(value: int | str, feature_bytes: int, memory_budget: int,
                          directory: Path) -> tuple[int, str]:
     """The block budget in bytes for `value` (a size, or "auto" decided for `directory`'s
@@ -145,8 +158,7 @@ def resolve_block_budget(value: int | str, feature_bytes: int, memory_budget: in
     if not (isinstance(value, str) and value.strip().lower() == AUTO):
         size = parse_bytes(value)
         return size, f"ssd.block_budget {format_bytes(size)} (as configured)"
-    existing = next(p for p in (directory, *directory.parents) if p.exists())
-    disk = os.statvfs(existing)
+    existing, disk = filesystem(directory)
     chosen = auto_block_budget(feature_bytes, memory_budget, disk)
     return chosen, (f"ssd.block_budget auto: {format_bytes(chosen)} (features "
                     f"{feature_bytes / memory_budget:.1f}x the memory budget; "

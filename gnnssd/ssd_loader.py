@@ -13,7 +13,6 @@ whole run; the planner consults its membership, the gather its rows.
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import time
 from functools import partial
@@ -27,7 +26,7 @@ from gnnssd.sampler import HotRows, MFGs, MegaBatchPlan, NeighborSampler, PlanCo
 from gnnssd.sampler.readplan import pages_plan
 from gnnssd.storage_format import Store
 
-from .budget import AUTO_DISK_SHARE, MemoryBudget, format_bytes, parse_bytes, resolve_block_budget
+from .budget import MemoryBudget, disk_share, format_bytes, parse_bytes, resolve_block_budget
 from .config import ConfigError, SamplerConfig, SSDConfig
 from .memory_loader import IOCounters, MiniBatch, store_labels
 from .pipeline import (DirectIO, FeatureFile, HotCache, HotRanking, MegaBatchLoader, PlanWorker, load_model,
@@ -115,7 +114,7 @@ class SSDLoader:
             self.hot = HotCache(self.features, ranking.top(self.budget.hot_rows), store.num_nodes)
         log.info("features from %s through the %s backend; %s of hot rows loaded",
                  store.features_path, self.direct_io.backend, format_bytes(self.hot.nbytes))
-        self.buffers = MegaBatchLoader(self.hot, self.budget.buffer_rows, block_dir)
+        self.buffers = MegaBatchLoader(self.hot, self.budget.buffer_rows)
         self.io.add(bytes_read=self.hot.nbytes)
 
     def _cold_rows_per_minibatch(self, hot_rows: np.ndarray) -> int:
@@ -153,9 +152,10 @@ class SSDLoader:
         if self._kept is not None and self._kept.complete and self._kept.key == key:
             yield from self._trained(self._replayed(self._kept))
             return
-        if reuse:
+        kept = None
+        if reuse:  # the limit: measured once the previous kept epoch is deleted
             self._drop_kept()
-            self._kept = KeptSamples(key, self.kept_dir, self._kept_limit())
+            kept = self._kept = KeptSamples(key, self.kept_dir, disk_share(self.kept_dir))
         directory = self.kept_dir if reuse else self.block_dir
         cfg = PlanConfig(batch_size=max(map(len, batches), default=1), fanouts=tuple(fanouts),
                          mega_batch=self.mega_batch, seed=self.seed)
@@ -167,7 +167,6 @@ class SSDLoader:
                            name="gnnssd-plan")
         windows = PlanWorker(self._repacked_windows(iter(plans), directory, reuse_epochs), depth=2,
                              name="gnnssd-repack")
-        kept = self._kept if reuse else None
         done = kept.keep if kept is not None else partial(delete, directory=directory)
         try:
             yield from self._trained(self._loaded(windows, directory, done))
@@ -200,12 +199,6 @@ class SSDLoader:
     def _replayed(self, kept: KeptSamples) -> Iterator[tuple[MegaBatchPlan, np.ndarray]]:
         """Read stage of a kept epoch: its plans in order, their files kept."""
         return self._loaded(([plan] for plan in kept.plans), kept.directory, lambda plan: True)
-
-    def _kept_limit(self) -> int:
-        """Bytes an epoch may keep: the share of the free disk the block budget may take."""
-        existing = next(p for p in (self.kept_dir, *self.kept_dir.parents) if p.exists())
-        disk = os.statvfs(existing)
-        return int(disk.f_bavail * disk.f_frsize * AUTO_DISK_SHARE)
 
     def _drop_kept(self) -> None:
         if self._kept is not None:

@@ -86,7 +86,7 @@ class MegaBatchPlan:
 
     def restore(self, keep_file: bool = False) -> "MegaBatchPlan":
         """The whole plan of a stub (its read plan as set since the spill); deletes the file
-        unless `keep_file` (a plan kept to be replayed: gnnssd.pipeline.reuse)."""
+        unless `keep_file` (a plan kept to be replayed: gnnssd.pipeline.kept)."""
         full = _unspill_plan(self.spill_path)
         full.read = self.read
         if not keep_file:

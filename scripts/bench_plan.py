@@ -82,10 +82,10 @@ def permuted_features(src: Path, dst: Path, perm: np.ndarray, row_bytes: int, ch
     tmp.rename(dst)
 
 
-def timed_loads(loader: MegaBatchLoader, plans) -> float:
+def timed_loads(loader: MegaBatchLoader, plans, block_dir: Path) -> float:
     start = time.perf_counter()
     for p in plans:
-        loader.load(p)
+        loader.load(p, block_dir)
     return time.perf_counter() - start
 
 
@@ -194,11 +194,11 @@ def main() -> None:
             useful = stats["read_rows"] * rb
             limit = useful / model.read_bw
             source = FeatureFile(io, features, store.feat_dim, store.feat_dtype, model, staging)
-            loader = MegaBatchLoader(HotCache(source, hot_rows, store.num_nodes), capacity, Path(args.work) / "blocks")
+            loader = MegaBatchLoader(HotCache(source, hot_rows, store.num_nodes), capacity)
             results = []
             for p in plans:
                 p.read = pages_plan(p.read_rows, rb, model)
-            t = min(timed_loads(loader, plans) for _ in range(args.repeats))
+            t = min(timed_loads(loader, plans, Path(args.work) / "blocks") for _ in range(args.repeats))
             results.append(("pages", t, sum(p.read.predicted_s for p in plans), sum(p.read.pages for p in plans),
                             sum(len(p.read.offsets) for p in plans), sum(p.read.nbytes for p in plans), 0))
             planned = list(windows(plans, rb, model, disk_budget))

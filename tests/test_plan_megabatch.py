@@ -32,10 +32,10 @@ def _planner(graph, mega_batch=4, **kw):
     return Planner(indptr, indices, train, cfg, hot_rows=hot)
 
 
-def _loader(io, path, feats, hot, capacity, model, blocks=None, staging_bytes=32 << 20):
+def _loader(io, path, feats, hot, capacity, model, staging_bytes=32 << 20):
     """The ssd loader's parts: features file, hot cache in front of it, mega-batch buffers."""
     source = FeatureFile(io, path, feats.shape[1], feats.dtype, model, staging_bytes)
-    return MegaBatchLoader(HotCache(source, hot, len(feats)), capacity, blocks)
+    return MegaBatchLoader(HotCache(source, hot, len(feats)), capacity)
 
 
 def _features_file(tmp_path, feats):
@@ -160,7 +160,7 @@ def test_reads_through_real_file(graph, tmp_path, disk_budget, backend, dim, dty
     # a slow-request model, so that compact blocks win when disk space allows
     model = CostModel(request_s=1e-3, read_bw=1e9, write_bw=1e9, max_request=64 << 10)
     plans = list(_planner(graph, mega_batch=3).plans([0, 1]))
-    loader = _loader(io, path, feats, hot, max(len(p.rows) for p in plans), model, tmp_path / "blocks", staging_bytes=8192)
+    loader = _loader(io, path, feats, hot, max(len(p.rows) for p in plans), model, staging_bytes=8192)
     strategies = set()
     for window, scan in windows(plans, row_bytes, model, disk_budget):
         repack(io, path, row_bytes, window, scan, tmp_path / "blocks", staging_bytes=8192)
@@ -171,7 +171,7 @@ def test_reads_through_real_file(graph, tmp_path, disk_budget, backend, dim, dty
                 assert data[: p.num_read * row_bytes] == feats[p.read_rows].tobytes()
                 assert len(data) % 4096 == 0 and len(data) - p.num_read * row_bytes < 4096
                 assert not any(data[p.num_read * row_bytes:])  # zero padding
-            buffer = loader.load(p)
+            buffer = loader.load(p, tmp_path / "blocks")
             assert np.array_equal(buffer, feats[p.rows])
             for i, m in enumerate(p.minibatches):
                 assert np.array_equal(loader.gather(p, i, buffer), feats[m.input_nodes])
@@ -216,8 +216,8 @@ def test_repacked_windows_pipeline(graph, tmp_path):
             assert on_disk <= budget
             for p in window:
                 strategies.append(p.read.strategy)
-                loader = loader or _loader(io, path, feats, hot, 20000, model, blocks)
-                buffer = loader.load(p)
+                loader = loader or _loader(io, path, feats, hot, 20000, model)
+                buffer = loader.load(p, blocks)
                 for i, m in enumerate(p.minibatches):
                     assert np.array_equal(loader.gather(p, i, buffer), feats[m.input_nodes])
             remove(window, blocks)

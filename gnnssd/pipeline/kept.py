@@ -19,6 +19,8 @@ import numpy as np
 
 from gnnssd.sampler.plan import MegaBatchPlan
 
+from .repack import block_path
+
 log = logging.getLogger("gnnssd.ssd")
 
 
@@ -35,10 +37,8 @@ def samples_key(batches: list[np.ndarray], fanouts: list[int], epoch: int,
 
 def _files(plan: MegaBatchPlan, directory: Path) -> list[Path]:
     """The files a loaded plan leaves: its spill file and its compact block, if any."""
-    files = [Path(plan.spill_path)] if plan.spill_path else []
-    if plan.read is not None and plan.read.strategy == "block":
-        files.append(directory / plan.read.block)
-    return files
+    return [f for f in (Path(plan.spill_path) if plan.spill_path else None, block_path(plan, directory))
+            if f is not None]
 
 
 def delete(plan: MegaBatchPlan, directory: Path) -> None:

@@ -19,6 +19,7 @@ from gnnssd.sampler.plan import MegaBatchPlan
 from gnnssd.sampler.readplan import CostModel, plan_extents
 
 from .direct_io import DirectIO
+from .repack import block_path
 
 if TYPE_CHECKING:
     from .hot_cache import HotCache
@@ -107,12 +108,11 @@ class MegaBatchLoader:
     """Double-buffered mega-batch buffers behind the hot cache, filled from the features
     file it wraps; the input rows of mini-batch i are [hot | buffer][gather[i]]."""
 
-    def __init__(self, hot: HotCache, capacity_rows: int, block_dir: str | Path | None = None):
+    def __init__(self, hot: HotCache, capacity_rows: int):
         self.hot = hot
         self.source = source = hot.source
         self.dtype, self.feat_dim, self.row_bytes = source.dtype, source.feat_dim, source.row_bytes
         self.capacity = capacity_rows
-        self.block_dir = Path(block_dir) if block_dir else None
         self._bufs = [source.io.alloc(capacity_rows * self.row_bytes) for _ in range(BUFFERS)]
         self.outputs = Recycler()
         self._cur = 1
@@ -122,7 +122,7 @@ class MegaBatchLoader:
 
     def load(self, plan: MegaBatchPlan, block_dir: Path | None = None) -> np.ndarray:
         """Fill the next buffer for `plan` (previous plan's buffer stays intact); returns its
-        rows. A block plan's file is in `block_dir` (default: the loader's)."""
+        rows. A block plan's file is in `block_dir`."""
         if len(plan.rows) > self.capacity:
             raise ValueError(f"mega-batch needs {len(plan.rows)} buffer rows, capacity is {self.capacity}")
         nxt = (self._cur + 1) % BUFFERS
@@ -130,7 +130,7 @@ class MegaBatchLoader:
         read = plan.read
         if read is not None and read.strategy == "block":
             io = self.source.io
-            f = io.open((block_dir or self.block_dir) / read.block)
+            f = io.open(block_path(plan, block_dir))
             try:
                 io.read_extents(f, read.offsets, read.lengths, self._bufs[nxt], read.offsets)
             finally:

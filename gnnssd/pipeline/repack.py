@@ -55,11 +55,19 @@ def repack(
     return writer.bytes_written
 
 
+def block_path(plan: MegaBatchPlan, block_dir: str | Path | None) -> Path | None:
+    """The compact block file of `plan` in `block_dir`, or None if it reads pages."""
+    if plan.read is None or plan.read.strategy != "block":
+        return None
+    return Path(block_dir) / plan.read.block
+
+
 def remove(plans: list[MegaBatchPlan], block_dir: str | Path) -> None:
     """Delete the block files of a trained window."""
     for p in plans:
-        if p.read is not None and p.read.strategy == "block":
-            (Path(block_dir) / p.read.block).unlink(missing_ok=True)
+        path = block_path(p, block_dir)
+        if path is not None:
+            path.unlink(missing_ok=True)
 
 
 @dataclass(frozen=True)
