@@ -66,7 +66,8 @@ def cmd_preprocess(args: argparse.Namespace) -> None:
 
     edge_split = parse_fractions(args.edge_split) if args.edge_split else None
     source = _source_from_args(args)
-    out = write_store(args.out, source, order=node_order(args.order), dtype=args.dtype,
+    dtype = args.dtype or getattr(source, "default_dtype", "float32")
+    out = write_store(args.out, source, order=node_order(args.order), dtype=dtype,
                       progress=_progress_bar(), memory_limit=args.memory_limit,
                       edge_split=edge_split, split_seed=args.split_seed,
                       eval_negatives=args.eval_negatives)
@@ -222,7 +223,8 @@ def build_parser() -> argparse.ArgumentParser:
     pre = commands.add_parser("preprocess", help="turn a dataset into a store")
     sources = pre.add_subparsers(dest="source", required=True)
     synthetic = sources.add_parser("synthetic", help="generated power-law graph with communities")
-    synthetic.add_argument("--preset", choices=["tiny", "small", "medium", "large"])
+    synthetic.add_argument("--preset", help="tiny, small, medium, large, papers-mini or papers "
+                                            "(datasets/README.md)")
     synthetic.add_argument("--nodes", type=int)
     synthetic.add_argument("--feat-dim", type=int)
     synthetic.add_argument("--classes", type=int)
@@ -262,7 +264,8 @@ def build_parser() -> argparse.ArgumentParser:
     for sub in (synthetic, planetoid, npz, ogb, ogb_link, graphbolt, igb):
         sub.add_argument("--out", required=True, help="store directory to write")
         sub.add_argument("--order", choices=ORDERS, default="original", help="node order on disk")
-        sub.add_argument("--dtype", choices=FEATURE_DTYPES, default="float32")
+        sub.add_argument("--dtype", choices=FEATURE_DTYPES,
+                         help="feature dtype on disk (default: the synthetic preset's, else float32)")
         sub.add_argument("--memory-limit", type=_size_arg, metavar="SIZE",
                          help="bound on the topology build, e.g. 2GiB; a larger edge list is "
                               "sorted out of core (default: half the available memory)")

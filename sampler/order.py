@@ -12,6 +12,8 @@ from typing import Callable, Sequence
 import numba as nb
 import numpy as np
 
+from gnnssd.storage_format.mapping import release_pages
+
 
 @nb.njit(cache=True)
 def _spread(indptr, indices, weight, out):
@@ -46,9 +48,23 @@ def hotness(indptr: np.ndarray, indices: np.ndarray, fanouts: Sequence[int], see
     return frontier
 
 
+@nb.njit(cache=True, nogil=True)
+def _count_refs(indices, refs):
+    for e in range(indices.shape[0]):
+        refs[indices[e]] += 1
+
+
+#: Edges counted per step by `degree_order` (the indices may be a map of a file larger than memory).
+COUNT_CHUNK = 1 << 26
+
+
 def degree_order(indptr: np.ndarray, indices: np.ndarray) -> np.ndarray:
-    """Nodes by how many in-neighbour lists name them (out-degree), most first; stable."""
-    refs = np.bincount(indices, minlength=len(indptr) - 1)
+    """Nodes by how many in-neighbour lists name them (out-degree), most first; stable.
+    Counted a chunk at a time, the mapped pages of `indices` released after each."""
+    refs = np.zeros(len(indptr) - 1, dtype=np.int64)
+    for lo in range(0, indices.shape[0], COUNT_CHUNK):
+        _count_refs(indices[lo:lo + COUNT_CHUNK], refs)
+        release_pages(indices)
     return np.argsort(-refs, kind="stable").astype(np.int64)
 
 

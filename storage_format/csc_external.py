@@ -1,34 +1,40 @@
 """The CSC built out of core: a bucketed external sort of the edge list by destination.
 
-Pass 1 streams the edges once to count in-degrees (that is indptr, before duplicates are
-dropped). The node range is then cut into buckets of consecutive destinations holding at
-most `bucket_edges` edges each. Pass 2 streams the edges again and spills every edge to
-its bucket's file (source, destination - bucket start). Each bucket is then loaded alone,
-counting-sorted by destination, its rows sorted and de-duplicated exactly as the
-in-memory build does, and appended to indices.npy. Memory: indptr plus one bucket, not
-the edge list; the output is byte-identical to `csc_from_edges` + `np.save`.
+One pass streams the edges: it counts in-degrees (indptr, before duplicates are dropped)
+and spills every edge to the file of its bucket of consecutive destinations (source,
+destination - bucket start); buckets are equal node ranges, as many as the expected edge
+count needs. Each bucket is then loaded alone (one larger than `bucket_edges` is first
+split again by its now-known degrees), counting-sorted by destination, its rows sorted and
+de-duplicated exactly as the in-memory build does, and appended to indices.npy. Memory:
+indptr plus one bucket, not the edge list; the output is byte-identical to
+`csc_from_edges` + `np.save`. Resumable: the scratch folder records the finished spill and
+every merged bucket, so a killed build continues from the last bucket on disk.
 """
 from __future__ import annotations
 
-import io
+import json
+import os
 import queue
 import shutil
 import threading
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, TypeVar
+from typing import Any, BinaryIO, Callable, Iterable, Iterator, TypeVar
 
 import numba
 import numpy as np
 
-from .csc import _drop_repeats, _fill_csc, _sort_rows, index_dtype
+from .csc import _drop_repeats, _fill_csc, _sort_rows, bucket_bounds, index_dtype
+from .mapping import npy_header
 
 EdgeChunks = Callable[[], Iterable[tuple[np.ndarray, np.ndarray]]]
+Progress = Callable[[str, int, int], None]
 #: Node IDs a bucket holds per edge in the merge step: the spilled (src, dst) pair and
 #: its slot in the bucket's sorted indices.
 BUCKET_IDS_PER_EDGE = 3
 #: At most this many bucket files open at once (the process's file limit is often 1024):
 #: a memory limit too small for it gets larger buckets than it asked for.
 MAX_BUCKETS = 256
+CHUNK_PAIRS = 1 << 22  # edges read at once when a bucket is split again
 T = TypeVar("T")
 
 
@@ -68,16 +74,12 @@ def _partition(src, dst, symmetric, bounds, pairs):
     return offsets
 
 
-def bucket_bounds(indptr: np.ndarray, bucket_edges: int) -> np.ndarray:
-    """Node boundaries 0 = b0 < b1 < ... = N such that each bucket [b_i, b_i+1) holds at
-    most `bucket_edges` edges, or is a single node."""
-    n = indptr.shape[0] - 1
-    bounds = [0]
-    while bounds[-1] < n:
-        lo = bounds[-1]
-        hi = int(np.searchsorted(indptr, indptr[lo] + bucket_edges, side="right")) - 1
-        bounds.append(min(max(hi, lo + 1), n))
-    return np.asarray(bounds, dtype=np.int64)
+def spill_bounds(num_nodes: int, expected_edges: int | None, bucket_edges: int) -> np.ndarray:
+    """Equal node ranges for the spill: enough that an even share of the expected edges
+    fits a bucket (at most MAX_BUCKETS; all of them when the count is unknown)."""
+    wanted = MAX_BUCKETS if expected_edges is None else -(-expected_edges // max(bucket_edges, 1))
+    k = int(min(max(wanted, 1), MAX_BUCKETS, num_nodes))
+    return np.unique(np.linspace(0, num_nodes, k + 1).astype(np.int64))
 
 
 def prefetched(items: Iterable[T], depth: int = 2) -> Iterator[T]:
@@ -115,81 +117,162 @@ def prefetched(items: Iterable[T], depth: int = 2) -> Iterator[T]:
         worker.join()
 
 
-def npy_header(dtype: np.dtype, length: int) -> bytes:
-    """The header np.save writes for a 1-D C-order array of `length` items."""
-    buffer = io.BytesIO()
-    np.lib.format.write_array_header_1_0(buffer, {"descr": np.lib.format.dtype_to_descr(dtype),
-                                                  "fortran_order": False, "shape": (length,)})
-    return buffer.getvalue()
-
-
 def external_csc(chunks: EdgeChunks, num_nodes: int, symmetric: bool, bucket_edges: int,
-                 scratch: Path, out: Path, dedupe: bool = True) -> tuple[np.ndarray, np.ndarray]:
+                 scratch: Path, out: Path, dedupe: bool = True, expected_edges: int | None = None,
+                 progress: Progress | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(indptr, indices) with indices written to the .npy file `out` and returned mapped.
 
-    `chunks()` must yield the same (src, dst) chunks each time it is called (validated,
-    in node range); it is called twice. `scratch` is created and removed.
+    `chunks()` yields (src, dst) chunks (validated, in node range); it is called once, or
+    again by a build resumed before its spill finished. `expected_edges` (the stored
+    count, reverses included; None: unknown) sizes the spill's buckets. `scratch` holds
+    the spill and the resume record, and is removed at the end. `progress(stage, done,
+    total)` hears of edges spilled ("sort edges") and buckets merged ("merge buckets").
     """
+    notify = progress or (lambda stage, done, total: None)
     dtype = index_dtype(num_nodes)
-    indptr = np.zeros(num_nodes + 1, dtype=np.int64)
-    for src, dst in prefetched(chunks()):
-        _count_degrees(src, dst, symmetric, indptr[1:])
-    np.cumsum(indptr, out=indptr)
-    bounds = bucket_bounds(indptr, max(bucket_edges, -(-int(indptr[-1]) // MAX_BUCKETS)))
-    scratch.mkdir(parents=True, exist_ok=True)
-    try:
-        paths = [scratch / f"bucket-{b}.bin" for b in range(len(bounds) - 1)]
-        _spill(chunks, symmetric, bounds, dtype, paths)
-        _merge(paths, bounds, indptr, dtype, out, dedupe)
-    finally:
+    state = _read_state(scratch)
+    if not state.get("spilled"):
         shutil.rmtree(scratch, ignore_errors=True)
+        scratch.mkdir(parents=True)
+        bounds = spill_bounds(num_nodes, expected_edges, bucket_edges)
+        degrees = _spill(chunks, num_nodes, symmetric, bounds, dtype, scratch, expected_edges, notify)
+        np.save(scratch / DEGREES, degrees)
+        state = {"spilled": 1, "bounds": bounds.tolist(), "merged": 0, "written": 0}
+        _write_state(scratch, state)
+    indptr = np.zeros(num_nodes + 1, dtype=np.int64)
+    np.cumsum(np.load(scratch / DEGREES), out=indptr[1:])
+    _merge(scratch, state, indptr, dtype, out, dedupe, bucket_edges, notify)
+    shutil.rmtree(scratch, ignore_errors=True)
     return indptr, np.load(out, mmap_mode="r")
 
 
-def _spill(chunks: EdgeChunks, symmetric: bool, bounds: np.ndarray, dtype: np.dtype,
-           paths: list[Path]) -> None:
-    files = [open(path, "wb") for path in paths]
+DEGREES = "degrees.npy"  # in-degrees counted by the spill, before duplicates are dropped
+MERGED_DEGREES = "merged-degrees.bin"  # int64 in-degree of every node merged so far
+STATE = "state.json"
+
+
+def _read_state(scratch: Path) -> dict[str, Any]:
+    try:
+        return json.loads((scratch / STATE).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_state(scratch: Path, state: dict[str, Any]) -> None:
+    tmp = scratch / (STATE + ".tmp")
+    tmp.write_text(json.dumps(state))
+    os.replace(tmp, scratch / STATE)
+
+
+def _bucket_path(scratch: Path, b: int) -> Path:
+    return scratch / f"bucket-{b}.bin"
+
+
+def _spill(chunks: EdgeChunks, num_nodes: int, symmetric: bool, bounds: np.ndarray,
+           dtype: np.dtype, scratch: Path, expected_edges: int | None,
+           notify: Progress) -> np.ndarray:
+    """Count in-degrees and write every edge to its bucket's file; returns the degrees.
+    The files are fsynced: the state written next says they are complete."""
+    degrees = np.zeros(num_nodes, dtype=np.int64)
+    files = [open(_bucket_path(scratch, b), "wb") for b in range(len(bounds) - 1)]
+    copies = 2 if symmetric else 1
+    done = 0
     try:
         for src, dst in prefetched(chunks()):
-            pairs = np.empty((src.shape[0] * (2 if symmetric else 1), 2), dtype=dtype)
-            offsets = _partition(src.astype(dtype, copy=False), dst.astype(dtype, copy=False),
-                                 symmetric, bounds.astype(dtype), pairs)
-            for b, f in enumerate(files):
-                if offsets[b + 1] > offsets[b]:
-                    f.write(pairs[offsets[b]:offsets[b + 1]].data)
+            src, dst = src.astype(dtype, copy=False), dst.astype(dtype, copy=False)
+            _count_degrees(src, dst, symmetric, degrees)
+            pairs = np.empty((src.shape[0] * copies, 2), dtype=dtype)
+            offsets = _partition(src, dst, symmetric, bounds.astype(dtype), pairs)
+            _write_groups(files, pairs, offsets)
+            done += pairs.shape[0]
+            notify("sort edges", done, expected_edges or done)
+        for f in files:
+            f.flush()
+            os.fsync(f.fileno())
     finally:
         for f in files:
             f.close()
+    return degrees
 
 
-def _merge(paths: list[Path], bounds: np.ndarray, indptr: np.ndarray, dtype: np.dtype,
-           out: Path, dedupe: bool) -> None:
-    """Sort each bucket in memory and append its rows to `out`; rewrites indptr in place
-    to the de-duplicated offsets."""
-    header_bytes = len(npy_header(dtype, int(indptr[-1])))
-    written = 0
-    bucket_start = 0  # the bucket's first offset in the pre-dedupe indptr (being overwritten)
-    with open(out, "wb") as f:
-        f.seek(header_bytes)
-        for b, path in enumerate(paths):
+def _write_groups(files: list[BinaryIO], pairs: np.ndarray, offsets: np.ndarray) -> None:
+    for b, f in enumerate(files):
+        if offsets[b + 1] > offsets[b]:
+            f.write(pairs[offsets[b]:offsets[b + 1]].data)
+
+
+def _split_bucket(path: Path, lo: int, sub_bounds: np.ndarray, dtype: np.dtype) -> list[Path]:
+    """Re-spill one bucket's file (nodes from `lo`) into the sub-buckets `sub_bounds`."""
+    paths = [path.with_name(f"{path.stem}-{s}.bin") for s in range(len(sub_bounds) - 1)]
+    files = [open(p, "wb") for p in paths]
+    relative = (sub_bounds - lo).astype(dtype)
+    try:
+        with open(path, "rb") as f:
+            while block := f.read(CHUNK_PAIRS * 2 * dtype.itemsize):
+                pairs = np.frombuffer(block, dtype=dtype).reshape(-1, 2)
+                out = np.empty_like(pairs)
+                _write_groups(files, out, _partition(pairs[:, 0], pairs[:, 1], False, relative, out))
+    finally:
+        for f in files:
+            f.close()
+    return paths
+
+
+def _merge(scratch: Path, state: dict[str, Any], indptr: np.ndarray, dtype: np.dtype,
+           out: Path, dedupe: bool, bucket_edges: int, notify: Progress) -> None:
+    """Sort each bucket in memory and append its rows to `out`, recording each bucket
+    once on disk; rewrites indptr in place to the de-duplicated offsets."""
+    bounds = np.asarray(state["bounds"], dtype=np.int64)
+    total = int(indptr[-1])
+    header_bytes = len(npy_header(dtype, total))
+    first, written = int(state["merged"]), int(state["written"])
+    with open(out, "r+b" if first else "wb") as f, open(scratch / MERGED_DEGREES, "r+b" if first else "wb") as deg:
+        f.truncate(header_bytes + written * dtype.itemsize)
+        f.seek(header_bytes + written * dtype.itemsize)
+        deg.truncate(int(bounds[first]) * 8)
+        deg.seek(int(bounds[first]) * 8)
+        for b in range(first, len(bounds) - 1):
             lo, hi = int(bounds[b]), int(bounds[b + 1])
-            local_indptr = indptr[lo:hi + 1].copy()
-            local_indptr[0] = bucket_start
-            bucket_start = int(local_indptr[-1])
-            local_indptr -= local_indptr[0]
-            pairs = np.fromfile(path, dtype=dtype).reshape(-1, 2)
-            path.unlink()
-            rows = np.empty(int(local_indptr[-1]), dtype=dtype)
-            _fill_csc(pairs[:, 0], pairs[:, 1], False, local_indptr, rows)
-            del pairs
-            _sort_rows(local_indptr, rows)
-            kept = _drop_repeats(local_indptr, rows) if dedupe else rows.shape[0]
-            f.write(rows[:kept].data)
-            indptr[lo + 1:hi + 1] = written + local_indptr[1:]
-            written += kept
+            path = _bucket_path(scratch, b)
+            parts = [(lo, hi, path)]
+            if indptr[hi] - indptr[lo] > bucket_edges:
+                sub = bucket_bounds(indptr[lo:hi + 1] - indptr[lo], bucket_edges) + lo
+                parts = list(zip(sub[:-1].tolist(), sub[1:].tolist(), _split_bucket(path, lo, sub, dtype)))
+            for part_lo, part_hi, part in parts:
+                rows, kept_indptr = _sorted_bucket(part, indptr[part_lo:part_hi + 1], dtype, dedupe)
+                f.write(rows.data)
+                deg.write(np.diff(kept_indptr).astype("<i8").data)
+                written += rows.shape[0]
+            for part_lo, part_hi, part in parts:
+                part.unlink(missing_ok=True)
+            f.flush()
+            deg.flush()
+            os.fsync(f.fileno())
+            os.fsync(deg.fileno())
+            state.update(merged=b + 1, written=written)
+            _write_state(scratch, state)
+            path.unlink(missing_ok=True)
+            notify("merge buckets", b + 1, len(bounds) - 1)
         header = npy_header(dtype, written)
         if len(header) != header_bytes:
             raise AssertionError(f"{out}: .npy header changed length ({header_bytes} -> {len(header)})")
         f.seek(0)
         f.write(header)
         f.flush()
+        os.fsync(f.fileno())
+    merged = np.fromfile(scratch / MERGED_DEGREES, dtype="<i8")
+    indptr[0] = 0
+    np.cumsum(merged, out=indptr[1:])
+
+
+def _sorted_bucket(path: Path, bucket_indptr: np.ndarray, dtype: np.dtype,
+                   dedupe: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The bucket's rows, sorted (and de-duplicated), with their offsets from 0."""
+    local_indptr = bucket_indptr - bucket_indptr[0]
+    pairs = np.fromfile(path, dtype=dtype).reshape(-1, 2)
+    rows = np.empty(int(local_indptr[-1]), dtype=dtype)
+    _fill_csc(pairs[:, 0], pairs[:, 1], False, local_indptr, rows)
+    del pairs
+    _sort_rows(local_indptr, rows)
+    kept = _drop_repeats(local_indptr, rows) if dedupe else rows.shape[0]
+    return rows[:kept], local_indptr

@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import shutil
+import time
 import zlib
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -22,7 +23,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from .atomic import ChecksummedWriter, atomic_write_json, crc32_of_file, fsync_dir
-from .csc import csc_from_edges, index_dtype, renumber_csc
+from .csc import csc_from_edges, index_dtype, renumber_csc_to_file
 from .csc_external import BUCKET_IDS_PER_EDGE, external_csc
 from .errors import DatasetError, StoreError
 from .link_split import LinkSplit, checked_link_split, held_out_mask, random_link_split
@@ -30,13 +31,13 @@ from .manifest import (ARRAY_FILES, FEATURE_DTYPES, FEATURES, FORMAT_NAME, FORMA
                        MANIFEST, PAGE, PAGE_CHECKSUMS, ROW_SCALES, is_store_manifest, manifest_checksum)
 from .order import NodeOrder, order_name, resolve_order
 from .page_crc import page_crc32c
+from .progress import PROGRESS, record, state_of
 from .quantize import quantize_rows
+from .reorder import reordered_features
 from .source import DatasetSource, edge_chunks, edge_count
 
 log = logging.getLogger(__name__)
 
-PROGRESS = "progress.json"
-STAGED_FEATURES = "features.original-order.bin"
 QUANTIZED_FEATURES = "features.int8.bin"  # int8 rows until they replace the float32 features.bin
 CHUNK_BYTES = 16 << 20
 #: Any store may have this many classes; more only with as many labelled nodes (a label of
@@ -49,7 +50,6 @@ CHUNK_EDGES = 1 << 20
 RUNTIME_BYTES = 512 << 20
 #: The default --memory-limit: this fraction of the memory available when preprocess starts.
 DEFAULT_MEMORY_FRACTION = 0.5
-EXTERNAL_INDICES = "indices.external.npy"
 
 
 def write_store(out: str | Path, source: DatasetSource, order: str | NodeOrder = "original",
@@ -107,38 +107,36 @@ def _write_partial(partial: Path, source: DatasetSource, order: str | NodeOrder,
                    topology: dict[str, int], memory_limit: int | None,
                    edge_split: tuple[float, float, float] | None) -> None:
     """Write (or finish writing) every file of the store into `partial`, manifest last;
-    `topology` gets num_edges once known (for the disk-full estimate)."""
+    `topology` gets num_edges once known (for the disk-full estimate). Each step's wall
+    and CPU time, peak RSS and bytes written are logged and recorded in the manifest's
+    `preprocess_steps` (this run's steps: a resumed run lists only those it did)."""
     notify = progress or (lambda stage, done, total: None)
-    n = source.num_nodes
+    steps: dict[str, dict[str, float]] = {}
     labels = _checked_labels(source)
     has_link = edge_split is not None or hasattr(source, "load_link_split")
     splits = _checked_splits(source, labels, needs_train=not has_link)
     num_classes = int(labels.max()) + 1 if (labels >= 0).any() else 0
-    notify("topology", 0, 1)
     link = _link_split(source, edge_split, params.get("edge_split", {}))
     limit = memory_limit or default_memory_limit()
-    indptr, indices = (_checked_csc(source, limit, partial) if link is None else
-                       _csc_without_held_out(source, link))
-    order, perm = resolve_order(order, indptr, indices, train_idx=splits["train"])
-    inv = np.empty(n, dtype=np.int64)
-    inv[perm] = np.arange(n, dtype=np.int64)
-    if order != "original":
-        indptr, indices = renumber_csc(indptr, indices, perm, inv)
-        (partial / EXTERNAL_INDICES).unlink(missing_ok=True)
+    order, perm, inv, indptr, indices = _store_topology(partial, source, order, splits["train"],
+                                                        link, limit, notify, steps)
     topology["num_edges"] = int(indices.shape[0])
-    notify("topology", 1, 1)
 
     written = _written_dtype(dtype)
     files: dict[str, dict[str, int]] = {}
-    if order == "original":
-        files[FEATURES] = _stream_features(partial, FEATURES, source, written, notify)
-    else:
-        _stream_features(partial, STAGED_FEATURES, source, written, notify)
-        files[FEATURES] = _gather_features(partial, perm, n, source.feat_dim * np.dtype(written).itemsize, notify)
-        (partial / STAGED_FEATURES).unlink(missing_ok=True)  # gone if a resumed run got past this
+    with _step(steps, "features"):
+        if order == "original":
+            files[FEATURES] = _stream_features(partial, FEATURES, source, written, notify)
+        else:
+            row_bytes = source.feat_dim * np.dtype(written).itemsize
+            files[FEATURES] = reordered_features(
+                partial, FEATURES, _checked_feature_rows(source, written), inv, row_bytes,
+                _window_rows(limit, row_bytes), notify)
     if dtype == "int8":
-        files.update(_quantize_features(partial, n, source.feat_dim, notify))
-    files[PAGE_CHECKSUMS] = _write_page_checksums(partial)
+        with _step(steps, "quantize"):
+            files.update(_quantize_features(partial, source.num_nodes, source.feat_dim, notify))
+    with _step(steps, "page checksums"):
+        files[PAGE_CHECKSUMS] = _write_page_checksums(partial, notify)
     row_bytes = source.feat_dim * np.dtype(dtype).itemsize
 
     arrays = {"indptr": indptr, "indices": indices, "labels": labels[perm],
@@ -147,14 +145,15 @@ def _write_partial(partial: Path, source: DatasetSource, order: str | NodeOrder,
     assert set(arrays) == set(ARRAY_FILES)
     if link is not None:
         arrays.update(link.renumbered(inv).arrays())
-    for name, array in arrays.items():
-        files[f"{name}.npy"] = _save_array(partial / f"{name}.npy", array)
+    with _step(steps, "arrays"):
+        for name, array in arrays.items():
+            files[f"{name}.npy"] = _save_array(partial / f"{name}.npy", array)
 
     manifest: dict[str, Any] = {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
         "name": source.name,
-        "num_nodes": n,
+        "num_nodes": source.num_nodes,
         "num_edges": int(indices.shape[0]),
         "num_classes": num_classes,
         "features": {"file": FEATURES, "dim": source.feat_dim, "dtype": dtype,
@@ -163,6 +162,7 @@ def _write_partial(partial: Path, source: DatasetSource, order: str | NodeOrder,
         "order": order,
         "files": files,
         "preprocess": params,
+        "preprocess_steps": steps,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "gnnssd_version": _version(),
     }
@@ -174,6 +174,134 @@ def _write_partial(partial: Path, source: DatasetSource, order: str | NodeOrder,
     (partial / PROGRESS).unlink()
     with _writing(partial / MANIFEST, "the manifest"):
         atomic_write_json(partial / MANIFEST, manifest)
+    for name in TOPOLOGY_STAGING:
+        (partial / name).unlink(missing_ok=True)
+    log.info("preprocess steps: %s", "; ".join(f"{k} {v['wall_s']:.1f} s wall, {v['cpu_s']:.1f} s "
+                                              f"CPU, {v['peak_rss_bytes'] / 2**30:.2f} GiB peak RSS"
+                                              for k, v in steps.items()))
+
+
+# --- steps: timed, resumable -----------------------------------------------------------
+
+@contextmanager
+def _step(steps: dict[str, dict[str, float]], name: str) -> Iterator[None]:
+    """Time one step of preprocess: wall and CPU seconds, peak RSS (the kernel's high-water
+    mark, reset at the step's start where /proc allows), bytes written to storage."""
+    _reset_peak_rss()
+    wall, cpu, written = time.perf_counter(), time.process_time(), _bytes_written()
+    yield
+    steps[name] = {"wall_s": round(time.perf_counter() - wall, 2),
+                   "cpu_s": round(time.process_time() - cpu, 2),
+                   "peak_rss_bytes": _peak_rss(), "written_bytes": _bytes_written() - written}
+    log.info("step %s: %.1f s wall, %.1f s CPU, %.2f GiB peak RSS", name, steps[name]["wall_s"],
+             steps[name]["cpu_s"], steps[name]["peak_rss_bytes"] / 2**30)
+
+
+def _reset_peak_rss() -> None:
+    with suppress(OSError):
+        Path("/proc/self/clear_refs").write_text("5")
+
+
+def _peak_rss() -> int:
+    with suppress(OSError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _bytes_written() -> int:
+    with suppress(OSError):
+        for line in Path("/proc/self/io").read_text().splitlines():
+            if line.startswith("write_bytes:"):
+                return int(line.split()[1])
+    return 0
+
+
+#: Topology files of unfinished steps, in the partial folder (gone from a finished store).
+CSC_INDPTR, CSC_INDICES = "csc.indptr.npy", "csc.indices.npy"
+ORDER_PERM, STORE_INDPTR = "order.perm.npy", "topology.indptr.npy"
+TOPOLOGY_STAGING = (CSC_INDPTR, CSC_INDICES, ORDER_PERM, STORE_INDPTR)
+#: Edges renumbered per chunk when the topology is laid out in the store's order.
+RENUMBER_CHUNK_EDGES = 1 << 26
+
+
+def _store_topology(partial: Path, source: DatasetSource, order: str | NodeOrder,
+                    train_idx: np.ndarray, link: LinkSplit | None, limit: int,
+                    notify: Callable[[str, int, int], None],
+                    steps: dict[str, dict[str, float]]) -> tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(order name, perm, inv, indptr, indices) of the store: the CSC in the source's
+    order, the node order over it, and the CSC renumbered into that order (out of core,
+    as indices.npy of the partial folder). Each step is recorded once durable, so a
+    resumed run skips the finished ones."""
+    name = order_name(order)
+    if not state_of(partial, "renumber")["done"]:
+        with _step(steps, "topology"):
+            indptr, indices = _resumable_csc(partial, source, link, limit, notify)
+        with _step(steps, "order"):
+            perm = _resumable_order(partial, order, indptr, indices, train_idx)
+        with _step(steps, "renumber"):
+            _renumber(partial, name, indptr, indices, perm, _inverse(perm), limit, notify)
+        del indptr, indices
+    perm = np.arange(source.num_nodes, dtype=np.int64) if name == "original" else np.load(partial / ORDER_PERM)
+    return (name, perm, _inverse(perm), np.load(partial / STORE_INDPTR),
+            np.load(partial / "indices.npy", mmap_mode="r"))
+
+
+def _inverse(perm: np.ndarray) -> np.ndarray:
+    inv = np.empty(perm.shape[0], dtype=np.int64)
+    inv[perm] = np.arange(perm.shape[0], dtype=np.int64)
+    return inv
+
+
+def _resumable_csc(partial: Path, source: DatasetSource, link: LinkSplit | None, limit: int,
+                   notify: Callable[[str, int, int], None]) -> tuple[np.ndarray, np.ndarray]:
+    """The CSC in the source's node order (indices mapped from the partial folder)."""
+    if not state_of(partial, "csc")["done"]:
+        if link is None:
+            indptr, indices = _checked_csc(source, limit, partial, notify)
+        else:
+            indptr, indices = _csc_without_held_out(source, link)
+        if not _maps(indices, partial / CSC_INDICES):
+            _save_array(partial / CSC_INDICES, indices)
+        _save_array(partial / CSC_INDPTR, indptr)
+        record(partial, "csc", {"done": 1, "edges": int(indices.shape[0])})
+    return np.load(partial / CSC_INDPTR), np.load(partial / CSC_INDICES, mmap_mode="r")
+
+
+def _resumable_order(partial: Path, order: str | NodeOrder, indptr: np.ndarray,
+                     indices: np.ndarray, train_idx: np.ndarray) -> np.ndarray:
+    """perm of the node order (saved unless it is the original's identity)."""
+    if order_name(order) == "original":
+        return resolve_order(order, indptr, indices, train_idx)[1]
+    if not state_of(partial, "order")["done"]:
+        _save_array(partial / ORDER_PERM, resolve_order(order, indptr, indices, train_idx)[1])
+        record(partial, "order", {"done": 1})
+    return np.load(partial / ORDER_PERM)
+
+
+def _renumber(partial: Path, order: str, indptr: np.ndarray, indices: np.ndarray,
+              perm: np.ndarray, inv: np.ndarray, limit: int,
+              notify: Callable[[str, int, int], None]) -> None:
+    """Write the topology in store order: indices.npy in the partial folder (renumbered
+    out of core, or the source-order file linked when the order is the original)."""
+    final = partial / "indices.npy"
+    final.unlink(missing_ok=True)  # from an earlier attempt at this step
+    if order == "original":
+        new_indptr = indptr
+        os.link(partial / CSC_INDICES, final)
+    else:
+        chunk = max(1 << 16, min(RENUMBER_CHUNK_EDGES, limit // (4 * indices.dtype.itemsize)))
+        new_indptr, _ = renumber_csc_to_file(indptr, indices, perm, inv, final, chunk,
+                                             lambda done, total: notify("renumber", done, total))
+    _save_array(partial / STORE_INDPTR, new_indptr)
+    record(partial, "renumber", {"done": 1})
+    (partial / CSC_INDICES).unlink()
+
+
+def _window_rows(limit: int, row_bytes: int) -> int:
+    """Rows of one window of the out-of-core feature reorder: a quarter of the memory limit."""
+    return max(_chunk_rows(row_bytes), min(limit // 4, 4 << 30) // max(row_bytes, 1))
 
 
 def _version() -> str:
@@ -324,17 +452,6 @@ def _swap_into_place(partial: Path, out: Path) -> None:
         shutil.rmtree(old)
 
 
-def _record_progress(partial: Path, name: str, state: dict[str, int]) -> None:
-    progress = json.loads((partial / PROGRESS).read_text())
-    progress["files"][name] = state
-    atomic_write_json(partial / PROGRESS, progress)
-
-
-def _resume_state(partial: Path, name: str) -> dict[str, int]:
-    progress = json.loads((partial / PROGRESS).read_text())
-    return progress["files"].get(name, {"rows": 0, "size": 0, "crc32": 0, "done": 0})
-
-
 # --- validation ------------------------------------------------------------------------
 
 def _checked_labels(source: DatasetSource) -> np.ndarray:
@@ -436,8 +553,8 @@ def default_memory_limit() -> int:
     return int(psutil.virtual_memory().available * DEFAULT_MEMORY_FRACTION)
 
 
-def _checked_csc(source: DatasetSource, memory_limit: int,
-                 partial: Path) -> tuple[np.ndarray, np.ndarray]:
+def _checked_csc(source: DatasetSource, memory_limit: int, partial: Path,
+                 notify: Callable[[str, int, int], None]) -> tuple[np.ndarray, np.ndarray]:
     """The CSC in memory when the whole edge list fits in `memory_limit`, else built out
     of core from the source's edge stream (same result, byte for byte)."""
     n = source.num_nodes
@@ -462,7 +579,8 @@ def _checked_csc(source: DatasetSource, memory_limit: int,
             raise DatasetError(f"{source.name}: {first} edges streamed, {num_edges} declared")
 
     return external_csc(checked_chunks, n, source.symmetric, bucket_edges,
-                        partial / "edge-buckets", partial / EXTERNAL_INDICES)
+                        partial / "edge-buckets", partial / CSC_INDICES,
+                        expected_edges=num_edges * copies, progress=notify)
 
 
 def _checked_edges(source: DatasetSource, src: Any, dst: Any,
@@ -514,7 +632,7 @@ def _chunk_rows(row_bytes: int) -> int:
 
 def _open_resumable(partial: Path, name: str) -> tuple[ChecksummedWriter, int]:
     """Open `name` for appending at the last durable chunk recorded for it."""
-    state = _resume_state(partial, name)
+    state = state_of(partial, name)
     path = partial / name
     f = open(path, "r+b" if path.exists() else "w+b")
     f.truncate(state["size"])
@@ -528,7 +646,7 @@ def _finish_features(partial: Path, name: str, writer: ChecksummedWriter, rows: 
     writer.sync()
     writer.file.close()
     meta = {"size": writer.size, "crc32": writer.crc}
-    _record_progress(partial, name, {"rows": rows, **meta, "done": 1})
+    record(partial, name, {"rows": rows, **meta, "done": 1})
     return meta
 
 
@@ -536,7 +654,7 @@ def _write_rows_resumably(partial: Path, name: str, blocks_from: Callable[[int],
                           n: int, stage: str, notify: Callable[[str, int, int], None]) -> dict[str, int]:
     """Append the row blocks `blocks_from(first_row)` yields to `name`, recording each
     block once it is on disk, so an interrupted run resumes after the last one."""
-    state = _resume_state(partial, name)
+    state = state_of(partial, name)
     if state["done"]:
         return {"size": state["size"], "crc32": state["crc32"]}
     with _writing(partial / name, "feature rows"):
@@ -546,7 +664,7 @@ def _write_rows_resumably(partial: Path, name: str, blocks_from: Callable[[int],
                 writer.write(block.data)
                 row += len(block)
                 writer.sync()
-                _record_progress(partial, name, {"rows": row, "size": writer.size,
+                record(partial, name, {"rows": row, "size": writer.size,
                                                  "crc32": writer.crc, "done": 0})
                 notify(stage, row, n)
         except BaseException:
@@ -558,12 +676,13 @@ def _write_rows_resumably(partial: Path, name: str, blocks_from: Callable[[int],
         return _finish_features(partial, name, writer, row)
 
 
-def _stream_features(partial: Path, name: str, source: DatasetSource, dtype: str,
-                     notify: Callable[[str, int, int], None]) -> dict[str, int]:
+def _checked_feature_rows(source: DatasetSource, dtype: str) -> Callable[[int], Iterator[np.ndarray]]:
+    """rows_from(first_row): the source's feature rows from `first_row` on, checked and
+    converted to `dtype`, CHUNK_BYTES at a time."""
     n = source.num_nodes
     chunk_rows = _chunk_rows(source.feat_dim * np.dtype(dtype).itemsize)
 
-    def checked_chunks(row: int) -> Iterator[np.ndarray]:
+    def rows_from(row: int) -> Iterator[np.ndarray]:
         for chunk in source.feature_chunks(row, chunk_rows):
             if row + len(chunk) > n:
                 raise DatasetError(f"{source.name}: more feature rows than the {n} nodes")
@@ -572,50 +691,23 @@ def _stream_features(partial: Path, name: str, source: DatasetSource, dtype: str
         if row != n:
             raise DatasetError(f"{source.name}: {row} feature rows for {n} nodes")
 
-    return _write_rows_resumably(partial, name, checked_chunks, n, "features", notify)
+    return rows_from
 
 
-def _gather_features(partial: Path, perm: np.ndarray, n: int, row_bytes: int,
+def _stream_features(partial: Path, name: str, source: DatasetSource, dtype: str,
                      notify: Callable[[str, int, int], None]) -> dict[str, int]:
-    """Write rows in store order, reading them from the staged original-order file.
-
-    Rows are read with pread, runs of consecutive rows at once. (Gathering through
-    mmap would be simpler, but each fault maps a whole page-cache folio, so resident
-    memory would approach the file's size.)
-    """
-    chunk_rows = _chunk_rows(row_bytes)
-
-    def gathered(row: int) -> Iterator[np.ndarray]:
-        fd = os.open(partial / STAGED_FEATURES, os.O_RDONLY)
-        try:
-            for lo in range(row, n, chunk_rows):
-                yield _pread_rows(fd, perm[lo:lo + chunk_rows], row_bytes)
-        finally:
-            os.close(fd)
-
-    return _write_rows_resumably(partial, FEATURES, gathered, n, "reorder", notify)
+    return _write_rows_resumably(partial, name, _checked_feature_rows(source, dtype),
+                                 source.num_nodes, "features", notify)
 
 
-def _pread_rows(fd: int, ids: np.ndarray, row_bytes: int) -> np.ndarray:
-    """Rows `ids` of a fixed-stride file, in the order given."""
-    order = np.argsort(ids, kind="stable")
-    wanted = ids[order]
-    run_starts = np.flatnonzero(np.diff(wanted, prepend=-2) != 1)
-    run_ends = np.append(run_starts[1:], len(wanted))
-    rows = np.empty((len(ids), row_bytes), dtype=np.uint8)
-    for lo, hi in zip(run_starts.tolist(), run_ends.tolist()):
-        target = memoryview(rows[lo:hi]).cast("B")
-        if os.preadv(fd, [target], int(wanted[lo]) * row_bytes) != target.nbytes:
-            raise OSError(f"short read of staged features at row {wanted[lo]}")
-    out = np.empty_like(rows)
-    out[order] = rows
-    return out
+def _maps(array: np.ndarray, path: Path) -> bool:
+    """Whether `array` is a memory map of the file `path`."""
+    return isinstance(array, np.memmap) and Path(array.filename or "").resolve() == path.resolve()
 
 
 def _save_array(path: Path, array: np.ndarray) -> dict[str, int]:
-    if isinstance(array, np.memmap) and Path(array.filename or "").name == EXTERNAL_INDICES:
-        os.replace(array.filename, path)  # written by the out-of-core build: already a .npy
-        with open(path, "rb") as f:
+    if _maps(array, path):
+        with open(path, "rb") as f:  # written out of core by an earlier step: already a .npy
             os.fsync(f.fileno())
         return {"size": path.stat().st_size, "crc32": crc32_of_file(path)}
     with _writing(path, f"the array {path.stem}"), open(path, "wb") as f:
@@ -636,7 +728,7 @@ def _quantize_features(partial: Path, n: int, dim: int,
     (`quantize_rows`) in one sequential pass, then replace features.bin with the int8 rows.
     A resumed run redoes the pass until it is recorded done; the replacement is a rename,
     repeated if the run stopped between the record and the rename."""
-    state = {name: _resume_state(partial, name) for name in (QUANTIZED_FEATURES, ROW_SCALES)}
+    state = {name: state_of(partial, name) for name in (QUANTIZED_FEATURES, ROW_SCALES)}
     if not state[ROW_SCALES]["done"]:
         chunk_rows = _chunk_rows(dim * 4)
         with (_writing(partial / QUANTIZED_FEATURES, "int8 feature rows"),
@@ -654,21 +746,23 @@ def _quantize_features(partial: Path, n: int, dim: int,
             scales_out.sync()
         for name, out in ((QUANTIZED_FEATURES, codes_out), (ROW_SCALES, scales_out)):
             state[name] = {"rows": n, "size": out.size, "crc32": out.crc, "done": 1}
-            _record_progress(partial, name, state[name])
+            record(partial, name, state[name])
     if (partial / QUANTIZED_FEATURES).exists():
         os.replace(partial / QUANTIZED_FEATURES, partial / FEATURES)
     return {FEATURES: {"size": state[QUANTIZED_FEATURES]["size"], "crc32": state[QUANTIZED_FEATURES]["crc32"]},
             ROW_SCALES: {"size": state[ROW_SCALES]["size"], "crc32": state[ROW_SCALES]["crc32"]}}
 
 
-def _write_page_checksums(partial: Path) -> dict[str, int]:
+def _write_page_checksums(partial: Path, notify: Callable[[str, int, int], None]) -> dict[str, int]:
     """features.crc32c: the CRC32C of every page of the finished features.bin (one
     sequential pass; rewritten whole by a resumed run)."""
     path = partial / PAGE_CHECKSUMS
     with (_writing(path, "the page checksums of features.bin"),
           open(partial / FEATURES, "rb") as src, open(path, "wb") as dst):
+        total = os.fstat(src.fileno()).st_size
         while block := src.read(CHUNK_BYTES):
             dst.write(page_crc32c(block, PAGE).astype("<u4").tobytes())
+            notify("page checksums", src.tell(), total)
         dst.flush()
         os.fsync(dst.fileno())
     return {"size": path.stat().st_size, "crc32": crc32_of_file(path)}
