@@ -3,8 +3,9 @@
 Randomness is counter-based: every (seed, mini-batch, layer, node) has its own stream, so
 the result does not depend on thread count or schedule, and one mini-batch can be
 re-sampled on its own. Sampling is parallel over destination nodes; relabelling (dedup
-into block-local IDs) is parallel over mini-batches, each thread using its own node-sized
-map, as DGL's fused sampler does.
+into block-local IDs) is parallel over mini-batches, each with a hash table sized by its
+sample (DGL's fused sampler keeps a node-sized map per thread instead: 0.4 GiB per thread
+at 10^8 nodes).
 """
 from __future__ import annotations
 
@@ -130,10 +131,22 @@ def _sample_hop(indptr, indices, dst, dst_batch, fanout, seed, layer, dst_local,
     return ptr, out
 
 
+@nb.njit(inline="always")
+def _slot(table, node, mask):
+    """The slot of `node` in an open-addressing table (linear probing): its own, or the
+    empty one (-1) where it belongs."""
+    h = np.int64(((np.uint64(node) * _GOLDEN) >> np.uint64(20)) & np.uint64(mask))
+    while table[h] != -1 and table[h] != node:
+        h = (h + 1) & mask
+    return h
+
+
 @nb.njit(parallel=True, cache=True, nogil=True)
-def _relabel(nodes, node_ptr, eptr, nbrs, maps):
+def _relabel(nodes, node_ptr, eptr, nbrs):
     """Per mini-batch: append new sampled nodes after the current ones, local edge IDs.
 
+    Dedup uses a hash table per mini-batch sized by what it holds (not a node-sized map
+    per thread: memory grows with the sample, not with threads x graph size).
     Returns (new node_ptr, new nodes, local edge src, local edge dst)."""
     nbatch = node_ptr.shape[0] - 1
     ub = np.empty(nbatch + 1, np.int64)
@@ -145,26 +158,31 @@ def _relabel(nodes, node_ptr, eptr, nbrs, maps):
     esrc = np.empty(nbrs.shape[0], np.int32)
     edst = np.empty(nbrs.shape[0], np.int32)
     for b in nb.prange(nbatch):
-        m = maps[nb.get_thread_id()]
+        cap = 16
+        while cap < 2 * (ub[b + 1] - ub[b]):
+            cap *= 2
+        table = np.full(cap, -1, np.int64)
+        local = np.empty(cap, np.int32)
+        mask = cap - 1
         base = ub[b]
         n = 0
         for i in range(node_ptr[b], node_ptr[b + 1]):
-            m[nodes[i]] = n
+            h = _slot(table, nodes[i], mask)
+            table[h] = nodes[i]
+            local[h] = n
             scratch[base + n] = nodes[i]
             n += 1
         for i in range(node_ptr[b], node_ptr[b + 1]):
             for e in range(eptr[i], eptr[i + 1]):
                 u = nbrs[e]
-                p = m[u]
-                if p < 0:
-                    p = n
-                    m[u] = n
+                h = _slot(table, u, mask)
+                if table[h] == -1:
+                    table[h] = u
+                    local[h] = n
                     scratch[base + n] = u
                     n += 1
-                esrc[e] = p
+                esrc[e] = local[h]
                 edst[e] = i - node_ptr[b]
-        for j in range(n):
-            m[scratch[base + j]] = -1
         counts[b] = n
     new_ptr = np.empty(nbatch + 1, np.int64)
     new_ptr[0] = 0
@@ -223,15 +241,13 @@ class NeighborSampler:
     """Samples the blocks of many mini-batches at once on one CSC graph.
 
     fanouts[i] is the fanout of block i (input layer first, as in DGL); -1 takes all
-    in-neighbours. Holds one node-sized int32 map per numba thread for relabelling.
+    in-neighbours. Holds nothing node-sized besides the graph it is given.
     """
 
     def __init__(self, indptr: np.ndarray, indices: np.ndarray, fanouts: Sequence[int]):
         self.indptr = np.ascontiguousarray(indptr, dtype=np.int64)
         self.indices = np.ascontiguousarray(indices)
         self.fanouts = tuple(int(f) for f in fanouts)
-        num_nodes = len(self.indptr) - 1
-        self._maps = np.full((nb.config.NUMBA_NUM_THREADS, num_nodes), -1, np.int32)
 
     def sample(self, seeds: np.ndarray, seed: int, batch_id: int = 0,
                exclude: np.ndarray | None = None) -> MFGs:
@@ -258,7 +274,7 @@ class NeighborSampler:
             dst_local = np.repeat(np.arange(nbatch, dtype=np.int64), counts)
             eptr, nbrs = _sample_hop(self.indptr, self.indices, nodes, dst_batch, self.fanouts[layer], seed, layer,
                                      dst_local, ex_ptr, ex_keys)
-            new_ptr, new_nodes, esrc, edst = _relabel(nodes, node_ptr, eptr, nbrs, self._maps)
+            new_ptr, new_nodes, esrc, edst = _relabel(nodes, node_ptr, eptr, nbrs)
             hops.append((node_ptr, new_ptr, eptr[node_ptr], esrc, edst))
             nodes, node_ptr = new_nodes, new_ptr
         hops.reverse()

@@ -46,6 +46,8 @@ FEW_CLASSES = 1 << 16
 HEAD_BYTES = 1 << 20  # of each input file, checksummed for the resume key
 #: Edges per chunk streamed into the out-of-core topology build.
 CHUNK_EDGES = 1 << 20
+#: The smallest bucket of the out-of-core topology build, whatever the memory limit.
+MIN_BUCKET_EDGES = 1 << 16
 #: Memory preprocess needs besides its arrays (interpreter, libraries, edge chunks in flight).
 RUNTIME_BYTES = 512 << 20
 #: The default --memory-limit: this fraction of the memory available when preprocess starts.
@@ -291,7 +293,7 @@ def _renumber(partial: Path, order: str, indptr: np.ndarray, indices: np.ndarray
         new_indptr = indptr
         os.link(partial / CSC_INDICES, final)
     else:
-        chunk = max(1 << 16, min(RENUMBER_CHUNK_EDGES, limit // (4 * indices.dtype.itemsize)))
+        chunk = min(RENUMBER_CHUNK_EDGES, max(1 << 16, limit // (4 * indices.dtype.itemsize)))
         new_indptr, _ = renumber_csc_to_file(indptr, indices, perm, inv, final, chunk,
                                              lambda done, total: notify("renumber", done, total))
     _save_array(partial / STORE_INDPTR, new_indptr)
@@ -566,7 +568,7 @@ def _checked_csc(source: DatasetSource, memory_limit: int, partial: Path,
         src, dst = _checked_edges(source, *source.load_edges(), first=0)
         return csc_from_edges(src, dst, n, symmetric=source.symmetric)
     spare = memory_limit - RUNTIME_BYTES - 16 * (n + 1)  # indptr and labels
-    bucket_edges = max(1 << 16, spare // (BUCKET_IDS_PER_EDGE * ids))
+    bucket_edges = max(MIN_BUCKET_EDGES, spare // (BUCKET_IDS_PER_EDGE * ids))
     log.info("%s: %d edges exceed the memory limit of %d bytes: sorting them out of core in "
              "buckets of up to %d edges", source.name, num_edges, memory_limit, bucket_edges)
 
