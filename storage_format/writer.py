@@ -88,14 +88,16 @@ def write_store(out: str | Path, source: DatasetSource, order: str | NodeOrder =
             params["edge_split"] = {"fractions": list(edge_split), "seed": split_seed,
                                     "eval_negatives": eval_negatives}
         topology: dict[str, int] = {}
+        limit = memory_limit or default_memory_limit()
+        _check_free_space(out, _partial_dir(out), _space_needed(source, dtype, order_name(order), None, limit))
         try:
             partial = _open_partial_dir(out, {**params, "inputs": _input_identity(inputs)})
             _write_partial(partial, source, order, dtype, params, progress, topology,
-                           memory_limit, edge_split)
+                           limit, edge_split)
         except DiskFullError as exc:
             partial = _partial_dir(out)
             shutil.rmtree(partial, ignore_errors=True)
-            needed = _space_needed(source, dtype, order_name(order), topology.get("num_edges"))
+            needed = _space_needed(source, dtype, order_name(order), topology.get("num_edges"), limit)
             free = shutil.disk_usage(out.parent).free
             raise DiskFullError(f"{exc}; removed the unfinished store {partial}; preprocess "
                                 f"needs about {_mib(needed)} free there ({_mib(free)} free "
@@ -106,7 +108,7 @@ def write_store(out: str | Path, source: DatasetSource, order: str | NodeOrder =
 
 def _write_partial(partial: Path, source: DatasetSource, order: str | NodeOrder, dtype: str,
                    params: dict[str, Any], progress: Callable[[str, int, int], None] | None,
-                   topology: dict[str, int], memory_limit: int | None,
+                   topology: dict[str, int], limit: int,
                    edge_split: tuple[float, float, float] | None) -> None:
     """Write (or finish writing) every file of the store into `partial`, manifest last;
     `topology` gets num_edges once known (for the disk-full estimate). Each step's wall
@@ -119,7 +121,6 @@ def _write_partial(partial: Path, source: DatasetSource, order: str | NodeOrder,
     splits = _checked_splits(source, labels, needs_train=not has_link)
     num_classes = int(labels.max()) + 1 if (labels >= 0).any() else 0
     link = _link_split(source, edge_split, params.get("edge_split", {}))
-    limit = memory_limit or default_memory_limit()
     order, perm, inv, indptr, indices = _store_topology(partial, source, order, splits["train"],
                                                         link, limit, notify, steps)
     topology["num_edges"] = int(indices.shape[0])
@@ -328,12 +329,38 @@ def _writing(path: Path, what: str) -> Iterator[None]:
         raise DiskFullError(f"no space left on the device while writing {what} to {path}") from None
 
 
-def _space_needed(source: DatasetSource, dtype: str, order: str, num_edges: int | None) -> int:
-    """Bytes a store of `source` takes, with a reordering's staged copy: the features,
-    their page checksums and the arrays (int64 node arrays; edges once known)."""
-    features = -(-source.num_nodes * source.feat_dim * np.dtype(_written_dtype(dtype)).itemsize // PAGE) * PAGE
-    staged = features if order != "original" or dtype == "int8" else 0
-    return features + staged + features // PAGE * 4 + 8 * (6 * source.num_nodes + (num_edges or 0))
+def _space_needed(source: DatasetSource, dtype: str, order: str, num_edges: int | None,
+                  memory_limit: int) -> int:
+    """Bytes preprocess needs at its peak: the store (features, their page checksums, the
+    int64 node arrays, indices of `num_edges` edges: the source's count, reverses included,
+    when not yet known) plus the largest scratch of one step beside what exists by then:
+    the edge spill (two IDs per edge), the renumbered topology's second copy, or the feature
+    windows of a reorder (or the float32 rows an int8 store is quantized from)."""
+    written = np.dtype(_written_dtype(dtype)).itemsize
+    features = -(-source.num_nodes * source.feat_dim * np.dtype(dtype).itemsize // PAGE) * PAGE
+    if num_edges is None:
+        num_edges = (edge_count(source) or 0) * (2 if source.symmetric else 1)
+    ids = index_dtype(source.num_nodes).itemsize
+    indices = ids * num_edges
+    row_bytes = source.feat_dim * written
+    staged = 0
+    if order != "original":
+        staged = source.num_nodes * row_bytes + _window_rows(memory_limit, row_bytes) * row_bytes
+    if dtype == "int8":
+        staged = max(staged, source.num_nodes * row_bytes)
+    scratch = max(2 * ids * num_edges, indices, staged)
+    return features + scratch + features // PAGE * 4 + 8 * 6 * source.num_nodes + indices
+
+
+def _check_free_space(out: Path, partial: Path, needed: int) -> None:
+    """Refuse before writing anything when the filesystem of `out` cannot hold what
+    preprocess will write (what an interrupted run left in `partial` counts as written)."""
+    have = sum(p.stat().st_size for p in partial.iterdir() if p.is_file()) if partial.is_dir() else 0
+    free = shutil.disk_usage(out.parent).free
+    if needed - have > free:
+        raise DiskFullError(f"--out {out}: not enough free disk; preprocess needs about "
+                            f"{_mib(needed - have)} free there ({_mib(free)} free now) on the "
+                            f"filesystem of {out.parent}; free some space or choose another --out")
 
 
 def _mib(nbytes: int) -> str:

@@ -2,6 +2,7 @@
 cleans up, and corrupt data that reading must stop at. Each test is named after its fault."""
 from __future__ import annotations
 
+import gc
 import json
 import os
 import re
@@ -419,19 +420,40 @@ def small_filesystem(tmp_path):
         subprocess.run(["umount", str(mount)], check=True)
 
 
-def test_disk_full_names_the_file_removes_the_partial_and_says_the_space(tmp_path, small_filesystem):
+def test_not_enough_disk_is_refused_before_writing(tmp_path, small_filesystem):
     graph = _write_npz(tmp_path / "raw" / "graph.npz", seed=0, num_nodes=2000, dim=256)
     out = small_filesystem / "store"
     done = subprocess.run([sys.executable, "-m", "gnnssd", "preprocess", "npz", "--file", str(graph),
                            "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 2
-    assert (f"no space left on the device while writing feature rows to "
-            f"{small_filesystem / '.store.partial' / 'features.bin'}") in done.stderr
-    assert "removed the unfinished store" in done.stderr
-    needed = re.search(r"preprocess needs about ([\d.]+) MiB free there \(([\d.]+) MiB free now\)",
-                       done.stderr)
+    assert f"--out {out}: not enough free disk" in done.stderr
+    needed = re.search(r"preprocess needs about ([\d.]+) MiB free there \(([\d.]+) MiB free now\) on "
+                       rf"the filesystem of {re.escape(str(small_filesystem))}", done.stderr)
     assert needed and float(needed[1]) >= 2000 * 1024 / 2**20 > 1 >= float(needed[2])
-    assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr
+    assert "Traceback" not in done.stderr
+    assert list(small_filesystem.iterdir()) == []
+
+
+def test_disk_full_names_the_file_removes_the_partial_and_says_the_space(tmp_path, small_filesystem,
+                                                                       monkeypatch):
+    """The disk fills up anyway (another writer, a wrong estimate): the error names the
+    file, the unfinished store goes, the message says the space needed."""
+    from gnnssd.datasets import HeterophilousSource
+    from gnnssd.storage_format import writer
+
+    graph = _write_npz(tmp_path / "raw" / "graph.npz", seed=0, num_nodes=2000, dim=256)
+    out = small_filesystem / "store"
+    monkeypatch.setattr(writer, "_check_free_space", lambda *args: None)
+    with pytest.raises(writer.DiskFullError) as error:
+        writer.write_store(out, HeterophilousSource(graph))
+    message = str(error.value)
+    del error  # its traceback holds the frames (and open files) of the failed write
+    gc.collect()
+    assert (f"no space left on the device while writing feature rows to "
+            f"{small_filesystem / '.store.partial' / 'features.bin'}") in message
+    assert "removed the unfinished store" in message
+    needed = re.search(r"preprocess needs about ([\d.]+) MiB free there \(([\d.]+) MiB free now\)", message)
+    assert needed and float(needed[1]) >= 2000 * 1024 / 2**20 > 1 >= float(needed[2])
     assert list(small_filesystem.iterdir()) == []
 
 
