@@ -3,7 +3,7 @@
 One pass streams the edges: it counts in-degrees (indptr, before duplicates are dropped)
 and spills every edge to the file of its bucket of consecutive destinations (source,
 destination - bucket start); buckets are equal node ranges, as many as the expected edge
-count needs. Each bucket is then loaded alone (one larger than `bucket_edges` is first
+count needs (for an even share of at most SPILL_BUCKET_EDGES each). Each bucket is then loaded alone (one larger than `bucket_edges` is first
 split again by its now-known degrees), counting-sorted by destination, its rows sorted and
 de-duplicated exactly as the in-memory build does, and appended to indices.npy. Memory:
 indptr plus one bucket, not the edge list; the output is byte-identical to
@@ -34,6 +34,9 @@ BUCKET_IDS_PER_EDGE = 3
 #: At most this many bucket files open at once (the process's file limit is often 1024):
 #: a memory limit too small for it gets larger buckets than it asked for.
 MAX_BUCKETS = 256
+#: Edges a spill bucket is sized for, at most: small buckets cost nothing (up to MAX_BUCKETS
+#: files) and keep the merge's memory well inside the limit.
+SPILL_BUCKET_EDGES = 1 << 26
 CHUNK_PAIRS = 1 << 22  # edges read at once when a bucket is split again
 T = TypeVar("T")
 
@@ -117,10 +120,15 @@ def prefetched(items: Iterable[T], depth: int = 2) -> Iterator[T]:
         worker.join()
 
 
-def external_csc(chunks: EdgeChunks, num_nodes: int, symmetric: bool, bucket_edges: int,
-                 scratch: Path, out: Path, dedupe: bool = True, expected_edges: int | None = None,
+def external_csc(chunks: EdgeChunks, num_nodes: int, symmetric: bool,
+                 bucket_edges: int | Callable[[], int], scratch: Path, out: Path, dedupe: bool = True,
+                 expected_edges: int | None = None,
                  progress: Progress | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(indptr, indices) with indices written to the .npy file `out` and returned mapped.
+
+    `bucket_edges`: the most edges one bucket may hold, or a function giving it from the
+    memory free at the moment (asked before the spill and again before the merge, when
+    the source's own tables are in memory).
 
     `chunks()` yields (src, dst) chunks (validated, in node range); it is called once, or
     again by a build resumed before its spill finished. `expected_edges` (the stored
@@ -129,19 +137,20 @@ def external_csc(chunks: EdgeChunks, num_nodes: int, symmetric: bool, bucket_edg
     total)` hears of edges spilled ("sort edges") and buckets merged ("merge buckets").
     """
     notify = progress or (lambda stage, done, total: None)
+    limit = bucket_edges if callable(bucket_edges) else (lambda: bucket_edges)
     dtype = index_dtype(num_nodes)
     state = _read_state(scratch)
     if not state.get("spilled"):
         shutil.rmtree(scratch, ignore_errors=True)
         scratch.mkdir(parents=True)
-        bounds = spill_bounds(num_nodes, expected_edges, bucket_edges)
+        bounds = spill_bounds(num_nodes, expected_edges, min(limit(), SPILL_BUCKET_EDGES))
         degrees = _spill(chunks, num_nodes, symmetric, bounds, dtype, scratch, expected_edges, notify)
         np.save(scratch / DEGREES, degrees)
         state = {"spilled": 1, "bounds": bounds.tolist(), "merged": 0, "written": 0}
         _write_state(scratch, state)
     indptr = np.zeros(num_nodes + 1, dtype=np.int64)
     np.cumsum(np.load(scratch / DEGREES), out=indptr[1:])
-    _merge(scratch, state, indptr, dtype, out, dedupe, bucket_edges, notify)
+    _merge(scratch, state, indptr, dtype, out, dedupe, limit(), notify)
     shutil.rmtree(scratch, ignore_errors=True)
     return indptr, np.load(out, mmap_mode="r")
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import numpy as np
+import psutil
 
 from .atomic import ChecksummedWriter, atomic_write_json, crc32_of_file, fsync_dir
 from .csc import csc_from_edges, index_dtype, renumber_csc_to_file
@@ -577,8 +578,6 @@ def _csc_without_held_out(source: DatasetSource, link: LinkSplit) -> tuple[np.nd
 
 
 def default_memory_limit() -> int:
-    import psutil
-
     return int(psutil.virtual_memory().available * DEFAULT_MEMORY_FRACTION)
 
 
@@ -594,10 +593,14 @@ def _checked_csc(source: DatasetSource, memory_limit: int, partial: Path,
     if num_edges is None or in_memory_bytes <= memory_limit:
         src, dst = _checked_edges(source, *source.load_edges(), first=0)
         return csc_from_edges(src, dst, n, symmetric=source.symmetric)
-    spare = memory_limit - RUNTIME_BYTES - 16 * (n + 1)  # indptr and labels
-    bucket_edges = max(MIN_BUCKET_EDGES, spare // (BUCKET_IDS_PER_EDGE * ids))
-    log.info("%s: %d edges exceed the memory limit of %d bytes: sorting them out of core in "
-             "buckets of up to %d edges", source.name, num_edges, memory_limit, bucket_edges)
+    log.info("%s: %d edges exceed the memory limit of %d bytes: sorting them out of core",
+             source.name, num_edges, memory_limit)
+
+    def bucket_edges() -> int:
+        """Edges a bucket may hold in what the limit leaves beside this process's memory
+        now (the source's own tables, labels, ...) and indptr."""
+        spare = memory_limit - psutil.Process().memory_info().rss - 8 * (n + 1)
+        return max(MIN_BUCKET_EDGES, spare // (BUCKET_IDS_PER_EDGE * ids))
 
     def checked_chunks() -> Iterator[tuple[np.ndarray, np.ndarray]]:
         first = 0
