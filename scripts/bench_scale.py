@@ -231,7 +231,12 @@ def main() -> int:
                   f"mini-batches/s, amplification {epoch.get('read_amplification')}, peak RSS "
                   f"{epoch.get('peak_rss_gib')} GiB (topology {epoch.get('topology_rss_at_peak_gib')}), "
                   f"valid {epoch.get('valid_acc')}, test {epoch.get('test_acc')}")
-    return 0
+    # a refusal of eval/predict/embed is a result (e.g. no disk for the layer outputs);
+    # preprocess or training that failed is not
+    failed = [p for p in ("preprocess", "train") if results.get(p, {}).get("exit_code", 0)]
+    if failed:
+        print(f"failed: {failed} (see {log})", file=sys.stderr)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

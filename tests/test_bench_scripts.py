@@ -47,3 +47,32 @@ def test_bench_train_runs_every_row_kind_and_writes_its_json(tiny_store, tmp_pat
     assert gnnssd["useful_bytes"] > 0  # a 16 MiB budget cannot hold the rows: some are read
     assert gnnssd["read_amplification"] == round(gnnssd["bytes_read"] / gnnssd["useful_bytes"], 3)
     assert report["meta"]["seed_order"] == "proximity"
+
+
+def test_bench_scale_runs_the_cli_path_and_keeps_its_json_across_runs(tmp_path):
+    """Preprocess (a tiny synthetic preset), two epochs in two runs (the second resumes),
+    eval and layer-wise predict, each phase's figures in the JSON."""
+    config = tmp_path / "tiny.yaml"
+    config.write_text("store: store\nrun_dir: run\nfeatures: ssd\nmodel: {hidden: 16, layers: 2}\n"
+                      "sampler: {fanouts: [5, 5], batch_size: 256}\nssd: {memory_budget: 16MiB}\n")
+    out = tmp_path / "scale.json"
+    cmd = [sys.executable, "scripts/bench_scale.py", "--config", str(config), "--preset", "tiny",
+           "--json", str(out)]
+    first = subprocess.run([*cmd, "--epochs", "1", "--phases", "preprocess", "train"], cwd=REPO,
+                           capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stderr[-3000:]
+    second = subprocess.run([*cmd, "--epochs", "2", "--phases", "preprocess", "train", "eval", "predict"],
+                            cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert second.returncode == 0, second.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert set(report["preprocess"]["steps"]) >= {"topology", "features", "page checksums", "arrays"}
+    assert report["preprocess"]["store"]["nodes"] == 5000
+    assert report["train"]["resumed"] is True
+    epochs = report["train"]["epochs"]
+    assert [e["epoch"] for e in epochs] == [1, 2]
+    for epoch in epochs:
+        assert epoch["batches"] > 0 and epoch["bytes_read"] is not None and epoch["valid_acc"] is not None
+    assert epochs[1]["peak_rss_gib"] > 0
+    for phase in ("eval", "predict"):
+        assert report[phase]["exit_code"] == 0, report[phase]
+    assert (tmp_path / "scale_predictions.npy").exists()
