@@ -90,6 +90,10 @@ def _renumber_rows(indptr, indices, rows, inv, out_indptr, out):
         out[start:start + hi - lo] = np.sort(out[start:start + hi - lo])
 
 
+#: Window files of an out-of-core renumbering, at most (files open at once).
+MAX_WINDOWS = 256
+
+
 def _renumbered_indptr(indptr: np.ndarray, perm: np.ndarray) -> np.ndarray:
     new_indptr = np.zeros_like(indptr)
     np.cumsum(np.diff(indptr)[perm], out=new_indptr[1:])
@@ -118,24 +122,84 @@ def bucket_bounds(indptr: np.ndarray, bucket_edges: int) -> np.ndarray:
     return np.asarray(bounds, dtype=np.int64)
 
 
+@numba.njit(cache=True, nogil=True)
+def _group_by_window(indptr, indices, first, last, window, inv, out, starts):
+    """The renumbered sources of old rows first..last-1, grouped by the window of each
+    row's new position (window[k] for row first + k), rows in old order inside a group;
+    `starts` (windows + 1) receives each group's offset in `out`."""
+    starts[:] = 0
+    for v in range(first, last):
+        starts[window[v - first] + 1] += indptr[v + 1] - indptr[v]
+    for w in range(starts.shape[0] - 1):
+        starts[w + 1] += starts[w]
+    cursor = starts[:-1].copy()
+    for v in range(first, last):
+        w = window[v - first]
+        for e in range(indptr[v], indptr[v + 1]):
+            out[cursor[w]] = inv[indices[e]]
+            cursor[w] += 1
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def _place_rows(rows, indptr, new_start, data, out):
+    """Old rows `rows` (ascending, their sources back to back in `data`) written sorted at
+    out[new_start[k]:...] (each row's new offset within the window)."""
+    offsets = np.empty(rows.shape[0] + 1, np.int64)
+    offsets[0] = 0
+    for k in range(rows.shape[0]):
+        offsets[k + 1] = offsets[k] + indptr[rows[k] + 1] - indptr[rows[k]]
+    for k in numba.prange(rows.shape[0]):
+        d = offsets[k + 1] - offsets[k]
+        o = new_start[k]
+        out[o:o + d] = np.sort(data[offsets[k]:offsets[k + 1]])
+
+
 def renumber_csc_to_file(indptr: np.ndarray, indices: np.ndarray, perm: np.ndarray,
                          inv: np.ndarray, out: Path, chunk_edges: int,
                          progress: Callable[[int, int], None]) -> tuple[np.ndarray, np.ndarray]:
     """`renumber_csc` with the new indices written to the .npy file `out` (returned
-    mapped), a chunk of about `chunk_edges` at a time: memory is indptr, inv and one
-    chunk, and the old indices' mapped pages are released after every chunk."""
+    mapped), in two sequential passes, as the feature rows are reordered: the new rows are
+    cut into windows of about `chunk_edges` edges; pass 1 reads the old indices in order
+    and appends each row, renumbered, to its window's file (beside `out`); pass 2 sorts
+    each window's rows into place and appends the window to `out`. Memory: indptr, inv and
+    a chunk; the old indices' mapped pages are released after every chunk (random reads of
+    old rows would keep the whole file resident)."""
     new_indptr = _renumbered_indptr(indptr, perm)
-    small_inv = inv.astype(indices.dtype)
+    total = int(new_indptr[-1])
+    chunk_edges = max(chunk_edges, -(-total // MAX_WINDOWS), 1)
     bounds = bucket_bounds(new_indptr, chunk_edges)
-    with open(out, "wb") as f:
-        f.write(npy_header(indices.dtype, int(new_indptr[-1])))
-        for k, (lo, hi) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist())):
-            part = np.empty(int(new_indptr[hi] - new_indptr[lo]), dtype=indices.dtype)
-            _renumber_rows(indptr, indices, perm[lo:hi].astype(np.int64), small_inv,
-                           new_indptr[lo:hi + 1] - new_indptr[lo], part)
-            f.write(part.data)
+    windows = len(bounds) - 1
+    for stale in out.parent.glob(f"{out.name}.window-*"):  # of an interrupted attempt
+        stale.unlink()
+    paths = [out.with_name(f"{out.name}.window-{w}") for w in range(windows)]
+    small_inv = inv.astype(indices.dtype)
+    old_bounds = bucket_bounds(np.asarray(indptr), chunk_edges)
+    steps = len(old_bounds) - 1 + windows
+    files = [open(path, "wb") for path in paths]
+    try:
+        starts = np.empty(windows + 1, np.int64)
+        for k, (lo, hi) in enumerate(zip(old_bounds[:-1].tolist(), old_bounds[1:].tolist())):
+            window = np.searchsorted(bounds, inv[lo:hi], side="right") - 1
+            grouped = np.empty(int(indptr[hi] - indptr[lo]), dtype=indices.dtype)
+            _group_by_window(indptr, indices, lo, hi, window, small_inv, grouped, starts)
+            for w in np.flatnonzero(np.diff(starts)).tolist():
+                files[w].write(grouped[starts[w]:starts[w + 1]].data)
             release_pages(indices)
-            progress(k + 1, len(bounds) - 1)
+            progress(k + 1, steps)
+    finally:
+        for f in files:
+            f.close()
+    with open(out, "wb") as f:
+        f.write(npy_header(indices.dtype, total))
+        for w, path in enumerate(paths):
+            lo, hi = int(bounds[w]), int(bounds[w + 1])
+            rows = np.flatnonzero((inv >= lo) & (inv < hi))  # ascending: the order of the file
+            part = np.empty(int(new_indptr[hi] - new_indptr[lo]), dtype=indices.dtype)
+            _place_rows(rows, np.asarray(indptr), new_indptr[inv[rows]] - new_indptr[lo],
+                        np.fromfile(path, dtype=indices.dtype), part)
+            f.write(part.data)
+            path.unlink()
+            progress(len(old_bounds) - 1 + w + 1, steps)
         f.flush()
         os.fsync(f.fileno())
     return new_indptr, np.load(out, mmap_mode="r")
