@@ -43,8 +43,9 @@ def reordered_features(partial: Path, out_name: str, rows_from: Callable[[int], 
                        notify: Notify) -> dict[str, int]:
     """Write `out_name` in `partial`: the rows `rows_from(first_row)` streams (source
     order, raw bytes reshaped (rows, row_bytes) by the caller's dtype), in store order;
-    returns its size and CRC-32."""
+    returns its size and CRC-32. A resumed run keeps the window size it started with."""
     n = inv.shape[0]
+    window_rows = state_of(partial, DISTRIBUTE).get("window_rows", window_rows)
     windows = -(-n // window_rows)
     _distribute(partial, rows_from, inv, row_bytes, window_rows, windows, notify)
     return _assemble(partial, out_name, inv, row_bytes, window_rows, windows, notify)
@@ -79,7 +80,7 @@ def _distribute(partial: Path, rows_from: Callable[[int], Iterator[np.ndarray]],
             if unsynced >= SYNC_BYTES or row == n:
                 _sync_all(files)
                 record(partial, DISTRIBUTE, {"rows": row, "sizes": [f.tell() for f in files],
-                                             "done": int(row == n)})
+                                             "window_rows": window_rows, "done": int(row == n)})
                 unsynced = 0
             notify("features", row, n)
     finally:

@@ -135,7 +135,7 @@ def _write_partial(partial: Path, source: DatasetSource, order: str | NodeOrder,
             row_bytes = source.feat_dim * np.dtype(written).itemsize
             files[FEATURES] = reordered_features(
                 partial, FEATURES, _checked_feature_rows(source, written), inv, row_bytes,
-                _window_rows(limit, row_bytes), notify)
+                _window_rows(spare_memory(limit), row_bytes), notify)
     if dtype == "int8":
         with _step(steps, "quantize"):
             files.update(_quantize_features(partial, source.num_nodes, source.feat_dim, notify))
@@ -295,7 +295,8 @@ def _renumber(partial: Path, order: str, indptr: np.ndarray, indices: np.ndarray
         new_indptr = indptr
         os.link(partial / CSC_INDICES, final)
     else:
-        chunk = min(RENUMBER_CHUNK_EDGES, max(1 << 16, limit // (4 * indices.dtype.itemsize)))
+        # pass 1 holds a chunk and the old indices' pages it mapped; pass 2 a window and its file
+        chunk = min(RENUMBER_CHUNK_EDGES, max(1 << 16, spare_memory(limit) // (4 * indices.dtype.itemsize)))
         new_indptr, _ = renumber_csc_to_file(indptr, indices, perm, inv, final, chunk,
                                              lambda done, total: notify("renumber", done, total))
     _save_array(partial / STORE_INDPTR, new_indptr)
@@ -303,9 +304,16 @@ def _renumber(partial: Path, order: str, indptr: np.ndarray, indices: np.ndarray
     (partial / CSC_INDICES).unlink()
 
 
-def _window_rows(limit: int, row_bytes: int) -> int:
-    """Rows of one window of the out-of-core feature reorder: a quarter of the memory limit."""
-    return max(_chunk_rows(row_bytes), min(limit // 4, 4 << 30) // max(row_bytes, 1))
+def _window_rows(spare: int, row_bytes: int) -> int:
+    """Rows of one window of the out-of-core feature reorder: half the memory to spare
+    (the window, and the rows read into it), at most 4 GiB."""
+    return max(_chunk_rows(row_bytes), min(spare // 2, 4 << 30) // max(row_bytes, 1))
+
+
+def spare_memory(limit: int) -> int:
+    """What `limit` leaves beside this process's resident memory now (its arrays, the
+    source's tables, the interpreter): what a step may still take."""
+    return max(limit - psutil.Process().memory_info().rss, 0)
 
 
 def _version() -> str:
@@ -346,7 +354,7 @@ def _space_needed(source: DatasetSource, dtype: str, order: str, num_edges: int 
     row_bytes = source.feat_dim * written
     staged = 0
     if order != "original":
-        staged = source.num_nodes * row_bytes + _window_rows(memory_limit, row_bytes) * row_bytes
+        staged = source.num_nodes * row_bytes + _window_rows(memory_limit // 2, row_bytes) * row_bytes
     if dtype == "int8":
         staged = max(staged, source.num_nodes * row_bytes)
     scratch = max(2 * ids * num_edges, indices, staged)
@@ -599,7 +607,7 @@ def _checked_csc(source: DatasetSource, memory_limit: int, partial: Path,
     def bucket_edges() -> int:
         """Edges a bucket may hold in what the limit leaves beside this process's memory
         now (the source's own tables, labels, ...) and indptr."""
-        spare = memory_limit - psutil.Process().memory_info().rss - 8 * (n + 1)
+        spare = spare_memory(memory_limit) - 8 * (n + 1)
         return max(MIN_BUCKET_EDGES, spare // (BUCKET_IDS_PER_EDGE * ids))
 
     def checked_chunks() -> Iterator[tuple[np.ndarray, np.ndarray]]:

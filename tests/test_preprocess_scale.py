@@ -165,3 +165,20 @@ def test_preprocess_interrupted_in_any_step_resumes_to_the_same_store(tmp_path, 
     perm = np.asarray(store.perm)
     rows = np.fromfile(out / "features.bin", dtype=np.float16)[:2000 * 16].reshape(2000, 16)
     np.testing.assert_array_equal(rows, data["features"].astype(np.float16)[perm])
+
+
+def test_resumed_reorder_keeps_its_window_size(tmp_path, monkeypatch):
+    """The window size depends on the memory free when the step starts; a resumed run
+    must use the one its files were distributed with."""
+    monkeypatch.setattr(writer, "CHUNK_BYTES", 4096)
+    data = random_graph_arrays(num_nodes=2000, num_edges=12_000, dim=16)
+    source = lambda: ArraySource(**data, symmetric=True)  # noqa: E731
+    monkeypatch.setattr(writer, "_window_rows", lambda spare, row_bytes: 300)
+    with pytest.raises(Interrupted):
+        write_store(tmp_path / "store", source(), order=node_order("degree"),
+                    progress=_interrupt_at("features", 3))
+    monkeypatch.setattr(writer, "_window_rows", lambda spare, row_bytes: 700)
+    out = write_store(tmp_path / "store", source(), order=node_order("degree"))
+    perm = np.asarray(Store.open(out, verify=True).perm)
+    rows = np.fromfile(out / "features.bin", dtype=np.float32)[:2000 * 16].reshape(2000, 16)
+    np.testing.assert_array_equal(rows, data["features"][perm])
