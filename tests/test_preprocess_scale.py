@@ -11,7 +11,7 @@ from gnnssd.datasets.synthetic import _weighted_position
 from gnnssd.sampler import node_order
 from gnnssd.sampler import order as sampler_order
 from gnnssd.storage_format import Store, write_store
-from gnnssd.storage_format import writer
+from gnnssd.storage_format import reorder, writer
 from gnnssd.storage_format.csc import csc_from_edges, renumber_csc, renumber_csc_to_file
 from gnnssd.storage_format.csc_external import external_csc
 
@@ -146,6 +146,7 @@ def test_preprocess_interrupted_in_any_step_resumes_to_the_same_store(tmp_path, 
     monkeypatch.setattr(writer, "RENUMBER_CHUNK_EDGES", 500)
     monkeypatch.setattr(writer, "CHUNK_EDGES", 700)
     monkeypatch.setattr(writer, "MIN_BUCKET_EDGES", 1000)
+    monkeypatch.setattr(reorder, "SYNC_BYTES", 4096)
     data = random_graph_arrays(num_nodes=2000, num_edges=12_000, dim=16)
     source = lambda: ArraySource(**data, symmetric=True)  # noqa: E731
     kwargs = dict(order=node_order("degree"), memory_limit=1, dtype="float16")
@@ -171,6 +172,7 @@ def test_resumed_reorder_keeps_its_window_size(tmp_path, monkeypatch):
     """The window size depends on the memory free when the step starts; a resumed run
     must use the one its files were distributed with."""
     monkeypatch.setattr(writer, "CHUNK_BYTES", 4096)
+    monkeypatch.setattr(reorder, "SYNC_BYTES", 4096)  # progress recorded after every chunk
     data = random_graph_arrays(num_nodes=2000, num_edges=12_000, dim=16)
     source = lambda: ArraySource(**data, symmetric=True)  # noqa: E731
     monkeypatch.setattr(writer, "_window_rows", lambda spare, row_bytes: 300)
