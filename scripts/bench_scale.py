@@ -16,10 +16,20 @@ again (training resumes from its checkpoint with --resume).
 - train: per epoch the time, mini-batches/s, bytes read / useful bytes, stage times,
   accuracy, and the peak RSS while that epoch ran (with the topology's resident pages);
 - eval / predict --layerwise / embed: wall time and peak RSS, or the refusal a command
-  gave (e.g. not enough free disk for the layer outputs), with its message.
+  gave (e.g. not enough free disk for the layer outputs), with its message;
+- compare: the first --compare-batches training mini-batches of epoch 1, end to end
+  (forward, backward, step of the config's model), for four ways to feed them, each in its
+  own process: `gnnssd` (NodeLoader, features: ssd, the config's budget), `per-row` (an LRU
+  cache of the budget, each missing row read as its own O_DIRECT page through the
+  io_engine: GraphBolt's and Ginex's design), `mmap` (the features memmap, with the page
+  cache held to the budget plus --headroom by bench_train's memory holder: what a DGL user
+  tries first) and `compute-only` (rows gathered from a table in RAM: the limit where I/O
+  costs nothing). The baselines sample with gnnssd's sampler (DGL's would need the
+  topology as int64 tensors: 19 GiB at papers scale), the same seed batches as gnnssd.
 
     python scripts/bench_scale.py --config CONFIG [--preset papers --order degree]
-        [--epochs 2] [--phases preprocess train eval predict embed] [--json PATH]
+        [--epochs 2] [--phases preprocess train eval predict embed compare] [--json PATH]
+        [--compare-batches 100] [--compare-systems gnnssd per-row mmap compute-only]
 """
 from __future__ import annotations
 
@@ -36,7 +46,10 @@ from typing import Any
 import psutil
 import yaml
 
-PHASES = ("preprocess", "train", "eval", "predict", "embed")
+PHASES = ("preprocess", "train", "eval", "predict", "embed", "compare")
+SYSTEMS = ("compute-only", "gnnssd", "per-row", "mmap")
+#: Rows of the compute-only table (float32): what the gather indexes instead of the file.
+TABLE_ROWS = 1 << 20
 TOPOLOGY_FILES = ("indptr.npy", "indices.npy")
 GiB = 1 << 30
 
@@ -179,6 +192,153 @@ def _public(outcome: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in outcome.items() if not k.startswith("_")}
 
 
+# --- compare: the same mini-batches fed four ways ----------------------------------------
+
+def compare_child(spec: dict[str, Any]) -> dict[str, Any]:
+    """One system over the first `batches` mini-batches, in this fresh process."""
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+
+    from gnnssd import NodeLoader
+    from gnnssd.budget import parse_bytes
+    from gnnssd.config import load_config
+    from gnnssd.models import build_model
+    from gnnssd.runtime import seed_everything
+    from gnnssd.sampler import NeighborSampler, seed_batches
+    from gnnssd.sampler.blocks import to_dgl_blocks
+    from gnnssd.storage_format import Store
+
+    cfg = load_config(spec["config"])
+    store = Store.open(cfg.store)
+    seed_everything(cfg.seed)
+    budget = parse_bytes(cfg.ssd.memory_budget)
+    fanouts, batch_size = list(cfg.sampler.fanouts), cfg.sampler.batch_size
+    batches = seed_batches(np.asarray(store.train_idx), batch_size, True, cfg.seed, 1)[:spec["batches"]]
+    labels = np.load(Path(cfg.store) / "labels.npy", mmap_mode="r")
+    model = build_model(cfg.model, store.feat_dim, store.num_classes)
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.train.lr)
+    stages = {"sample": 0.0, "features": 0.0, "compute": 0.0}
+
+    def step(blocks: list, x: torch.Tensor, y: torch.Tensor) -> None:
+        t = time.perf_counter()
+        loss = F.cross_entropy(model(blocks, x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        stages["compute"] += time.perf_counter() - t
+
+    start = time.perf_counter()
+    if spec["system"] == "gnnssd":
+        seeds = np.concatenate(batches)
+        with NodeLoader(store, seeds, fanouts=fanouts, batch_size=batch_size, features="ssd",
+                        memory_budget=budget, shuffle=False, seed=cfg.seed, device="cpu",
+                        eval_fanouts=fanouts, eval_batch_size=batch_size) as loader:
+            start = time.perf_counter()  # the hot cache is loaded: setup, as for the others
+            for mb in loader:
+                step(mb.blocks, mb.x, mb.y)
+            io = loader.io_stats()
+        stages = {**stages, **{k: round(v, 3) for k, v in loader.timer.take().items()}}
+    else:
+        rows_of = _feature_source(spec["system"], store, budget)
+        sampler = NeighborSampler(store.indptr, store.indices, fanouts)
+        io = {}
+        start = time.perf_counter()
+        for k, seeds in enumerate(batches):
+            t = time.perf_counter()
+            mfgs = sampler.sample(np.sort(seeds), cfg.seed, k)
+            blocks = to_dgl_blocks(mfgs)
+            t2 = time.perf_counter()
+            x = rows_of(np.asarray(mfgs.nodes))
+            t3 = time.perf_counter()
+            stages["sample"] += t2 - t
+            stages["features"] += t3 - t2
+            y = torch.from_numpy(np.asarray(labels[mfgs.nodes[:int(mfgs.num_dst[-1])]], dtype=np.int64))
+            step(blocks, x, y)
+        io = getattr(rows_of, "io", {})
+    seconds = time.perf_counter() - start
+    import resource
+    return {"system": spec["system"], "batches": len(batches), "seconds": round(seconds, 2),
+            "s_per_batch": round(seconds / len(batches), 3),
+            "stages_s": {k: round(v, 2) for k, v in stages.items()}, "io": io,
+            "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 3)}
+
+
+def _feature_source(system: str, store: Any, budget: int) -> Any:
+    """rows(ids) -> float32 tensor of the ids' features, for the baselines."""
+    import numpy as np
+    import torch
+
+    if system == "compute-only":
+        table = np.random.default_rng(0).standard_normal((TABLE_ROWS, store.feat_dim), dtype=np.float32)
+        return lambda ids: torch.from_numpy(table[ids % TABLE_ROWS])
+    if system == "mmap":
+        features = store.features_memmap()
+        return lambda ids: torch.from_numpy(store.as_float32(features[np.sort(ids)][np.argsort(np.argsort(ids))], ids))
+    from gnnssd.baselines import LRUCache
+    from gnnssd.io_engine import Engine
+    from gnnssd.sampler.readplan import per_row_requests
+
+    cache = LRUCache(budget // store.row_bytes, store.num_nodes)
+    data = np.empty((cache.capacity, store.row_bytes), dtype=np.uint8)
+    engine = Engine()
+    file = engine.open(store.features_path, checksums=store.page_checksums())
+    staging = engine.alloc(2 * engine.chunk_bytes)
+    counters = {"bytes_read": 0, "requests": 0, "useful_bytes": 0}
+
+    def rows(ids: np.ndarray) -> torch.Tensor:
+        slots, hit = cache.access(ids)
+        raw = np.empty((len(ids), store.row_bytes), dtype=np.uint8)
+        raw[hit] = data[slots[hit]]
+        missed = np.flatnonzero(~hit)
+        offsets, lengths = per_row_requests(np.sort(ids[missed]), store.row_bytes)
+        fresh = engine.read_rows(file, ids[missed], store.row_bytes, offsets, lengths, staging=staging)
+        raw[missed] = fresh
+        kept = slots[missed] >= 0
+        data[slots[missed][kept]] = fresh[kept]
+        counters["bytes_read"] += int(lengths.sum())
+        counters["requests"] += len(lengths)
+        counters["useful_bytes"] += len(missed) * store.row_bytes
+        return torch.from_numpy(store.as_float32(raw.view(store.feat_dtype), ids))
+
+    rows.io = counters  # type: ignore[attr-defined]
+    return rows
+
+
+def compare_phase(args: argparse.Namespace, log: Path) -> dict[str, Any]:
+    sys.path.insert(0, str(Path(__file__).parent))
+    from bench_train import PageCacheLimit, drop_caches
+
+    from gnnssd.budget import parse_bytes
+
+    cfg = yaml.safe_load(args.config.read_text())
+    budget = parse_bytes(cfg.get("ssd", {}).get("memory_budget", "1GiB"))
+    rows = []
+    for system in args.compare_systems:
+        dropped = drop_caches()
+        spec = json.dumps({"system": system, "config": str(args.config), "batches": args.compare_batches})
+        cmd = [sys.executable, __file__, "--config", str(args.config), "--child", spec]
+        if system == "mmap":
+            with PageCacheLimit(budget + parse_bytes(args.headroom)) as limit:
+                outcome = run(cmd, log)
+            held = limit.describe()
+        else:
+            outcome, held = run(cmd, log), "no limit"
+        outcome.pop("_sampler"), outcome.pop("_start")
+        lines = [x for x in log.read_text().splitlines() if x.startswith("{\"system\"")]
+        row = json.loads(lines[-1]) if outcome["exit_code"] == 0 and lines else {"system": system}
+        rows.append({**row, "exit_code": outcome["exit_code"], "page_cache": held, "caches": dropped,
+                     "sampled_peak_rss_gib": outcome.get("peak_rss_gib")})
+        print(json.dumps(rows[-1]), flush=True)
+    base = {r["system"]: r.get("s_per_batch") for r in rows}
+    ratios = {}
+    if base.get("gnnssd"):
+        for other in ("compute-only", "per-row", "mmap"):
+            if base.get(other):
+                ratios[f"gnnssd / {other} time"] = round(base["gnnssd"] / base[other], 3)
+    return {"budget_bytes": budget, "rows": rows, "ratios": ratios}
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--config", type=Path, required=True, help="training config (store and run_dir in it)")
@@ -188,8 +348,15 @@ def main() -> int:
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--phases", nargs="+", choices=PHASES, default=list(PHASES))
     p.add_argument("--embed-layer", type=int, help="embed --layer (default: the last)")
+    p.add_argument("--compare-batches", type=int, default=100)
+    p.add_argument("--compare-systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
+    p.add_argument("--headroom", default="1.5GiB", help="memory beside the budget for mmap's process")
     p.add_argument("--json", type=Path, default=Path("bench_out/bench_scale.json"))
+    p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.child:
+        print(json.dumps(compare_child(json.loads(args.child))), flush=True)
+        return 0
     cfg = yaml.safe_load(args.config.read_text())
     store = (args.config.parent / cfg["store"]).resolve()
     run_dir = (args.config.parent / cfg["run_dir"]).resolve()
@@ -220,6 +387,8 @@ def main() -> int:
         elif phase == "predict":
             results[phase] = _public(run(gnnssd("predict", "--config", str(args.config), "--layerwise",
                                                 "--out", str(out_dir / "scale_predictions.npy")), log))
+        elif phase == "compare":
+            results[phase] = compare_phase(args, log)
         elif phase == "embed":
             layer = ["--layer", str(args.embed_layer)] if args.embed_layer else []
             results[phase] = _public(run(gnnssd("embed", "--config", str(args.config), *layer,
