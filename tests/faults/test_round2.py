@@ -3,8 +3,10 @@ exhaust memory, stores whose checksums are valid but whose content is not, and r
 directories a hostile user prepared. Each test is named after its fault."""
 from __future__ import annotations
 
+import json
 import os
 import pickle
+import re
 import shutil
 from pathlib import Path
 
@@ -12,7 +14,11 @@ import numpy as np
 import pytest
 
 from gnnssd.datasets import PlanetoidSource
-from gnnssd.storage_format import DatasetError
+from gnnssd.datasets.arrays import ArraySource
+from gnnssd.storage_format import DatasetError, Store, StoreError, write_store
+from gnnssd.storage_format.atomic import crc32_of_file
+from gnnssd.storage_format.manifest import MANIFEST, ROW_SCALES, manifest_checksum
+from tests.conftest import random_graph_arrays
 
 
 def _planetoid_copy(src: Path, dst: Path) -> Path:
@@ -48,3 +54,90 @@ def test_planetoid_test_index_of_1e11_is_refused_before_allocating(tmp_path, pla
     np.savetxt(root / "ind.cora.test.index", index, fmt="%d")
     with pytest.raises(DatasetError, match=r"ind\.cora\.test\.index: indices 1708\.\.100000000000"):
         PlanetoidSource(root, "cora")
+
+
+# --- stores whose checksums are valid but whose content is not ---------------------------
+
+def _tamper(store_dir: Path, name: str, array: np.ndarray) -> None:
+    """Replace `name` with `array` and recompute its CRC-32, size and the manifest's own
+    checksum as preprocess does: a store that every checksum vouches for."""
+    file = store_dir / name
+    with open(file, "wb") as f:
+        np.save(f, array)
+    manifest = json.loads((store_dir / MANIFEST).read_text())
+    manifest["files"][name].update(size=file.stat().st_size, crc32=crc32_of_file(file))
+    manifest["checksum"] = manifest_checksum(manifest)
+    (store_dir / MANIFEST).write_text(json.dumps(manifest))
+
+
+def _array(store_dir: Path, name: str) -> np.ndarray:
+    return np.load(store_dir / name).copy()
+
+
+def _set(index, value):
+    def edit(a):
+        a[index] = value
+        return a
+    return edit
+
+
+# (file, edit, which check stops it, what the message says)
+CONTENT_FAULTS = {
+    "indptr not monotone": ("indptr.npy", lambda a: _set(10, int(a[9]) - 1)(a), "verify",
+                            r"decreases at node 9"),
+    "indptr[10] = 1e9": ("indptr.npy", _set(10, 10**9), "verify", r"decreases at node 10"),
+    "indptr[0] = 3": ("indptr.npy", _set(0, 3), "open", r"starts at 3"),
+    "indices[5] = 10**6": ("indices.npy", _set(5, 10**6), "verify", r"entry 5 is 1000000"),
+    "indices[5] = -3": ("indices.npy", _set(5, -3), "verify", r"entry 5 is -3"),
+    "indices big-endian": ("indices.npy", lambda a: a.astype(a.dtype.newbyteorder(">")), "open",
+                           r"dtype >i"),
+    "train_idx out of range": ("train_idx.npy", _set(0, 10**6), "open", r"entry 0 is 1000000"),
+    "train_idx -1": ("train_idx.npy", _set(0, -1), "open", r"entry 0 is -1"),
+    "train_idx float": ("train_idx.npy", lambda a: a.astype(np.float64), "open", r"dtype <f8"),
+    "inv[0] = 10**7": ("inv.npy", _set(0, 10**7), "open", r"entry 0 is 10000000"),
+    "perm not a permutation": ("perm.npy", lambda a: _set(0, int(a[1]))(a), "verify",
+                               r"expected perm and inv to be inverse permutations"),
+    "label -5": ("labels.npy", _set(3, -5), "open", r"entry 3 is -5"),
+    "train_idx repeated": ("train_idx.npy", lambda a: _set(1, int(a[0]))(a), "verify",
+                           r"1 repeated node ID"),
+}
+
+
+@pytest.fixture(scope="module")
+def clean_store(tmp_path_factory) -> Path:
+    return write_store(tmp_path_factory.mktemp("clean") / "store",
+                       ArraySource(**random_graph_arrays(seed=3)))
+
+
+@pytest.mark.parametrize("fault", sorted(CONTENT_FAULTS))
+def test_store_content_with_valid_checksums_is_refused_naming_the_file(tmp_path, clean_store, fault):
+    name, edit, stage, message = CONTENT_FAULTS[fault]
+    store_dir = tmp_path / "store"
+    shutil.copytree(clean_store, store_dir)
+    _tamper(store_dir, name, edit(_array(store_dir, name)))
+    with pytest.raises(StoreError, match=rf"{re.escape(name)}: .*{message}"):
+        Store.open(store_dir).verify()
+    if stage == "verify":  # open's cheap checks let it through; verify stops it
+        Store.open(store_dir)
+
+
+def test_float_link_edges_are_refused_at_open(tmp_path, clean_store):
+    store_dir = write_store(tmp_path / "link", ArraySource(**random_graph_arrays(seed=4)),
+                            edge_split=(0.8, 0.1, 0.1))
+    _tamper(store_dir, "link_test.npy", _array(store_dir, "link_test.npy").astype(np.float64) + 0.5)
+    with pytest.raises(StoreError, match=r"link_test\.npy: dtype <f8 with 2 dimension"):
+        Store.open(store_dir)
+
+
+def test_int8_store_with_nan_scales_fails_verify(tmp_path):
+    store_dir = write_store(tmp_path / "int8", ArraySource(**random_graph_arrays(seed=5)), dtype="int8")
+    file = store_dir / ROW_SCALES
+    scales = np.fromfile(file, dtype="<f4")
+    scales[6] = np.nan
+    scales.tofile(file)
+    manifest = json.loads((store_dir / MANIFEST).read_text())
+    manifest["files"][ROW_SCALES]["crc32"] = crc32_of_file(file)
+    manifest["checksum"] = manifest_checksum(manifest)
+    (store_dir / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(StoreError, match=r"features\.scale: row 3 holds \[.*nan.*\], expected finite"):
+        Store.open(store_dir).verify()
