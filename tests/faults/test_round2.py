@@ -8,6 +8,8 @@ import os
 import pickle
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -141,3 +143,46 @@ def test_int8_store_with_nan_scales_fails_verify(tmp_path):
     (store_dir / MANIFEST).write_text(json.dumps(manifest))
     with pytest.raises(StoreError, match=r"features\.scale: row 3 holds \[.*nan.*\], expected finite"):
         Store.open(store_dir).verify()
+
+
+# --- the sampler's kernels bound-check what they index -----------------------------------
+
+SAMPLER_FAULTS = {
+    "seed n+5": ("seeds = np.array([n + 5])", r"node 305: not a node of the graph"),
+    "seed 10**12": ("seeds = np.array([10**12])", r"node 1000000000000: not a node"),
+    "seed -3": ("seeds = np.array([-3])", r"node -3: not a node"),
+    "indptr not monotone": ("indptr[10] = indptr[9] - 1; seeds = np.array([9])",
+                            r"node 9: indptr gives its in-edges as .* reversed"),
+    "indptr[10] = 1e9": ("indptr[10] = 10**9; seeds = np.array([10])",
+                         r"node 10: indptr gives its in-edges as 1000000000"),
+    "indices 10**6": ("indices[:] = 10**6; seeds = np.arange(20)",
+                      r"sampled in-neighbour 1000000: not a node"),
+    "indices -3": ("indices[:] = -3; seeds = np.arange(20)", r"sampled in-neighbour -3: not a node"),
+    "fanout -5": ("fanouts = [-5, 3]", r"fanouts \[-5, 3\]: expected -1"),
+}
+
+SAMPLER_SCRIPT = """
+import numpy as np
+from gnnssd.sampler.sampling import NeighborSampler
+from gnnssd.storage_format.csc import csc_from_edges
+rng = np.random.default_rng(0)
+n = 300
+indptr, indices = csc_from_edges(rng.integers(n, size=2000), rng.integers(n, size=2000), n)
+indptr, indices = np.array(indptr, np.int64), np.array(indices)
+seeds, fanouts = np.arange(20), [5, 5]
+{fault}
+try:
+    NeighborSampler(indptr, indices, fanouts).sample(seeds, seed=0)
+except (IndexError, ValueError) as exc:
+    print("refused:", exc)
+"""
+
+
+@pytest.mark.parametrize("fault", sorted(SAMPLER_FAULTS))
+def test_sampler_bound_checks_what_it_indexes(fault):
+    """In a subprocess: an out-of-bounds write would crash it rather than pytest."""
+    code, message = SAMPLER_FAULTS[fault]
+    run = subprocess.run([sys.executable, "-c", SAMPLER_SCRIPT.format(fault=code)],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert re.search(rf"refused: {message}", run.stdout), run.stdout + run.stderr[-2000:]
