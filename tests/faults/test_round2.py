@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gnnssd.config import ConfigError, config_from_dict, load_config
 from gnnssd.datasets import PlanetoidSource
 from gnnssd.datasets.arrays import ArraySource
 from gnnssd.storage_format import DatasetError, Store, StoreError, write_store
@@ -186,3 +187,53 @@ def test_sampler_bound_checks_what_it_indexes(fault):
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]
     assert re.search(rf"refused: {message}", run.stdout), run.stdout + run.stderr[-2000:]
+
+
+# --- the configuration --------------------------------------------------------------------
+
+@pytest.mark.parametrize("eval_fanouts", [[0, -7], [0, -2], [5, 0]])
+def test_eval_fanouts_that_are_not_fanouts_are_refused_by_name(eval_fanouts):
+    data = {"store": "s", "run_dir": "r", "sampler": {"eval_fanouts": eval_fanouts}}
+    with pytest.raises(ConfigError, match=rf"sampler\.eval_fanouts: {re.escape(repr(eval_fanouts))} "
+                                          r"is invalid; expected a non-empty list of positive"):
+        config_from_dict(data)
+
+
+def _alias_bomb(levels: int = 7) -> str:
+    """The 'billion laughs': each level lists the previous one 9 times (9**levels strings)."""
+    names = "abcdefghi"[:levels]
+    lines = ["lol: &a [" + ",".join(['"lol"'] * 9) + "]"]
+    lines += [f"x{name}: &{name} [" + ",".join([f"*{prev}"] * 9) + "]"
+              for prev, name in zip(names, names[1:])]
+    return "\n".join(lines) + f"\nstore: s\nrun_dir: r\nseed: *{names[-1]}\n"
+
+
+def test_yaml_alias_bomb_is_refused_with_a_short_message(tmp_path):
+    config = tmp_path / "bomb.yaml"
+    config.write_text(_alias_bomb())
+    assert len(config.read_bytes()) < 1000
+    with pytest.raises(ConfigError, match=r"bomb\.yaml: not valid YAML: .*alias bomb") as error:
+        load_config(config)
+    assert len(str(error.value)) < 2000
+
+
+def test_a_huge_value_is_not_echoed_in_the_error(tmp_path):
+    config = tmp_path / "long.yaml"
+    config.write_text("store: s\nrun_dir: r\nseed: [" + ",".join(["1"] * 50_000) + "]\n")
+    with pytest.raises(ConfigError, match=r"seed: \[1, 1, .*\.\.\. \(150,000 characters\) is invalid") as error:
+        load_config(config)
+    assert len(str(error.value)) < 1000
+
+
+def test_duplicate_yaml_keys_are_refused(tmp_path):
+    config = tmp_path / "dup.yaml"
+    config.write_text("store: s\nrun_dir: r\ntrain:\n  lr: 0.1\n  lr: 0.5\n")
+    with pytest.raises(ConfigError, match=r"(?s)dup\.yaml: not valid YAML: duplicate key 'lr'.*line 5"):
+        load_config(config)
+
+
+def test_non_utf8_config_names_the_file(tmp_path):
+    config = tmp_path / "latin.yaml"
+    config.write_bytes("store: café\nrun_dir: r\n".encode("latin-1"))
+    with pytest.raises(ConfigError, match=r"latin\.yaml: not UTF-8 text \(byte 0xe9 at offset 10\)"):
+        load_config(config)
