@@ -18,6 +18,7 @@ import pytest
 from gnnssd.config import ConfigError, config_from_dict, load_config
 from gnnssd.datasets import PlanetoidSource
 from gnnssd.datasets.arrays import ArraySource
+from gnnssd.rundir import LOCK, SCRATCH, RunLock, Scratch
 from gnnssd.storage_format import DatasetError, Store, StoreError, write_store
 from gnnssd.storage_format.atomic import crc32_of_file
 from gnnssd.storage_format.manifest import MANIFEST, ROW_SCALES, manifest_checksum
@@ -237,3 +238,68 @@ def test_non_utf8_config_names_the_file(tmp_path):
     config.write_bytes("store: café\nrun_dir: r\n".encode("latin-1"))
     with pytest.raises(ConfigError, match=r"latin\.yaml: not UTF-8 text \(byte 0xe9 at offset 10\)"):
         load_config(config)
+
+
+# --- run directories prepared by someone else ----------------------------------------------
+
+def test_scratch_symlink_in_run_dir_is_refused_and_its_target_untouched(tmp_path):
+    run_dir, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
+    run_dir.mkdir()
+    (elsewhere / "keep").mkdir(parents=True)
+    (elsewhere / "keep" / "data").write_text("precious")
+    (run_dir / SCRATCH).symlink_to(elsewhere)
+    with pytest.raises(ConfigError, match=r"\.gnnssd-scratch is a symbolic link"):
+        Scratch(run_dir).clear_stale()
+    assert (elsewhere / "keep" / "data").read_text() == "precious"
+
+
+def test_stale_scratch_entry_that_is_a_symlink_is_unlinked_not_followed(tmp_path):
+    run_dir, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
+    (run_dir / SCRATCH).mkdir(parents=True)
+    (elsewhere / "keep").mkdir(parents=True)
+    (elsewhere / "keep" / "data").write_text("precious")
+    (run_dir / SCRATCH / "123-abcd").symlink_to(elsewhere / "keep")
+    (run_dir / SCRATCH / "456-ef01").mkdir()
+    Scratch(run_dir).clear_stale()
+    assert list((run_dir / SCRATCH).iterdir()) == []
+    assert (elsewhere / "keep" / "data").read_text() == "precious"
+
+
+@pytest.mark.parametrize("exclusive", [True, False])
+@pytest.mark.parametrize("planted", ["symlink", "hard link"])
+def test_lock_file_planted_as_a_link_is_refused_untruncated(tmp_path, exclusive, planted):
+    run_dir, victim = tmp_path / "run", tmp_path / "victim.txt"
+    run_dir.mkdir()
+    victim.write_text("precious")
+    if planted == "symlink":
+        (run_dir / LOCK).symlink_to(victim)
+    else:
+        os.link(victim, run_dir / LOCK)
+    with pytest.raises(ConfigError, match=r"\.gnnssd-lock (is a symbolic link|is not a plain file)"):
+        RunLock(run_dir, exclusive=exclusive)
+    assert victim.read_text() == "precious"
+
+
+def test_run_config_symlink_is_refused_not_written_through(tmp_path):
+    from gnnssd.rundir import write_run_file  # what the Trainer writes run_config.yaml with
+    run_dir, victim = tmp_path / "run", tmp_path / "victim.txt"
+    run_dir.mkdir()
+    victim.write_text("precious")
+    (run_dir / "run_config.yaml").symlink_to(victim)
+    with pytest.raises(ConfigError, match=r"run_config\.yaml is a symbolic link"):
+        write_run_file(run_dir / "run_config.yaml", "seed: 1\n")
+    assert victim.read_text() == "precious"
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes through directory permissions")
+def test_read_only_run_dir_takes_a_read_only_shared_lock(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    RunLock(run_dir, exclusive=True).release()
+    run_dir.chmod(0o555)
+    (run_dir / LOCK).chmod(0o444)
+    try:
+        reader = RunLock(run_dir, exclusive=False)
+        reader.release()
+    finally:
+        run_dir.chmod(0o755)
