@@ -39,6 +39,22 @@ def refuse_symlink(path: Path) -> None:
                           "gnnssd writes only its own files there: remove the link")
 
 
+def check_output(out: Path, run_dir: Path) -> None:
+    """An output path (predict/embed --out) that would replace a file of the run, the run
+    directory's scratch or lock, or a folder, is refused before anything is computed."""
+    from .checkpoint import CHECKPOINT, METRICS
+
+    out = Path(out)
+    if out.is_dir():
+        raise ConfigError(f"--out {out}: a folder; give the path of an .npy file")
+    own = {CHECKPOINT, METRICS, "run_config.yaml", LOCK, SCRATCH}
+    resolved_dir = out.parent.resolve()
+    if resolved_dir == run_dir.resolve() and out.name in own or run_dir.resolve() / SCRATCH in (
+            resolved_dir, *resolved_dir.parents):
+        raise ConfigError(f"--out {out}: would replace the run's own {out.name} in {run_dir}; "
+                          "write elsewhere")
+
+
 def write_run_file(path: Path, text: str) -> None:
     """Replace a run directory file atomically; a symlink in its place is refused."""
     refuse_symlink(path)

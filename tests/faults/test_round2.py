@@ -22,7 +22,7 @@ from gnnssd.datasets import PlanetoidSource
 from gnnssd.datasets.arrays import ArraySource
 from gnnssd.rundir import LOCK, SCRATCH, RunLock, Scratch
 from gnnssd.storage_format import DatasetError, Store, StoreError, write_store
-from gnnssd.storage_format.atomic import crc32_of_file
+from gnnssd.storage_format.atomic import atomic_output, crc32_of_file
 from gnnssd.storage_format.manifest import MANIFEST, ROW_SCALES, manifest_checksum
 from tests.conftest import random_graph_arrays
 
@@ -381,3 +381,54 @@ def test_fuzz_tampered_arrays_with_valid_checksums_never_crash(tmp_path, clean_s
         if lines[0].startswith("verify passed"):
             # content verify accepts is valid: the loaders must then work
             assert all(line.endswith("loaded") for line in lines[1:]), block
+
+
+# --- predict/embed outputs ---------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory) -> tuple[Path, Path]:
+    from tests.faults.test_run import _config_file, _store, _train
+    root = tmp_path_factory.mktemp("trained")
+    store_dir, run_dir = _store(root / "store"), root / "run"
+    _train(store_dir, run_dir)
+    return _config_file(store_dir, run_dir), run_dir
+
+
+@pytest.mark.parametrize("command", [["predict"], ["predict", "--layerwise"], ["embed"]])
+@pytest.mark.parametrize("own", ["checkpoint.pt", "metrics.jsonl", "run_config.yaml"])
+def test_output_naming_a_file_of_the_run_is_refused_untouched(trained_run, capsys, command, own):
+    from tests.faults.test_run import _assert_one_line_error, _cli
+    config, run_dir = trained_run
+    before = (run_dir / own).read_bytes()
+    code, err = _cli(capsys, *command, "--config", str(config), "--out", str(run_dir / own))
+    _assert_one_line_error(code, err, f"would replace the run's own {own}")
+    assert (run_dir / own).read_bytes() == before
+
+
+@pytest.mark.parametrize("command", [["predict"], ["embed"]])
+def test_output_that_is_a_folder_is_refused_before_computing(trained_run, tmp_path, capsys, command):
+    from tests.faults.test_run import _assert_one_line_error, _cli
+    config, _ = trained_run
+    code, err = _cli(capsys, *command, "--config", str(config), "--out", str(tmp_path))
+    _assert_one_line_error(code, err, "a folder; give the path of an .npy file")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_failed_output_write_leaves_the_old_file_and_no_partial(tmp_path):
+    out = tmp_path / "pred.npy"
+    np.save(out, np.arange(5))
+    with pytest.raises(OSError), atomic_output(out) as tmp:
+        tmp.write_bytes(b"half")
+        raise OSError(28, "No space left on device")
+    np.testing.assert_array_equal(np.load(out), np.arange(5))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pred.npy"]
+
+
+def test_two_writers_of_one_output_get_distinct_temp_names(tmp_path):
+    out = tmp_path / "emb.npy"
+    with atomic_output(out) as first, atomic_output(out) as second:
+        assert first != second
+        first.write_bytes(b"first")
+        second.write_bytes(b"second")
+    assert out.read_bytes() == b"first"  # the last rename wins, each with its own data
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["emb.npy"]
