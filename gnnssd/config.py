@@ -208,6 +208,11 @@ class Config:
         return self.base_dir / self.run_dir
 
     def validate(self) -> None:
+        store, run = self.store_path().resolve(), self.run_path().resolve()
+        if run == store or store in run.parents:
+            raise ConfigError(f"run_dir: {self.run_dir} is {'the store' if run == store else 'inside the store'} "
+                              f"{self.store}; a preprocess --out of that store would replace it: "
+                              "keep runs outside the store")
         n_layers = self.model.layers
         if len(self.sampler.fanouts) != n_layers:
             raise ConfigError(f"sampler.fanouts: {len(self.sampler.fanouts)} fanouts for "

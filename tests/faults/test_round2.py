@@ -432,3 +432,10 @@ def test_two_writers_of_one_output_get_distinct_temp_names(tmp_path):
         second.write_bytes(b"second")
     assert out.read_bytes() == b"first"  # the last rename wins, each with its own data
     assert sorted(p.name for p in tmp_path.iterdir()) == ["emb.npy"]
+
+
+@pytest.mark.parametrize("run_dir", ["store", "store/runs/a"])
+def test_run_dir_equal_to_or_inside_the_store_is_refused(tmp_path, run_dir):
+    data = {"store": "store", "run_dir": run_dir}
+    with pytest.raises(ConfigError, match=r"run_dir: store.* is (the store|inside the store) store"):
+        config_from_dict(data, base_dir=tmp_path)
