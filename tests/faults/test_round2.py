@@ -439,3 +439,28 @@ def test_run_dir_equal_to_or_inside_the_store_is_refused(tmp_path, run_dir):
     data = {"store": "store", "run_dir": run_dir}
     with pytest.raises(ConfigError, match=r"run_dir: store.* is (the store|inside the store) store"):
         config_from_dict(data, base_dir=tmp_path)
+
+
+# --- calibration.json ----------------------------------------------------------------------
+
+GOOD_MODEL = {"request_s": 1e-5, "read_bw": 1e9, "write_bw": 1e9, "page": 4096, "max_request": 1 << 20}
+
+
+@pytest.mark.parametrize("text, message", [
+    (json.dumps({"model": {**GOOD_MODEL, "read_bw": 0}}), r"model\.read_bw is 0, expected a number in"),
+    (json.dumps({"model": {**GOOD_MODEL, "extra": 1}}), r"model keys \[.*'extra'.*\], expected"),
+    (json.dumps({"model": {**GOOD_MODEL, "max_request": 2**40}}), r"model\.max_request is 1099511627776"),
+    (json.dumps({"model": {**GOOD_MODEL, "request_s": "NaN"}}), r"model\.request_s is 'NaN'"),
+    ("{not json", r"not a calibration file \(JSONDecodeError"),
+])
+def test_bad_calibration_json_is_refused_naming_file_and_key(tmp_path, text, message):
+    from gnnssd.pipeline.calibration import load_model
+    (tmp_path / "calibration.json").write_text(text)
+    with pytest.raises(StoreError, match=rf"calibration\.json: {message}"):
+        load_model(tmp_path)
+
+
+def test_good_calibration_json_loads(tmp_path):
+    from gnnssd.pipeline.calibration import load_model
+    (tmp_path / "calibration.json").write_text(json.dumps({"model": GOOD_MODEL}))
+    assert load_model(tmp_path).read_bw == 1e9
