@@ -464,3 +464,34 @@ def test_good_calibration_json_loads(tmp_path):
     from gnnssd.pipeline.calibration import load_model
     (tmp_path / "calibration.json").write_text(json.dumps({"model": GOOD_MODEL}))
     assert load_model(tmp_path).read_bw == 1e9
+
+
+# --- GraphBolt metadata.yaml ---------------------------------------------------------------
+
+def _graphbolt(root: Path) -> Path:
+    from tests.test_graphbolt_igb import write_graphbolt
+    write_graphbolt(root, random_graph_arrays(seed=6))
+    return root
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda meta: [meta], r"a YAML list at the top level, expected a mapping"),
+    (lambda meta: "scalar", r"a YAML str at the top level"),
+    (lambda meta: {**meta, "graph": {**meta["graph"], "nodes": "abc"}}, r"graph\.nodes and graph\.edges must be lists"),
+    (lambda meta: {**meta, "graph": {**meta["graph"], "nodes": [{"num": "abc"}]}},
+     r"graph\.nodes\[0\]\.num is 'abc', expected a positive integer"),
+    (lambda meta: {**meta, "graph": {**meta["graph"], "nodes": [{"num": 60.7}]}},
+     r"graph\.nodes\[0\]\.num is 60\.7, expected a positive integer"),
+    (lambda meta: {**meta, "graph": {**meta["graph"], "edges": [{**meta["graph"]["edges"][0], "path": "../outside.npy"}]}},
+     r"graph\.edges\[0\]\.path '\.\./outside\.npy' leads outside the dataset folder"),
+    (lambda meta: {**meta, "graph": {**meta["graph"], "edges": [{**meta["graph"]["edges"][0], "path": "/etc/hostname"}]}},
+     r"graph\.edges\[0\]\.path '/etc/hostname' leads outside"),
+])
+def test_graphbolt_metadata_of_the_wrong_shape_names_file_and_key(tmp_path, edit, message):
+    import yaml
+    from gnnssd.datasets import GraphBoltSource
+    root = _graphbolt(tmp_path / "gb")
+    meta = yaml.safe_load((root / "metadata.yaml").read_text())
+    (root / "metadata.yaml").write_text(yaml.safe_dump(edit(meta)))
+    with pytest.raises(DatasetError, match=rf"metadata\.yaml: {message}"):
+        GraphBoltSource(root)
