@@ -495,3 +495,45 @@ def test_graphbolt_metadata_of_the_wrong_shape_names_file_and_key(tmp_path, edit
     (root / "metadata.yaml").write_text(yaml.safe_dump(edit(meta)))
     with pytest.raises(DatasetError, match=rf"metadata\.yaml: {message}"):
         GraphBoltSource(root)
+
+
+# --- OGB CSV values ------------------------------------------------------------------------
+
+def _ogb_with(tmp_path: Path, name: str, line: int, value: str) -> Path:
+    import gzip
+    from tests.test_datasets import _write_ogb_layout
+    root = tmp_path / "ogbn-test"
+    _write_ogb_layout(root, random_graph_arrays(seed=7))
+    path = root / name
+    with gzip.open(path, "rt") as f:
+        lines = f.read().splitlines()
+    lines[line] = value
+    with gzip.open(path, "wt") as f:
+        f.write("\n".join(lines) + "\n")
+    return root
+
+
+@pytest.mark.parametrize("name, value", [
+    ("split/random/train.csv.gz", str(2**64)),
+    ("raw/num-node-list.csv.gz", str(2**70)),
+])
+def test_ogb_csv_value_past_2_64_is_refused_naming_the_file(tmp_path, name, value):
+    from gnnssd.datasets import OGBSource
+    root = _ogb_with(tmp_path, name, 0, value)
+    with pytest.raises(DatasetError, match=rf"{re.escape(name.split('/')[-1])}: cannot parse"):
+        OGBSource(root).load_splits()
+
+
+def test_ogb_edge_past_2_64_is_refused_naming_the_file(tmp_path):
+    from gnnssd.datasets import OGBSource
+    root = _ogb_with(tmp_path, "raw/edge.csv.gz", 3, f"{2**64},1")
+    with pytest.raises(DatasetError, match=r"edge\.csv\.gz: cannot parse"):
+        OGBSource(root).load_edges()
+
+
+@pytest.mark.parametrize("value", ["1e30", "2.5", "-4"])
+def test_ogb_label_that_is_not_a_class_is_named_with_its_line(tmp_path, value):
+    from gnnssd.datasets import OGBSource
+    root = _ogb_with(tmp_path, "raw/node-label.csv.gz", 4, value)
+    with pytest.raises(DatasetError, match=rf"node-label\.csv\.gz: line 5 holds label {re.escape(repr(float(value)))}"):
+        OGBSource(root)
