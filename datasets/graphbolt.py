@@ -186,6 +186,10 @@ class GraphBoltSource:
     def feature_chunks(self, start_row: int, chunk_rows: int) -> Iterator[np.ndarray]:
         return slice_chunks(self._features, start_row, chunk_rows)
 
+    def input_paths(self) -> list[Path]:
+        """The dataset folder: metadata.yaml and every file it names (paths inside it only): what resume and the --out overlap check see."""
+        return [self.root]
+
     def describe(self) -> dict[str, Any]:
         return {"kind": "graphbolt", "name": self.name, "task": self._task.get("name"),
                 "symmetric": self.symmetric}

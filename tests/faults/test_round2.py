@@ -537,3 +537,40 @@ def test_ogb_label_that_is_not_a_class_is_named_with_its_line(tmp_path, value):
     root = _ogb_with(tmp_path, "raw/node-label.csv.gz", 4, value)
     with pytest.raises(DatasetError, match=rf"node-label\.csv\.gz: line 5 holds label {re.escape(repr(float(value)))}"):
         OGBSource(root)
+
+
+# --- input paths of every source: resume keys and the --out overlap check -----------------
+
+def _source_of(kind: str, root: Path):
+    from gnnssd.datasets import GraphBoltSource, IGBSource, OGBBinarySource
+    data = random_graph_arrays(seed=8)
+    if kind == "graphbolt":
+        from tests.test_graphbolt_igb import write_graphbolt
+        write_graphbolt(root, data)
+        return GraphBoltSource(root), root
+    if kind == "igb":
+        from tests.test_graphbolt_igb import write_igb
+        write_igb(root, data)
+        return IGBSource(root), root / "small" / "processed"
+    from tests.test_ogb_binary import write_ogb_binary
+    write_ogb_binary(root, data)
+    return OGBBinarySource(root), root / "raw"
+
+
+@pytest.mark.parametrize("kind", ["graphbolt", "igb", "ogb-binary"])
+def test_out_inside_the_input_of_every_source_is_refused(tmp_path, kind):
+    source, inside = _source_of(kind, tmp_path / "input")
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    with pytest.raises(StoreError, match=r"overlaps the input"):
+        write_store(inside / "store", source)
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
+@pytest.mark.parametrize("kind", ["graphbolt", "igb", "ogb-binary"])
+def test_every_source_lists_the_files_it_reads_for_the_resume_key(tmp_path, kind):
+    from gnnssd.storage_format.writer import _input_identity
+    source, _ = _source_of(kind, tmp_path / "input")
+    files = {Path(entry["path"]).name for entry in
+             _input_identity([Path(p).resolve() for p in source.input_paths()])}
+    expected = {"graphbolt": "metadata.yaml", "igb": "node_feat.npy", "ogb-binary": "data.npz"}[kind]
+    assert expected in files, files
