@@ -69,12 +69,12 @@ class OGBSource:
         self.symmetric = symmetric
         self.split_name = resolve_split_name(self.root, split_name)
         self._labels = read_column(self._raw("node-label.csv.gz"), np.float64)
-        given = self._labels[~np.isnan(self._labels)]  # NaN: unlabelled
-        bad = np.flatnonzero((given != np.round(given)) | (given < 0) | (given >= 2**31))
+        given = self._labels[~np.isnan(self._labels)]  # NaN, -1: unlabelled
+        bad = np.flatnonzero((given != np.round(given)) | (given < -1) | (given >= 2**31))
         if bad.size:
             line = int(np.flatnonzero(~np.isnan(self._labels))[bad[0]]) + 1
             raise DatasetError(f"{self._raw('node-label.csv.gz')}: line {line} holds label "
-                               f"{given[bad[0]]!r}, expected a class number 0..2^31-1 (or NaN)")
+                               f"{given[bad[0]]!r}, expected a class number 0..2^31-1 (-1 or NaN: unlabelled)")
         self.num_nodes = self._labels.shape[0]
         counts = self.root / "raw" / "num-node-list.csv.gz"
         if counts.exists():

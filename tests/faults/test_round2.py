@@ -574,3 +574,17 @@ def test_every_source_lists_the_files_it_reads_for_the_resume_key(tmp_path, kind
              _input_identity([Path(p).resolve() for p in source.input_paths()])}
     expected = {"graphbolt": "metadata.yaml", "igb": "node_feat.npy", "ogb-binary": "data.npz"}[kind]
     assert expected in files, files
+
+
+@pytest.mark.parametrize("dtype", [">i8", "<U3"])
+def test_graphbolt_edges_npy_of_a_foreign_dtype_names_the_file(tmp_path, dtype):
+    from gnnssd.datasets import GraphBoltSource
+    from tests.test_graphbolt_igb import write_graphbolt
+    root = tmp_path / "gb"
+    write_graphbolt(root, random_graph_arrays(seed=9))
+    edges = next(root.rglob("edges*.npy")) if list(root.rglob("edges*.npy")) else None
+    assert edges is not None, sorted(map(str, root.rglob("*")))
+    np.save(edges, np.load(edges).astype(dtype))
+    with pytest.raises(DatasetError, match=rf"{re.escape(edges.name)}: dtype {re.escape(np.dtype(dtype).str)} "
+                                           r"\(edges\), expected little-endian numbers"):
+        GraphBoltSource(root)
