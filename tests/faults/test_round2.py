@@ -588,3 +588,20 @@ def test_graphbolt_edges_npy_of_a_foreign_dtype_names_the_file(tmp_path, dtype):
     with pytest.raises(DatasetError, match=rf"{re.escape(edges.name)}: dtype {re.escape(np.dtype(dtype).str)} "
                                            r"\(edges\), expected little-endian numbers"):
         GraphBoltSource(root)
+
+
+# --- report on bad metrics lines -----------------------------------------------------------
+
+@pytest.mark.parametrize("field, value, message", [
+    ("epoch", "1e400", r"'epoch' is inf, expected an integer"),
+    ("epoch", '"x"', r"'epoch' is 'x', expected an integer"),
+    ("train_loss", '"abc"', r"'train_loss' is 'abc', expected a number"),
+])
+def test_report_on_a_bad_metrics_value_names_file_line_and_key(tmp_path, field, value, message):
+    from gnnssd.report import read_metrics
+    good = {"epoch": 1, "train_loss": 0.5, "epoch_s": 1.0, "stages_s": {}}
+    bad = json.dumps({**good, "epoch": 2, field: "PLACEHOLDER"}).replace('"PLACEHOLDER"', value)
+    path = tmp_path / "metrics.jsonl"
+    path.write_text(json.dumps(good) + "\n" + bad + "\n")
+    with pytest.raises(RuntimeError, match=rf"metrics\.jsonl, line 2: {message}"):
+        read_metrics(path)
