@@ -605,3 +605,11 @@ def test_report_on_a_bad_metrics_value_names_file_line_and_key(tmp_path, field, 
     path.write_text(json.dumps(good) + "\n" + bad + "\n")
     with pytest.raises(RuntimeError, match=rf"metrics\.jsonl, line 2: {message}"):
         read_metrics(path)
+
+
+# --- --nproc --------------------------------------------------------------------------------
+
+def test_nproc_past_the_upper_bound_is_refused_before_launching():
+    from gnnssd.distributed import MAX_LOCAL_RANKS, launch
+    with pytest.raises(ConfigError, match=rf"--nproc {MAX_LOCAL_RANKS + 1}: expected 1\.\.{MAX_LOCAL_RANKS}"):
+        launch(MAX_LOCAL_RANKS + 1, os.getpid)
