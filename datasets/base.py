@@ -67,9 +67,14 @@ class InMemoryTables:
 def load_npy(path: Path, what: str) -> np.ndarray:
     """A .npy file memory-mapped (nothing read yet), or an error naming the file."""
     try:
-        return np.load(require_file(path), mmap_mode="r", allow_pickle=False)
+        array = np.load(require_file(path), mmap_mode="r", allow_pickle=False)
     except ValueError as exc:
         raise DatasetError(f"{path}: not a .npy array of {what} ({exc})") from exc
+    if array.dtype.kind not in "biuf" or not array.dtype.isnative and array.dtype.itemsize > 1:
+        raise DatasetError(f"{path}: dtype {array.dtype.str} ({what}), expected little-endian "
+                           "numbers (bool, integer or float); convert it with "
+                           "`array.astype(array.dtype.newbyteorder('='))`")
+    return array
 
 
 def mapped_edge_chunks(edges: np.ndarray, chunk_edges: int,

@@ -42,6 +42,9 @@ class GraphBoltSource:
             meta = yaml.safe_load(self.yaml_path.read_text()) or {}
         except yaml.YAMLError as exc:
             raise DatasetError(f"{self.yaml_path}: not valid YAML ({exc})") from exc
+        if not isinstance(meta, dict):
+            raise DatasetError(f"{self.yaml_path}: a YAML {type(meta).__name__} at the top level, "
+                               "expected a mapping (dataset_name, graph, feature_data, tasks)")
         self.name = str(meta.get("dataset_name") or self.root.name)
         graph = meta.get("graph")
         if not isinstance(graph, dict):
@@ -49,11 +52,19 @@ class GraphBoltSource:
                    "metadata.yaml)" if "graph_topology" in meta else ""
             raise DatasetError(f"{self.yaml_path}: no 'graph' section{hint}")
         nodes, edges = graph.get("nodes") or [], graph.get("edges") or []
+        if not (isinstance(nodes, list) and isinstance(edges, list)
+                and all(isinstance(e, dict) for e in nodes + edges)):
+            raise DatasetError(f"{self.yaml_path}: graph.nodes and graph.edges must be lists of "
+                               "mappings (one {num: N} and one {format, path})")
         if len(nodes) != 1 or len(edges) != 1 or "type" in nodes[0] or "type" in edges[0]:
             raise DatasetError(f"{self.yaml_path}: 'graph' has {len(nodes)} node and {len(edges)} "
                                "edge entries or typed ones; only homogeneous graphs (one untyped "
                                "entry each) are supported")
-        self.num_nodes = int(self._key(nodes[0], "num", "graph.nodes[0]"))
+        num = self._key(nodes[0], "num", "graph.nodes[0]")
+        if isinstance(num, bool) or not isinstance(num, int) or num < 1:
+            raise DatasetError(f"{self.yaml_path}: graph.nodes[0].num is {num!r:.100}, expected a "
+                               "positive integer (the number of nodes)")
+        self.num_nodes = num
         self._edge_spec = edges[0]
         self._edges = None
         if self._key(edges[0], "format", "graph.edges[0]") == "numpy":
@@ -81,7 +92,13 @@ class GraphBoltSource:
         return entry[key]
 
     def _path(self, entry: dict, where: str) -> Path:
-        return self.root / str(self._key(entry, "path", where))
+        """A file named by the metadata: relative, and inside the dataset's folder."""
+        name = str(self._key(entry, "path", where))
+        path = (self.root / name).resolve()
+        if Path(name).is_absolute() or self.root.resolve() not in path.parents:
+            raise DatasetError(f"{self.yaml_path}: {where}.path {name!r} leads outside the "
+                               f"dataset folder {self.root}; expected a path relative to it")
+        return path
 
     def _read(self, entry: dict, where: str) -> np.ndarray:
         """A numpy (memory-mapped) or torch file named by a metadata entry."""
@@ -168,6 +185,10 @@ class GraphBoltSource:
 
     def feature_chunks(self, start_row: int, chunk_rows: int) -> Iterator[np.ndarray]:
         return slice_chunks(self._features, start_row, chunk_rows)
+
+    def input_paths(self) -> list[Path]:
+        """The dataset folder: metadata.yaml and every file it names (paths inside it only): what resume and the --out overlap check see."""
+        return [self.root]
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "graphbolt", "name": self.name, "task": self._task.get("name"),

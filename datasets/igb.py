@@ -95,6 +95,10 @@ class IGBSource:
     def feature_chunks(self, start_row: int, chunk_rows: int) -> Iterator[np.ndarray]:
         return slice_chunks(self._features, start_row, chunk_rows)
 
+    def input_paths(self) -> list[Path]:
+        """The size's processed folder: every array read: what resume and the --out overlap check see."""
+        return [self.folder]
+
     def describe(self) -> dict[str, Any]:
         return {"kind": "igb", "size": self.size, "classes": self.classes,
                 "symmetric": self.symmetric}

@@ -48,7 +48,7 @@ def read_column(path: Path, dtype: Any) -> np.ndarray:
     """A one-number-per-line (optionally gzipped) CSV file as an array."""
     try:
         frame = pd.read_csv(path, header=None, dtype=dtype)
-    except (ValueError, OSError, EOFError, pd.errors.ParserError) as exc:
+    except (ValueError, OverflowError, OSError, EOFError, pd.errors.ParserError) as exc:
         raise DatasetError(f"{path}: cannot parse as one number per line ({exc})") from exc
     if frame.shape[1] != 1:
         raise DatasetError(f"{path}: {frame.shape[1]} columns, expected 1")
@@ -69,6 +69,12 @@ class OGBSource:
         self.symmetric = symmetric
         self.split_name = resolve_split_name(self.root, split_name)
         self._labels = read_column(self._raw("node-label.csv.gz"), np.float64)
+        given = self._labels[~np.isnan(self._labels)]  # NaN, -1: unlabelled
+        bad = np.flatnonzero((given != np.round(given)) | (given < -1) | (given >= 2**31))
+        if bad.size:
+            line = int(np.flatnonzero(~np.isnan(self._labels))[bad[0]]) + 1
+            raise DatasetError(f"{self._raw('node-label.csv.gz')}: line {line} holds label "
+                               f"{given[bad[0]]!r}, expected a class number 0..2^31-1 (-1 or NaN: unlabelled)")
         self.num_nodes = self._labels.shape[0]
         counts = self.root / "raw" / "num-node-list.csv.gz"
         if counts.exists():
@@ -86,7 +92,7 @@ class OGBSource:
         path = self._raw("edge.csv.gz")
         try:
             frame = pd.read_csv(path, header=None, dtype=np.int64)
-        except (ValueError, OSError, EOFError, pd.errors.ParserError) as exc:
+        except (ValueError, OverflowError, OSError, EOFError, pd.errors.ParserError) as exc:
             raise DatasetError(f"{path}: cannot parse as 'src,dst' integer lines ({exc})") from exc
         if frame.shape[1] != 2:
             raise DatasetError(f"{path}: {frame.shape[1]} columns, expected 2 (src,dst)")
@@ -105,7 +111,7 @@ class OGBSource:
                                  skiprows=start_row)
             for frame in reader:
                 yield frame.to_numpy()
-        except (ValueError, OSError, EOFError, pd.errors.ParserError) as exc:
+        except (ValueError, OverflowError, OSError, EOFError, pd.errors.ParserError) as exc:
             raise DatasetError(f"{path}: cannot parse feature rows ({exc})") from exc
 
     def input_paths(self) -> list[Path]:

@@ -80,6 +80,10 @@ class OGBBinarySource:
     def feature_chunks(self, start_row: int, chunk_rows: int) -> Iterator[np.ndarray]:
         return self._features.row_blocks(start_row, chunk_rows)
 
+    def input_paths(self) -> list[Path]:
+        """Raw/ and split/: what resume and the --out overlap check see."""
+        return [self.root]
+
     def describe(self) -> dict[str, Any]:
         return {"kind": "ogb", "layout": "binary", "name": self.name, "split": self.split_name,
                 "symmetric": self.symmetric}

@@ -15,6 +15,30 @@ from .base import InMemoryTables, require_file
 
 PARTS = ("x", "y", "tx", "ty", "allx", "ally", "graph")
 
+# What the Planetoid pickles name (module as written in the file, Python 2 spellings too):
+# NumPy arrays, SciPy CSR matrices and the graph's defaultdict of lists. Nothing else loads.
+ALLOWED_GLOBALS = {
+    ("numpy", "ndarray"), ("numpy", "dtype"),
+    ("numpy.core.multiarray", "_reconstruct"), ("numpy.core.multiarray", "scalar"),
+    ("numpy._core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "scalar"),
+    ("scipy.sparse.csr", "csr_matrix"), ("scipy.sparse._csr", "csr_matrix"),
+    ("collections", "defaultdict"), ("collections", "OrderedDict"),
+    ("__builtin__", "list"), ("__builtin__", "dict"), ("__builtin__", "set"),
+    ("builtins", "list"), ("builtins", "dict"), ("builtins", "set"),
+}
+
+
+class PlanetoidUnpickler(pickle.Unpickler):
+    """Unpickles only the types the Planetoid format uses: a crafted file cannot name a
+    function (os.system, eval, ...) to be called while it loads."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) not in ALLOWED_GLOBALS:
+            raise pickle.UnpicklingError(f"refused to load {module}.{name} (a Planetoid pickle "
+                                         "holds only NumPy arrays, SciPy CSR matrices, lists "
+                                         "and dicts)")
+        return super().find_class(module, name)
+
 
 class PlanetoidSource(InMemoryTables):
     """The standard Planetoid assembly: allx+tx and ally+ty stacked, test rows put back in
@@ -35,14 +59,23 @@ class PlanetoidSource(InMemoryTables):
         if test_sorted.size != tx.shape[0] or test_sorted.size == 0:
             raise DatasetError(f"{self._file('test.index')}: {test_sorted.size} indices for "
                                f"{tx.shape[0]} test rows in {self._file('tx')}")
-        span = test_sorted[-1] - test_sorted[0] + 1
+        allx = _as_dense(parts["allx"], self._file("allx"))
+        span = int(test_sorted[-1]) - int(test_sorted[0]) + 1
+        # Test rows follow allx's: a span past twice the test rows is a damaged index, not
+        # CiteSeer's few missing rows (and would allocate span x dim zeros).
+        if (test_sorted[0] != allx.shape[0] or span > 2 * tx.shape[0]
+                or np.unique(test_sorted).size != test_sorted.size):
+            raise DatasetError(
+                f"{self._file('test.index')}: indices {int(test_sorted[0])}..{int(test_sorted[-1])}"
+                f" ({test_sorted.size} distinct expected), expected distinct nodes from "
+                f"{allx.shape[0]} (the rows of {self._file('allx')}) spanning at most "
+                f"{2 * tx.shape[0]} (twice the test rows)")
         if span != tx.shape[0]:  # CiteSeer: some test indices have no row: zero-fill them
             full_x = np.zeros((span, tx.shape[1]), dtype=tx.dtype)
             full_y = np.zeros((span, ty.shape[1]), dtype=ty.dtype)
             full_x[test_sorted - test_sorted[0]] = tx
             full_y[test_sorted - test_sorted[0]] = ty
             tx, ty = full_x, full_y
-        allx = _as_dense(parts["allx"], self._file("allx"))
         features = np.vstack([allx, tx]).astype(np.float32)
         onehot = np.vstack([np.asarray(parts["ally"]), ty])
         if features.shape[0] != onehot.shape[0]:
@@ -73,7 +106,7 @@ class PlanetoidSource(InMemoryTables):
             with open(path, "rb") as f, warnings.catch_warnings():
                 # The 2016 pickles name scipy.sparse.csr, which SciPy now flags as deprecated.
                 warnings.simplefilter("ignore", DeprecationWarning)
-                return pickle.load(f, encoding="latin1")
+                return PlanetoidUnpickler(f, encoding="latin1").load()
         except Exception as exc:  # a damaged pickle can raise almost anything
             raise DatasetError(f"{path}: not a readable Planetoid pickle ({type(exc).__name__}: "
                                f"{exc})") from exc

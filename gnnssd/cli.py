@@ -162,17 +162,23 @@ def cmd_eval(args: argparse.Namespace) -> None:
 def cmd_predict(args: argparse.Namespace) -> None:
     import numpy as np
 
+    from .config import load_config
+    from .rundir import check_output
+    from .storage_format.atomic import atomic_output
+
+    config = load_config(args.config, _parse_overrides(args.set))
+    out = Path(args.out)
+    check_output(out, config.run_path())
     if args.layerwise:
-        from .config import load_config
         from .layerwise import predict_layerwise
 
-        predictions = predict_layerwise(load_config(args.config, _parse_overrides(args.set)))
+        predictions = predict_layerwise(config)
     else:
         with _trainer(args.config, _parse_overrides(args.set)) as trainer:
             trainer.load_best()
             predictions = trainer.predict()
-    out = Path(args.out)
-    np.save(out, predictions)
+    with atomic_output(out) as tmp, open(tmp, "wb") as f:
+        np.save(f, predictions)
     print(f"wrote {len(predictions):,} predicted classes, indexed by original node ID, to {out}")
 
 
@@ -180,7 +186,10 @@ def cmd_embed(args: argparse.Namespace) -> None:
     from .config import load_config
     from .layerwise import embed
 
+    from .rundir import check_output
+
     config = load_config(args.config, _parse_overrides(args.set))
+    check_output(Path(args.out), config.run_path())
     n, dim = embed(config, Path(args.out), args.layer)
     print(f"wrote {n:,} embeddings of width {dim}, indexed by original node ID, to {args.out}")
 

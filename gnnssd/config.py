@@ -22,6 +22,51 @@ class ConfigError(ValueError):
     """A configuration key or value is wrong; the message names the key."""
 
 
+MAX_SHOWN = 200  # characters of a value quoted in an error message
+MAX_YAML_NODES = 100_000  # nodes of a YAML document once its aliases are expanded
+
+
+def _shown(value: Any) -> str:
+    """repr of a value for an error message, cut short: a huge value is not echoed."""
+    text = repr(value)
+    return text if len(text) <= MAX_SHOWN else f"{text[:MAX_SHOWN]}... ({len(text):,} characters)"
+
+
+class _ConfigLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses duplicate keys (TOML does too) and documents whose
+    aliases expand past MAX_YAML_NODES nodes (an alias bomb of a few hundred bytes)."""
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        _count_nodes(node, [0])
+        return super().construct_document(node)
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {_shown(key)} (each key may appear once)",
+                    key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+def _count_nodes(node: yaml.Node, count: list[int]) -> None:
+    """Walk the node graph as construction would expand it, stopping past the limit."""
+    count[0] += 1
+    if count[0] > MAX_YAML_NODES:
+        raise yaml.YAMLError(f"more than {MAX_YAML_NODES:,} values once its aliases are expanded "
+                             "(an alias bomb?)")
+    if isinstance(node, yaml.SequenceNode):
+        for child in node.value:
+            _count_nodes(child, count)
+    elif isinstance(node, yaml.MappingNode):
+        for key, child in node.value:
+            _count_nodes(key, count)
+            _count_nodes(child, count)
+
+
 def _positive(value: Any) -> bool:
     return value > 0
 
@@ -52,14 +97,20 @@ class ModelConfig:
     compile: bool = True
 
 
+def _fanouts(value: list[int]) -> bool:
+    return len(value) > 0 and all(f == -1 or f > 0 for f in value)
+
+
+FANOUTS_EXPECTED = "a non-empty list of positive fanouts (-1 = all neighbours)"
+
+
 @dataclass
 class SamplerConfig:
-    fanouts: list[int] = field(default_factory=lambda: [10, 10], metadata=_check(
-        lambda v: len(v) > 0 and all(f == -1 or f > 0 for f in v),
-        "a non-empty list of positive fanouts (-1 = all neighbours)"))
+    fanouts: list[int] = field(default_factory=lambda: [10, 10],
+                               metadata=_check(_fanouts, FANOUTS_EXPECTED))
     batch_size: int = field(default=1024, metadata=_check(_positive, "a positive integer"))
     #: Fanouts for evaluation and prediction; default: all neighbours.
-    eval_fanouts: list[int] | None = None
+    eval_fanouts: list[int] | None = field(default=None, metadata=_check(_fanouts, FANOUTS_EXPECTED))
     eval_batch_size: int = field(default=4096, metadata=_check(_positive, "a positive integer"))
     #: Training seed order per epoch: "random" (uniform shuffle) or "proximity" (runs of
     #: `seed_window` consecutive store IDs, visited in random order, shuffled inside; with a
@@ -157,6 +208,11 @@ class Config:
         return self.base_dir / self.run_dir
 
     def validate(self) -> None:
+        store, run = self.store_path().resolve(), self.run_path().resolve()
+        if run == store or store in run.parents:
+            raise ConfigError(f"run_dir: {self.run_dir} is {'the store' if run == store else 'inside the store'} "
+                              f"{self.store}; a preprocess --out of that store would replace it: "
+                              "keep runs outside the store")
         n_layers = self.model.layers
         if len(self.sampler.fanouts) != n_layers:
             raise ConfigError(f"sampler.fanouts: {len(self.sampler.fanouts)} fanouts for "
@@ -179,12 +235,16 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Co
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: no such config file")
-    text = path.read_text()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset "
+                          f"{exc.start}); save the config as UTF-8") from None
     try:
         if path.suffix == ".toml":
             data = tomllib.loads(text)
         elif path.suffix in (".yaml", ".yml"):
-            data = yaml.safe_load(text) or {}
+            data = yaml.load(text, Loader=_ConfigLoader) or {}
         else:
             raise ConfigError(f"{path}: unknown config format {path.suffix!r}; use .yaml or .toml")
     except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
@@ -213,13 +273,13 @@ def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
         data = data.setdefault(key, {})
         if not isinstance(data, dict):
             prefix = ".".join(parents[:depth])
-            raise ConfigError(f"{dotted}: {prefix} is {data!r}, not a section with keys")
+            raise ConfigError(f"{dotted}: {prefix} is {_shown(data)}, not a section with keys")
     data[last] = value
 
 
 def _build(cls: type, data: Any, prefix: str) -> Any:
     if not isinstance(data, dict):
-        raise ConfigError(f"{prefix.rstrip('.') or 'config'}: expected a mapping, got {data!r}")
+        raise ConfigError(f"{prefix.rstrip('.') or 'config'}: expected a mapping, got {_shown(data)}")
     fields = {f.name: f for f in dataclasses.fields(cls) if not f.metadata.get("internal")}
     unknown = sorted(set(data) - set(fields))
     if unknown:
@@ -234,7 +294,7 @@ def _build(cls: type, data: Any, prefix: str) -> Any:
             continue
         value = _convert(hints[name], data[name], key)
         if "check" in f.metadata and value is not None and not f.metadata["check"](value):
-            raise ConfigError(f"{key}: {data[name]!r} is invalid; expected {f.metadata['expected']}")
+            raise ConfigError(f"{key}: {_shown(data[name])} is invalid; expected {f.metadata['expected']}")
         values[name] = value
     return cls(**values)
 
@@ -256,26 +316,26 @@ def _convert(hint: Any, value: Any, key: str) -> Any:
         return _convert(options[-1], value, key)
     if origin is Literal:
         if value not in args:
-            raise ConfigError(f"{key}: {value!r} is invalid; expected one of {list(args)}")
+            raise ConfigError(f"{key}: {_shown(value)} is invalid; expected one of {list(args)}")
         return value
     if origin is list:
         if not isinstance(value, list):
-            raise ConfigError(f"{key}: {value!r} is invalid; expected a list")
+            raise ConfigError(f"{key}: {_shown(value)} is invalid; expected a list")
         return [_convert(args[0], item, f"{key}[{i}]") for i, item in enumerate(value)]
     if hint is bool:
         if not isinstance(value, bool):
-            raise ConfigError(f"{key}: {value!r} is invalid; expected true or false")
+            raise ConfigError(f"{key}: {_shown(value)} is invalid; expected true or false")
         return value
     if hint is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{key}: {value!r} is invalid; expected an integer")
+            raise ConfigError(f"{key}: {_shown(value)} is invalid; expected an integer")
         return value
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{key}: {value!r} is invalid; expected a number")
+            raise ConfigError(f"{key}: {_shown(value)} is invalid; expected a number")
         return float(value)
     if hint is str:
         if not isinstance(value, str):
-            raise ConfigError(f"{key}: {value!r} is invalid; expected a string")
+            raise ConfigError(f"{key}: {_shown(value)} is invalid; expected a string")
         return value
     raise TypeError(f"config field {key} has unsupported type {hint}")

@@ -262,11 +262,18 @@ def run_rank(job: Callable[..., Any], *args: Any) -> Any:
     return result
 
 
+MAX_LOCAL_RANKS = max(8, 2 * (os.cpu_count() or 1))
+
+
 def launch(nproc: int, job: Callable[..., Any], *args: Any) -> dict[int, Any]:
     """Run `job(*args)` on `nproc` local ranks with torch's elastic launcher (torchrun's
     agent: a c10d rendezvous on a free port of 127.0.0.1, no restarts); returns each
     rank's result. When a rank fails, the launcher stops the others and the error names
-    every failed rank."""
+    every failed rank. At most MAX_LOCAL_RANKS ranks (each is a full process with its own
+    model and loader): more is a typo, not a plan."""
+    if not 1 <= nproc <= MAX_LOCAL_RANKS:
+        raise ConfigError(f"--nproc {nproc}: expected 1..{MAX_LOCAL_RANKS} local ranks (this "
+                          f"machine has {os.cpu_count()} CPUs)")
     config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=uuid.uuid4().hex,
                           rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0", local_addr="127.0.0.1",
                           max_restarts=0, monitor_interval=1)

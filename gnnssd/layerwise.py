@@ -41,6 +41,7 @@ from .models import build_model
 from .pipeline import DirectIO, FeatureFile, load_model
 from .pipeline.block_writer import BlockWriter
 from .rundir import reading
+from .storage_format.atomic import atomic_output
 
 STAGING_BYTES = 8 << 20  # FileRows' staging: half read while the other half is copied
 CHUNK_SHARE = 8  # a chunk's input rows take at most 1/CHUNK_SHARE of the budget
@@ -316,10 +317,9 @@ def predict_layerwise(config: Config) -> np.ndarray:
 
 def _write_npy(out: Path, chunks: Iterator[np.ndarray], total: int) -> tuple[int, int]:
     """The float32 rows of `chunks` (`total` in all) as the .npy `out`, written to a
-    partial file and renamed into place."""
-    tmp = out.with_name(out.name + ".partial")
+    unique temporary file (removed on failure) and renamed into place."""
     n = dim = 0
-    with open(tmp, "wb") as f:
+    with atomic_output(out) as tmp, open(tmp, "wb") as f:
         for chunk in chunks:
             if n == 0:
                 dim = chunk.shape[1]
@@ -327,7 +327,4 @@ def _write_npy(out: Path, chunks: Iterator[np.ndarray], total: int) -> tuple[int
                     f, {"descr": "<f4", "fortran_order": False, "shape": (total, dim)})
             f.write(np.ascontiguousarray(chunk, np.float32).tobytes())
             n += len(chunk)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, out)
     return n, dim

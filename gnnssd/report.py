@@ -48,7 +48,14 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
             raise RuntimeError(f"{where}: 'stages_s' must be an object of stage -> seconds")
         if "io" in record and not (isinstance(record["io"], dict) and "bytes_read" in record["io"]):
             raise RuntimeError(f"{where}: 'io' must be an object with 'bytes_read'")
-        by_epoch[int(record["epoch"])] = record
+        epoch = record["epoch"]
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise RuntimeError(f"{where}: 'epoch' is {epoch!r:.100}, expected an integer >= 0")
+        for key in ("train_loss", "epoch_s", *ACCURACIES):
+            value = record.get(key, 0.0)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise RuntimeError(f"{where}: {key!r} is {value!r:.100}, expected a number")
+        by_epoch[epoch] = record
     if not by_epoch:
         raise RuntimeError(f"{path}: no records")
     return [by_epoch[e] for e in sorted(by_epoch)]

@@ -22,7 +22,7 @@ from .budget import format_bytes, parse_bytes
 from .checkpoint import CHECKPOINT, CheckpointError, MetricsLog, load_checkpoint, save_checkpoint
 from .config import Config, ConfigError, load_config
 from .models import build_model
-from .rundir import RunLock, Scratch, prepare_run_dir
+from .rundir import RunLock, Scratch, prepare_run_dir, write_run_file
 from .node_loader import NodeLoader
 from .runtime import epoch_seed, seed_everything, select_device, uninterruptible, use_single_thread
 
@@ -174,7 +174,7 @@ class Trainer:
             log.info("no checkpoint in %s: starting afresh", self.run_dir)
         if main:
             self.metrics.truncate_after(self.epochs_done)
-            (self.run_dir / RUN_CONFIG).write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+            write_run_file(self.run_dir / RUN_CONFIG, yaml.safe_dump(cfg.to_dict(), sort_keys=False))
         for split in ("valid", "test"):
             if self._split_size(split) == 0:
                 log.info("the %s split of %s is empty: its evaluation is skipped", split, cfg.store)

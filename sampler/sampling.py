@@ -141,6 +141,48 @@ def _slot(table, node, mask):
     return h
 
 
+@nb.njit(cache=True, nogil=True)
+def _first_bad_destination(indptr, num_edges, dst):
+    """Index i of the first dst[i] that is not a node, or whose indptr range is not within
+    0..num_edges in order; -1 if none. Run before _sample_hop indexes with them."""
+    num_nodes = indptr.shape[0] - 1
+    for i in range(dst.shape[0]):
+        v = dst[i]
+        if v < 0 or v >= num_nodes or indptr[v] < 0 or indptr[v] > indptr[v + 1] or indptr[v + 1] > num_edges:
+            return i
+    return -1
+
+
+@nb.njit(cache=True, nogil=True)
+def _first_out_of_range(values, n):
+    """Index of the first value outside 0..n-1, -1 if none. Run on sampled sources before
+    they become node IDs of a block."""
+    for i in range(values.shape[0]):
+        if values[i] < 0 or values[i] >= n:
+            return i
+    return -1
+
+
+def _check_destinations(indptr: np.ndarray, indices: np.ndarray, dst: np.ndarray) -> None:
+    bad = _first_bad_destination(indptr, indices.shape[0], dst)
+    if bad < 0:
+        return
+    v, n = int(dst[bad]), len(indptr) - 1
+    if not 0 <= v < n:
+        raise IndexError(f"node {v}: not a node of the graph (0..{n - 1})")
+    raise IndexError(f"node {v}: indptr gives its in-edges as {int(indptr[v])}..{int(indptr[v + 1])}, "
+                     f"outside 0..{len(indices)} or reversed; the topology is invalid "
+                     "(`gnnssd verify` names the file)")
+
+
+def _check_sources(nbrs: np.ndarray, num_nodes: int) -> None:
+    bad = _first_out_of_range(nbrs, num_nodes)
+    if bad >= 0:
+        raise IndexError(f"sampled in-neighbour {int(nbrs[bad])}: not a node of the graph "
+                         f"(0..{num_nodes - 1}); the topology is invalid (`gnnssd verify` names "
+                         "the file)")
+
+
 @nb.njit(parallel=True, cache=True, nogil=True)
 def _relabel(nodes, node_ptr, eptr, nbrs):
     """Per mini-batch: append new sampled nodes after the current ones, local edge IDs.
@@ -232,7 +274,9 @@ def csc_edge_ids(indptr: np.ndarray, indices: np.ndarray, pairs: np.ndarray) -> 
     n = len(indptr) - 1
     _, keys = exclusion_keys([pairs], n, 1)  # dst * n + src, both directions
     out = np.empty(len(keys), np.int64)
-    count = _find_in_edges(np.asarray(indptr), np.asarray(indices), keys // n,
+    dst = keys // n
+    _check_destinations(np.asarray(indptr), np.asarray(indices), dst)
+    count = _find_in_edges(np.asarray(indptr), np.asarray(indices), dst,
                            (keys % n).astype(indices.dtype), out)
     return out[:count]
 
@@ -248,6 +292,9 @@ class NeighborSampler:
         self.indptr = np.ascontiguousarray(indptr, dtype=np.int64)
         self.indices = np.ascontiguousarray(indices)
         self.fanouts = tuple(int(f) for f in fanouts)
+        if any(f < -1 for f in self.fanouts):
+            raise ValueError(f"fanouts {list(self.fanouts)}: expected -1 (all neighbours) or a "
+                             "count >= 0 per layer")
 
     def sample(self, seeds: np.ndarray, seed: int, batch_id: int = 0,
                exclude: np.ndarray | None = None) -> MFGs:
@@ -272,8 +319,10 @@ class NeighborSampler:
             counts = np.diff(node_ptr)
             dst_batch = np.repeat(batch_ids, counts)
             dst_local = np.repeat(np.arange(nbatch, dtype=np.int64), counts)
+            _check_destinations(self.indptr, self.indices, nodes)
             eptr, nbrs = _sample_hop(self.indptr, self.indices, nodes, dst_batch, self.fanouts[layer], seed, layer,
                                      dst_local, ex_ptr, ex_keys)
+            _check_sources(nbrs, len(self.indptr) - 1)
             new_ptr, new_nodes, esrc, edst = _relabel(nodes, node_ptr, eptr, nbrs)
             hops.append((node_ptr, new_ptr, eptr[node_ptr], esrc, edst))
             nodes, node_ptr = new_nodes, new_ptr

@@ -6,11 +6,13 @@ either the old file or the new one, never a torn mix.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import secrets
 import zlib
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Iterator
 
 CHUNK_BYTES = 16 << 20
 
@@ -24,14 +26,33 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+@contextlib.contextmanager
+def atomic_output(path: Path) -> Iterator[Path]:
+    """A fresh temporary path beside `path` (unique per call, created with O_EXCL and
+    O_NOFOLLOW: a planted file or symlink is never written through) to write in full;
+    on success it is fsynced and renamed over `path` (replacing a symlink there, not
+    its target), on any failure removed, leaving `path` as it was."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.partial")
+    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644))
+    try:
+        yield tmp
+        fd = os.open(tmp, os.O_RDONLY | os.O_NOFOLLOW)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        raise
     fsync_dir(path.parent)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    with atomic_output(path) as tmp, open(os.open(tmp, os.O_WRONLY | os.O_NOFOLLOW), "wb") as f:
+        f.write(data)
 
 
 def atomic_write_json(path: Path, obj: Any) -> None:

@@ -9,6 +9,8 @@ from typing import Any
 import numpy as np
 
 from .atomic import CHUNK_BYTES, crc32_of_file
+from .content import (check_distinct, check_finite, check_indptr_ends, check_indptr_monotone,
+                      check_integer_array, check_inverse, check_range)
 from .errors import StoreError
 from .manifest import (FEATURE_DTYPES, FEATURES, MANIFEST, PAGE, PAGE_CHECKSUMS, ROW_SCALES,
                        manifest_checksum, read_manifest)
@@ -28,9 +30,11 @@ class Store:
     """A complete store directory, opened read-only.
 
     Opening checks the manifest (its own checksum, and its keys against each other and
-    against the files), every file's size, and the checksums of all files except
-    features.bin (cheap next to loading them); `verify()` also checks features.bin, which
-    may be far larger than memory, page by page against its checksum file.
+    against the files), every file's size, the checksums of all files except
+    features.bin (cheap next to loading them) and the arrays' content as far as one
+    min/max pass goes (dtypes, ends of indptr, node IDs of perm, inv, splits and labels in
+    range); `verify()` also checks features.bin, which may be far larger than memory, page
+    by page against its checksum file, and the content in full (see `storage_format.content`).
     """
 
     def __init__(self, path: Path, manifest: dict[str, Any]):
@@ -65,6 +69,8 @@ class Store:
         for name in self.manifest["files"]:
             if name != FEATURES:
                 self._check_crc(name)
+        self._check_arrays()
+        self._check_content()
         self._check_pages()
         return sorted(self.manifest["files"])
 
@@ -102,6 +108,8 @@ class Store:
     def _check_arrays(self) -> None:
         """Array lengths match num_nodes/num_edges, and labels fit num_classes."""
         n, m = self.num_nodes, self.num_edges
+        for name in ("indptr", "indices", "labels", "perm", "inv", "train_idx", "valid_idx", "test_idx"):
+            check_integer_array(self.path / f"{name}.npy", getattr(self, name), 1)
         expected = {"indptr": n + 1, "indices": m, "labels": n, "perm": n, "inv": n}
         for name, length in expected.items():
             actual = len(getattr(self, name))
@@ -109,12 +117,14 @@ class Store:
                 key = "num_edges" if name == "indices" else "num_nodes"
                 raise self._manifest_error(f"{name}.npy holds {actual} entries, but "
                                            f"{key} {self.manifest[key]} needs {length}")
-        if int(self.indptr[-1]) != m:
-            raise self._manifest_error(f"num_edges {m}, but indptr ends at {int(self.indptr[-1])}")
         top = int(self.labels.max()) if n else -1
         if top >= self.num_classes:
             raise self._manifest_error(f"num_classes {self.num_classes}, but labels.npy holds "
                                        f"label {top} (classes are 0..num_classes-1)")
+        check_indptr_ends(self.path / "indptr.npy", self.indptr, m)
+        check_range(self.path / "labels.npy", self.labels, -1, self.num_classes, "a label (-1: none)")
+        for name in ("perm", "inv", "train_idx", "valid_idx", "test_idx"):
+            check_range(self.path / f"{name}.npy", getattr(self, name), 0, n, "a node ID")
         if self.has_link_split:
             self._check_link_arrays()
 
@@ -128,11 +138,23 @@ class Store:
                 shapes[f"link_{split}_neg.npy"] = (link["edges"][split], link["eval_negatives"])
             for name, shape in shapes.items():
                 array = np.load(self.path / name, mmap_mode="r")
+                check_integer_array(self.path / name, array, 2)
                 if array.shape != shape:
                     raise self._manifest_error(f"{name} has shape {array.shape}, but the link "
                                                f"section needs {shape}")
                 if array.size and (int(array.min()) < 0 or int(array.max()) >= n):
                     raise self._manifest_error(f"{name} holds node IDs outside 0..{n - 1}")
+
+    def _check_content(self) -> None:
+        """What open's min/max pass leaves out: indptr monotone, every index in range,
+        perm/inv inverse, split IDs distinct, int8 row scales finite."""
+        check_indptr_monotone(self.path / "indptr.npy", self.indptr)
+        check_range(self.path / "indices.npy", self.indices, 0, self.num_nodes, "a node ID")
+        check_inverse(self.path / "perm.npy", self.perm, self.inv)
+        for name in ("train_idx", "valid_idx", "test_idx"):
+            check_distinct(self.path / f"{name}.npy", getattr(self, name))
+        if self.row_scales is not None:
+            check_finite(self.path / ROW_SCALES, self.row_scales)
 
     def _check_own_checksum(self) -> None:
         stored, actual = self.manifest["checksum"], manifest_checksum(self.manifest)

@@ -7,6 +7,8 @@ and stores it with the raw table as calibration.json in the store directory.
 """
 from __future__ import annotations
 
+import json
+import math
 import os
 import time
 from pathlib import Path
@@ -14,12 +16,18 @@ from pathlib import Path
 import numpy as np
 
 from gnnssd.sampler.readplan import CostModel
+from gnnssd.storage_format import StoreError
 from gnnssd.storage_format.manifest import PAGE
 
 from .direct_io import DirectIO
 
 CALIBRATION_FILE = "calibration.json"
 SIZES = (PAGE, 4 * PAGE, 16 * PAGE, 64 * PAGE, 1 << 20)
+# What a measured model may hold: key -> (low, high), both inclusive. Bandwidths from a
+# floppy's to past any drive's; request cost up to a second; max_request at most 64 MiB
+# (the planner allocates buffers of that size).
+MODEL_RANGES = {"request_s": (0.0, 1.0), "read_bw": (1e3, 1e12), "write_bw": (1e3, 1e12),
+                "page": (PAGE, PAGE), "max_request": (PAGE, 64 << 20)}
 
 
 def measure_reads(io: DirectIO, path: str | Path, size: int, seconds: float, seed: int = 0) -> dict:
@@ -89,4 +97,29 @@ def calibrate(store_dir: str | Path, seconds: float = 1.0, queue_depth: int = 64
 def load_model(store_dir: str | Path) -> CostModel:
     """The store's calibrated model, or `CostModel.default()` when not calibrated."""
     path = Path(store_dir) / CALIBRATION_FILE
-    return CostModel.load(path) if path.exists() else CostModel.default()
+    return _read_model(path) if path.exists() else CostModel.default()
+
+
+def _read_model(path: Path) -> CostModel:
+    """calibration.json's model, every field checked against MODEL_RANGES: the file is
+    not part of the store's checksummed manifest, so it is validated like user input."""
+    try:
+        model = json.loads(path.read_text(encoding="utf-8"))["model"]
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+        raise StoreError(f"{path}: not a calibration file ({type(exc).__name__}: {exc}); "
+                         "rerun `gnnssd calibrate` or delete it") from None
+    if not isinstance(model, dict) or set(model) - set(MODEL_RANGES) or not {
+            "request_s", "read_bw", "write_bw"} <= set(model):
+        raise StoreError(f"{path}: model keys {sorted(model) if isinstance(model, dict) else model!r:.200}, "
+                         f"expected request_s, read_bw, write_bw and optionally page, max_request; "
+                         "rerun `gnnssd calibrate` or delete it")
+    for key, value in model.items():
+        low, high = MODEL_RANGES[key]
+        integral = key in ("page", "max_request")
+        if (isinstance(value, bool) or not isinstance(value, int if integral else (int, float))
+                or not math.isfinite(value) or not low <= value <= high
+                or integral and value % PAGE):
+            raise StoreError(f"{path}: model.{key} is {value!r:.100}, expected "
+                             f"{'a multiple of ' + str(PAGE) + ' in' if integral else 'a number in'} "
+                             f"{low:g}..{high:g}; rerun `gnnssd calibrate` or delete it")
+    return CostModel(**model)

@@ -1,0 +1,87 @@
+"""What a store's arrays must hold, beyond their checksums (which anyone can recompute):
+cheap checks for `Store.open` (dtypes, byte order, shapes, endpoints, value ranges from
+one min/max pass) and full ones for `verify` (indptr monotone, every index in range,
+perm and inv inverse permutations, split IDs distinct, int8 row scales finite). Loaders
+index with these arrays, so they must hold before anything reads through them."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from .errors import StoreError
+
+CHUNK = 1 << 22  # elements per pass of a full check (32 MiB of int64): bounded memory
+
+
+def content_error(file: Path, what: str) -> StoreError:
+    return StoreError(f"{file}: {what}; the store's content is invalid (its checksums match, "
+                      "so it was rewritten after preprocess): rerun `gnnssd preprocess`")
+
+
+def check_integer_array(file: Path, array: np.ndarray, ndim: int) -> None:
+    """A native little-endian signed integer array of `ndim` dimensions (what the kernels
+    that index with it read)."""
+    dtype = array.dtype
+    if dtype.kind != "i" or dtype.itemsize not in (4, 8) or not dtype.isnative or array.ndim != ndim:
+        raise content_error(file, f"dtype {dtype.str} with {array.ndim} dimension(s), expected "
+                                  f"little-endian int32 or int64 with {ndim}")
+
+
+def _chunks(length: int) -> Iterator[slice]:
+    for lo in range(0, length, CHUNK):
+        yield slice(lo, min(lo + CHUNK, length))
+
+
+def check_range(file: Path, array: np.ndarray, lo: int, hi: int, what: str) -> None:
+    """Every value in lo..hi-1 (one min/max pass, chunked)."""
+    flat = array.reshape(-1)
+    for part in _chunks(flat.shape[0]):
+        chunk = flat[part]
+        low, high = int(chunk.min()), int(chunk.max())
+        if low < lo or high >= hi:
+            bad = low if low < lo else high
+            at = part.start + int(np.flatnonzero(chunk == bad)[0])
+            raise content_error(file, f"entry {at} is {bad}, expected {what} in {lo}..{hi - 1}")
+
+
+def check_indptr_ends(file: Path, indptr: np.ndarray, num_edges: int) -> None:
+    if int(indptr[0]) != 0 or int(indptr[-1]) != num_edges:
+        raise content_error(file, f"starts at {int(indptr[0])} and ends at {int(indptr[-1])}, "
+                                  f"expected 0 and num_edges {num_edges}")
+
+
+def check_indptr_monotone(file: Path, indptr: np.ndarray) -> None:
+    for part in _chunks(indptr.shape[0] - 1):
+        steps = np.diff(indptr[part.start:part.stop + 1])
+        if steps.size and int(steps.min()) < 0:
+            at = part.start + int(np.argmax(steps < 0))
+            raise content_error(file, f"decreases at node {at} ({int(indptr[at])} then "
+                                      f"{int(indptr[at + 1])}), expected non-decreasing offsets")
+
+
+def check_inverse(perm_file: Path, perm: np.ndarray, inv: np.ndarray) -> None:
+    """inv[perm[i]] == i for every i (perm and inv in range already): both permutations."""
+    for part in _chunks(perm.shape[0]):
+        back = np.asarray(inv)[np.asarray(perm[part])]
+        wrong = np.flatnonzero(back != np.arange(part.start, part.stop))
+        if wrong.size:
+            i = part.start + int(wrong[0])
+            raise content_error(perm_file, f"perm[{i}] = {int(perm[i])} but inv[{int(perm[i])}] = "
+                                           f"{int(back[wrong[0]])}, expected perm and inv to be "
+                                           "inverse permutations")
+
+
+def check_distinct(file: Path, ids: np.ndarray) -> None:
+    unique = np.unique(ids)
+    if unique.size != ids.size:
+        raise content_error(file, f"{ids.size - unique.size} repeated node ID(s), expected "
+                                  "distinct IDs")
+
+
+def check_finite(file: Path, values: np.ndarray) -> None:
+    bad = np.flatnonzero(~np.isfinite(values.reshape(len(values), -1)).all(axis=1))
+    if bad.size:
+        raise content_error(file, f"row {int(bad[0])} holds {values[bad[0]].tolist()}, expected "
+                                  "finite scale and offset")
