@@ -98,18 +98,12 @@ def _parse_overrides(pairs: list[str]) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def _trainer(config: str, overrides: dict[str, Any]) -> Iterator[Any]:
-    """The trainer of the config's task (Trainer, or LinkTrainer for task: link), closed
-    (threads joined, scratch removed, lock released) however the command ends; a second
-    Ctrl-C cannot cut that short."""
-    from .config import load_config
+    """The trainer of the config's task (gnnssd.tasks), closed (threads joined, scratch
+    removed, lock released) however the command ends; a second Ctrl-C cannot cut that short."""
+    from .trainer import Trainer
 
-    loaded = load_config(config, overrides)
-    if loaded.task == "link":
-        from .link import LinkTrainer as trainer_class
-    else:
-        from .trainer import Trainer as trainer_class
     with one_interrupt():
-        trainer = trainer_class(loaded)
+        trainer = Trainer(config, overrides)
         try:
             yield trainer
         finally:
@@ -144,7 +138,7 @@ def train_job(config: str, overrides: dict[str, Any], resume: bool) -> None:
     if not trainer.ranks.is_main:
         return
     best = trainer.best
-    key, name = ("mrr", "MRR") if "valid_mrr" in best else ("acc", "accuracy")
+    key, name = trainer.SELECTION, trainer.SELECTION_NAME
     valid = "none (empty split)" if best[f"valid_{key}"] is None else f"{best[f'valid_{key}']:.4f}"
     test = "none (empty split)" if best.get(f"test_{key}") is None else f"{best[f'test_{key}']:.4f}"
     print(f"best valid {name} {valid} at epoch {best['epoch']}, test {name} {test}")

@@ -41,6 +41,7 @@ from .models import build_model
 from .pipeline import DirectIO, FeatureFile, load_model
 from .pipeline.block_writer import BlockWriter
 from .rundir import reading
+from .tasks import trainer_class
 
 STAGING_BYTES = 8 << 20  # FileRows' staging: half read while the other half is copied
 CHUNK_SHARE = 8  # a chunk's input rows take at most 1/CHUNK_SHARE of the budget
@@ -260,14 +261,14 @@ def trained_model(config: Config) -> nn.Module:
     """The config's built-in model with the best weights of its run directory's checkpoint
     (a link run's encoder)."""
     store = Store.open(config.store_path())
-    out_dim = config.model.hidden if config.task == "link" else store.num_classes
-    model = build_model(config.model, store.feat_dim, out_dim)
+    task = trainer_class(config.task)
+    model = build_model(config.model, store.feat_dim, task.output_dim(config, store))
     checkpoint = load_checkpoint(config.run_path())
     if checkpoint is None:
         raise RuntimeError(f"{config.run_path()}: no checkpoint; train first")
     state = checkpoint["best"]["state"] or checkpoint["model"]
-    if config.task == "link":
-        state = {k[len("encoder."):]: v for k, v in state.items() if k.startswith("encoder.")}
+    prefix = task.ENCODER_PREFIX
+    state = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
     model.load_state_dict(state)
     return model
 
@@ -307,8 +308,9 @@ def embed(config: Config, out: Path, layers: int | None = None) -> tuple[int, in
 def predict_layerwise(config: Config) -> np.ndarray:
     """Every node's predicted class (original IDs) by layer-wise inference of a node
     run's best model, under the run directory's reader lock."""
-    if config.task != "node":
-        raise ConfigError("predict is for task: node; use `gnnssd embed` for link models")
+    if not trainer_class(config.task).CLASSIFIES:
+        raise ConfigError(f"predict is for a node classification task, not task: {config.task}; "
+                          "use `gnnssd embed`")
     with reading(config.run_path()) as scratch:
         chunks = layerwise_outputs(config, trained_model(config), scratch.path)
         return np.concatenate([chunk.argmax(1) for chunk in chunks])

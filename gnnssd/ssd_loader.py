@@ -55,6 +55,16 @@ class SSDLoader:
     `ssd.memory_budget`; buffers are sized for the largest mini-batch of `sampling`'s
     training and evaluation settings; compact blocks go to `block_dir`."""
 
+    OUT_OF_CORE = True
+
+    @classmethod
+    def open(cls, store: Store, ssd: SSDConfig, sampling: SamplerConfig, seed: int, device: torch.device,
+             timer: StageTimer, scratch_dir: Path | None) -> SSDLoader:
+        """The registry's uniform constructor: compact blocks under `scratch_dir`."""
+        if scratch_dir is None:
+            raise ValueError("features: ssd needs a scratch directory for its compact blocks")
+        return cls(store, ssd, sampling, seed, device, timer, scratch_dir / "blocks")
+
     def __init__(self, store: Store, ssd: SSDConfig, sampling: SamplerConfig, seed: int,
                  device: torch.device, timer: StageTimer, block_dir: Path):
         self.store, self.sampling, self.seed, self.device, self.timer = store, sampling, seed, device, timer
@@ -307,10 +317,8 @@ class SSDLoader:
             y = self.labels[output_nodes]
         with self.timer.stage("transfer"):
             if self.device.type == "cuda":
-                x = x.pin_memory().to(self.device, non_blocking=True)
-                blocks = [b.to(self.device) for b in blocks]
-                input_nodes, output_nodes, y = (t.to(self.device) for t in (input_nodes, output_nodes, y))
-        return MiniBatch(input_nodes, output_nodes, blocks, x, y)
+                x = x.pin_memory()
+            return MiniBatch(input_nodes, output_nodes, blocks, x, y).to(self.device, non_blocking=True)
 
     def io_stats(self) -> dict[str, int]:
         return self.io.as_dict()

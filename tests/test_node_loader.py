@@ -97,7 +97,7 @@ def test_full_neighbourhoods_agree_between_dgl_and_gnnssd_sampling(store: gnnssd
 
 def test_counters_options_and_close(store: gnnssd.Store) -> None:
     loader = _loader(store, "ssd", drop_last=True)
-    scratch = loader._scratch
+    scratch = loader.source._scratch
     assert scratch is not None and scratch.is_dir()
     assert len(loader) == len(store.train_idx) // 300
     setup = loader.io_stats()

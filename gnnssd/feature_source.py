@@ -1,0 +1,157 @@
+"""`FeatureSource`: a store's features opened once, for every loader that iterates over them.
+
+GraphBolt keeps its feature store apart from its item sampler and data loader; so does
+gnnssd: a FeatureSource owns the feature backend (memory, ssd, mmap, per-row: the protocol
+in memory_loader), its scratch directory, stage timer and disk counters, and any number of
+cheap `NodeLoader`/`EdgeLoader` iterators share it (training, validation and test loaders
+over one hot cache and one pair of buffers). The ssd backend lets one iteration at a time
+hold its buffers and re-plans an interrupted one (see SSDLoader.minibatches), so iterators
+may interleave freely.
+"""
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator, Protocol
+
+import numpy as np
+import torch
+
+from gnnssd.storage_format import Store
+
+from .baselines import MmapLoader, PerRowLoader
+from .config import SamplerConfig, SSDConfig
+from .memory_loader import MemoryLoader, MiniBatch
+from .runtime import run_seed, select_device
+from .ssd_loader import SSDLoader
+from .timing import StageTimer
+
+
+class FeatureBackend(Protocol):
+    """What the loaders drive: a mini-batch per seed batch, disk counters, release.
+    `OUT_OF_CORE`: features are read from the disk while training (io counters matter)."""
+
+    OUT_OF_CORE: bool
+    timer: StageTimer
+
+    def minibatches(self, batches: list[np.ndarray], fanouts: list[int], epoch: int = 0,
+                    exclude: list[np.ndarray] | None = None, reuse_epochs: int = 1) -> Iterator[MiniBatch]:
+        ...
+
+    def io_stats(self) -> dict[str, int]:
+        ...
+
+    def close(self) -> None:
+        ...
+
+
+#: `features=` name -> backend class; each opens with
+#: `cls.open(store, ssd, sampling, seed, device, timer, scratch_dir)`.
+BACKENDS: dict[str, type] = {"memory": MemoryLoader, "ssd": SSDLoader, "mmap": MmapLoader, "per-row": PerRowLoader}
+
+_SSD_KEYS = {f.name for f in dataclasses.fields(SSDConfig)}
+
+
+class IOSince:
+    """A source's disk counters since the previous `take()` (each loader its own)."""
+
+    def __init__(self, source: FeatureSource):
+        self.source = source
+        self._seen: dict[str, int] = {}
+
+    def take(self) -> dict[str, int]:
+        now = self.source.io_stats()
+        delta = {k: v - self._seen.get(k, 0) for k, v in now.items()}
+        self._seen = now
+        return delta
+
+
+def as_store(store: Store | str | Path) -> Store:
+    """A Store, opened from its path when given one."""
+    if isinstance(store, (str, Path)):
+        return Store.open(store)
+    if not isinstance(store, Store):
+        raise TypeError(f"store: expected a gnnssd.Store or the path of one, got {type(store).__name__}")
+    return store
+
+
+class FeatureSource:
+    """The features of `store` through the backend `features` names, opened once.
+
+    `ssd` (an SSDConfig, whole) bounds the ssd backend's memory; `sampling` sizes its
+    buffers for the training and evaluation fanouts and batch sizes the loaders will ask
+    for. `seed` seeds the neighbour draws; `scratch_dir` holds compact blocks (default: a
+    private temporary directory, removed by `close`).
+    """
+
+    def __init__(self, store: Store | str | Path, features: str = "memory", ssd: SSDConfig | None = None,
+                 sampling: SamplerConfig | None = None, *, seed: int = 0, device: str | torch.device = "auto",
+                 scratch_dir: str | Path | None = None):
+        if features not in BACKENDS:
+            raise ValueError(f"features: {features!r}; expected one of {tuple(BACKENDS)}")
+        self.store = as_store(store)
+        self.features = features
+        self.ssd = ssd or SSDConfig()
+        self.sampling = sampling or SamplerConfig()
+        self.seed = run_seed(seed)  # any integer; DGL and NumPy take a bounded range
+        self.device = device if isinstance(device, torch.device) else select_device(device)
+        self.timer = StageTimer()
+        self._scratch = None
+        if scratch_dir is None and BACKENDS[features].OUT_OF_CORE:
+            scratch_dir = self._scratch = Path(tempfile.mkdtemp(prefix="gnnssd-scratch-"))
+        try:
+            self.backend: FeatureBackend = BACKENDS[features].open(
+                self.store, self.ssd, self.sampling, self.seed, self.device, self.timer,
+                None if scratch_dir is None else Path(scratch_dir))
+        except BaseException:
+            self._remove_scratch()
+            raise
+        self._closed = False
+
+    @classmethod
+    def from_options(cls, store: Store | str | Path, *, features: str = "memory", seed: int = 0,
+                     device: str | torch.device = "auto", scratch_dir: str | Path | None = None,
+                     fanouts: list[int] | None = None, batch_size: int | None = None,
+                     eval_fanouts: list[int] | None = None,
+                     eval_batch_size: int = SamplerConfig.eval_batch_size, **ssd: Any) -> FeatureSource:
+        """A source from NodeLoader's keyword options: SSDConfig's fields by name
+        (memory_budget, hot_fraction, ...), the sampling the buffers are sized for."""
+        unknown = sorted(set(ssd) - _SSD_KEYS)
+        if unknown:
+            raise TypeError(f"unknown option(s) {', '.join(unknown)}; expected the loader's options or "
+                            f"SSDConfig's fields {sorted(_SSD_KEYS)}")
+        sampling = SamplerConfig(fanouts=list(fanouts or SamplerConfig().fanouts),
+                                 batch_size=batch_size or SamplerConfig.batch_size,
+                                 eval_fanouts=eval_fanouts, eval_batch_size=eval_batch_size)
+        return cls(store, features, SSDConfig(**ssd), sampling, seed=seed, device=device, scratch_dir=scratch_dir)
+
+    @property
+    def out_of_core(self) -> bool:
+        """Features are read from the disk while training (ssd, mmap, per-row)."""
+        return BACKENDS[self.features].OUT_OF_CORE
+
+    def io_stats(self) -> dict[str, int]:
+        """Bytes read and written and requests sent to the disk since opening."""
+        return self.backend.io_stats()
+
+    def close(self) -> None:
+        """Release files, buffers, I/O threads and the private scratch directory."""
+        if not self._closed:
+            self._closed = True
+            try:
+                self.backend.close()
+            finally:
+                self._remove_scratch()
+
+    def _remove_scratch(self) -> None:
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
+
+    def __enter__(self) -> FeatureSource:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
