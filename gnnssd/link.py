@@ -20,7 +20,7 @@ from .config import Config, ConfigError
 from .edge_loader import EdgeBatch, EdgeLoader
 from .trainer import Trainer
 
-HITS_AT = (10, 50, 100)
+HITS_AT = (1, 3, 10, 50, 100)
 SCORE_CHUNK = 4096  # evaluation edges scored at once
 
 

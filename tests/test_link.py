@@ -13,6 +13,7 @@ import torch
 from dgl.nn import SAGEConv
 
 from gnnssd.cli import main
+import gnnssd
 from gnnssd.config import config_from_dict
 from gnnssd.datasets import ArraySource, OGBLinkSource
 from gnnssd.edge_loader import EdgeLoader
@@ -342,3 +343,16 @@ def test_link_trainer_runs_a_user_encoder_under_the_run_lock(link_store, tmp_pat
         trainer.close()
     assert not (run / ".gnnssd-scratch").exists()
     assert (run / "checkpoint.pt").exists() and (run / "run_config.yaml").exists()
+
+
+def test_trainer_of_a_link_config_trains_a_link_predictor(link_store, tmp_path):
+    """gnnssd.Trainer(config) follows `task`: a link config built a node classifier before."""
+    trainer = gnnssd.Trainer(_link_config(link_store[0], tmp_path / "run", train={"epochs": 2}))
+    try:
+        assert isinstance(trainer, LinkTrainer)
+        assert set(trainer.model) == {"encoder", "decoder"}
+        history = trainer.fit()
+    finally:
+        trainer.close()
+    assert "train_acc" not in history[-1] and 0 < history[-1]["valid_mrr"] <= 1
+    assert {"test_hits@1", "test_hits@3"} <= set(history[-1])
