@@ -44,7 +44,7 @@ class EdgeGroup:
     """What is fixed before sampling: the endpoints (sorted, unique) and the pairs."""
 
     seeds: np.ndarray
-    pos_edges: np.ndarray  # (B, 2) store IDs
+    pos_edges: np.ndarray  # (B, 2) store IDs (what sampling excludes)
     pos: np.ndarray  # (B, 2) into seeds
     neg: np.ndarray  # (B * k, 2) into seeds
 
@@ -81,7 +81,8 @@ def edge_groups(edges: np.ndarray, batch_size: int, negatives: int, num_nodes: i
 
 
 class EdgeLoader:
-    """Edge mini-batches of `edges` (store IDs; (src, dst) or (E, 2)) with `negatives`
+    """Edge mini-batches of `edges` (the dataset's node IDs, as `store.link_edges` gives
+    them; (src, dst) or (E, 2)) with `negatives`
     negatives per positive, features from `source` (a FeatureSource, or a Store or its path
     for which it opens its own from `source_options`, NodeLoader's: memory_budget, device,
     eval_fanouts, scratch_dir, ...; features memory or ssd).
@@ -116,6 +117,7 @@ class EdgeLoader:
         except BaseException:
             self.close()
             raise
+        self.store_edges = source.store_ids(self.edges)  # what sampling and exclusion take
         self.batch_size, self.negatives, self.shuffle, self.drop_last = batch_size, negatives, shuffle, drop_last
         self.fanouts, self.seed = fanouts, source.seed
         self.epoch = 0
@@ -142,12 +144,13 @@ class EdgeLoader:
         return full + (0 if self.drop_last or rest == 0 else 1)
 
     def __iter__(self) -> Iterator[EdgeBatch]:
-        groups = edge_groups(self.edges, self.batch_size, self.negatives, self.store.num_nodes,
+        groups = edge_groups(self.store_edges, self.batch_size, self.negatives, self.store.num_nodes,
                              self.seed, self.epoch, self.shuffle)[:len(self)]
         batches = self.source.backend.minibatches([g.seeds for g in groups], self.fanouts, self.epoch,
                                                   exclude=[g.pos_edges for g in groups])
         try:  # closed here, not when collected: a caller's break stops the I/O threads now
             for group, batch in zip(groups, batches):
+                batch = self.source.with_original_ids(batch)
                 yield EdgeBatch(batch.input_nodes, batch.output_nodes, batch.blocks, batch.x, batch.y,
                                 torch.from_numpy(group.pos), torch.from_numpy(group.neg))
         finally:

@@ -13,9 +13,11 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import tempfile
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterator, Protocol
 
+import dgl
 import numpy as np
 import torch
 
@@ -98,6 +100,7 @@ class FeatureSource:
         self.seed = run_seed(seed)  # any integer; DGL and NumPy take a bounded range
         self.device = device if isinstance(device, torch.device) else select_device(device)
         self.timer = StageTimer()
+        self._perms: dict[torch.device, torch.Tensor] = {}
         self._scratch = None
         if scratch_dir is None and BACKENDS[features].OUT_OF_CORE:
             scratch_dir = self._scratch = Path(tempfile.mkdtemp(prefix="gnnssd-scratch-"))
@@ -126,6 +129,37 @@ class FeatureSource:
                                  batch_size=batch_size or SamplerConfig.batch_size,
                                  eval_fanouts=eval_fanouts, eval_batch_size=eval_batch_size)
         return cls(store, features, SSDConfig(**ssd), sampling, seed=seed, device=device, scratch_dir=scratch_dir)
+
+    def _perm(self, device: torch.device) -> torch.Tensor:
+        """perm[store_id] = original ID, on `device` (kept there)."""
+        if device not in self._perms:
+            self._perms[device] = torch.from_numpy(np.array(self.store.perm, dtype=np.int64)).to(device)
+        return self._perms[device]
+
+    @cached_property
+    def _inv(self) -> np.ndarray:
+        return np.asarray(self.store.inv)
+
+    def store_ids(self, original_ids: np.ndarray) -> np.ndarray:
+        """Store rows of the dataset's node IDs: the one conversion in, for the loaders."""
+        return self._inv[original_ids]
+
+    @cached_property
+    def renumbered(self) -> bool:
+        """Store IDs differ from the dataset's (a node order other than the original)."""
+        return not np.array_equal(np.asarray(self.store.perm), np.arange(self.store.num_nodes))
+
+    def with_original_ids(self, batch: MiniBatch) -> MiniBatch:
+        """`batch` (from a backend, in store IDs) with input_nodes, output_nodes and its
+        blocks' node IDs (DGL's `dgl.NID`) in the dataset's IDs: the one conversion out."""
+        if not self.renumbered:
+            return batch
+        perm = self._perm(batch.input_nodes.device)
+        for block in batch.blocks:
+            for data in (block.srcdata, block.dstdata):
+                if dgl.NID in data:
+                    data[dgl.NID] = perm[data[dgl.NID]]
+        return dataclasses.replace(batch, input_nodes=perm[batch.input_nodes], output_nodes=perm[batch.output_nodes])
 
     @property
     def out_of_core(self) -> bool:

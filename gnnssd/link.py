@@ -165,5 +165,5 @@ class LinkTrainer(Trainer):
         return {**ranking_metrics(np.concatenate(pos_scores), np.concatenate(neg_scores)),
                 "edges": len(edges)}
 
-    def predict(self, original_ids: np.ndarray | None = None) -> np.ndarray:
+    def predict(self, nodes: np.ndarray | None = None) -> np.ndarray:
         raise NotImplementedError("task: link has no classes to predict; use `gnnssd embed`")

@@ -69,7 +69,8 @@ def check_nodes(nodes: Any, num_nodes: int, what: str = "seeds") -> np.ndarray:
 
 
 class NodeLoader:
-    """Mini-batches of `seeds` (store IDs, or a boolean mask over the nodes) for node-level
+    """Mini-batches of `seeds` (the dataset's node IDs, as `store.train_idx` and the other
+    splits give them, or a boolean mask over the nodes) for node-level
     tasks, features from `source`: a FeatureSource shared with other loaders, or a Store or
     its path, for which the loader opens its own source from `source_options` (`features`:
     memory, ssd, mmap, per-row; SSDConfig's fields such as `memory_budget`; `seed`,
@@ -123,6 +124,7 @@ class NodeLoader:
         except BaseException:
             self.close()
             raise
+        self.store_ids = source.store_ids(self.seeds)  # what the seed order and backend take
         self.fanouts, self.batch_size = fanouts, int(batch_size)
         self.shuffle, self.drop_last = shuffle, drop_last
         # the shuffle's seed; the source's seeds the neighbour draws
@@ -177,13 +179,19 @@ class NodeLoader:
         return self.epoch - (self.epoch - self.first_epoch) % self.reuse_epochs
 
     def seed_batches(self) -> list[np.ndarray]:
-        """This epoch's seed batches (this rank's share), in order (the same in every mode)."""
-        return seed_batches(self.seeds, self.batch_size, self.shuffle, self.seed, self.sample_epoch,
+        """This epoch's seed batches (this rank's share; store IDs), in order (the same in
+        every mode)."""
+        return seed_batches(self.store_ids, self.batch_size, self.shuffle, self.seed, self.sample_epoch,
                             self.drop_last, self.rank, self.world_size, self.window)
 
     def __iter__(self) -> Iterator[MiniBatch]:
-        return self.backend.minibatches(self.seed_batches(), self.fanouts, self.sample_epoch,
-                                        reuse_epochs=self.reuse_epochs)
+        batches = self.backend.minibatches(self.seed_batches(), self.fanouts, self.sample_epoch,
+                                           reuse_epochs=self.reuse_epochs)
+        try:  # closed here, not when collected: a caller's break stops the I/O threads now
+            for batch in batches:
+                yield self.source.with_original_ids(batch)
+        finally:
+            batches.close()
 
     def __len__(self) -> int:
         full, rest = divmod(-(-len(self.seeds) // self.world_size), self.batch_size)

@@ -140,7 +140,8 @@ class SSDLoader:
         most = 0
         for fanouts, batch_size in settings:
             sampler = NeighborSampler(self.store.indptr, self.store.indices, fanouts)
-            splits = [np.asarray(s) for s in (self.store.train_idx, self.store.valid_idx, self.store.test_idx)]
+            splits = [np.asarray(s) for s in (self.store.train_store_ids, self.store.valid_store_ids,
+                                              self.store.test_store_ids)]
             # a link store has no node splits: its seeds (edge endpoints) are any nodes
             for nodes in [s for s in splits if len(s)] or [np.arange(self.store.num_nodes)]:
                 seeds = np.sort(rng.choice(nodes, min(len(nodes), batch_size), replace=False))

@@ -26,7 +26,7 @@ from .rundir import RunLock, Scratch, prepare_run_dir
 from .config import SamplerConfig
 from .feature_source import BACKENDS, FeatureSource
 from .memory_loader import MiniBatch
-from .node_loader import NodeLoader
+from .node_loader import NodeLoader, check_nodes
 from .runtime import epoch_seed, seed_everything, select_device, uninterruptible, use_single_thread
 
 log = logging.getLogger("gnnssd.trainer")
@@ -91,7 +91,6 @@ class Trainer:
         except BaseException:
             self.source.close()
             raise
-        self.labels = torch.from_numpy(np.array(self.store.labels, dtype=np.int64))
         self.model = self._build_model(model).to(self.device)
         self.train_model = distributed.wrap(self.model, self.ranks, self.device)
         self.progress = distributed.progress(self.ranks)
@@ -306,48 +305,42 @@ class Trainer:
     # --- evaluation and prediction --------------------------------------------------------
 
     @torch.no_grad()
-    def _logits(self, nodes: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        """Logits of `nodes` (store IDs) with the evaluation fanouts, in batch order."""
+    def _logits(self, nodes: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Logits, node IDs and labels of `nodes` with the evaluation fanouts, in batch order."""
         cfg = self.config
-        if len(nodes) == 0:
-            return torch.empty(0, self.store.num_classes), torch.empty(0, dtype=torch.long)
-        fanouts = cfg.sampler.eval_fanouts or [-1] * cfg.model.layers
-        self.model.eval()
-        outputs, order = [], []
-        for batch in self.loader.with_seeds(nodes, fanouts=fanouts, batch_size=cfg.sampler.eval_batch_size):
-            outputs.append(self.model(batch.blocks, batch.x).cpu())
-            order.append(batch.output_nodes.cpu())
-        if not outputs:
-            return torch.empty(0, self.store.num_classes), torch.empty(0, dtype=torch.long)
-        return torch.cat(outputs), torch.cat(order)
+        outputs, order, labels = [torch.empty(0, self._output_dim())], [torch.empty(0, dtype=torch.long)], \
+            [torch.empty(0, dtype=torch.long)]
+        if len(nodes):
+            fanouts = cfg.sampler.eval_fanouts or [-1] * cfg.model.layers
+            self.model.eval()
+            for batch in self.loader.with_seeds(nodes, fanouts=fanouts, batch_size=cfg.sampler.eval_batch_size):
+                outputs.append(self.model(batch.blocks, batch.x).cpu())
+                order.append(batch.output_nodes.cpu())
+                labels.append(batch.y.cpu())
+        return torch.cat(outputs), torch.cat(order), torch.cat(labels)
 
     def evaluate(self, split: str = "test") -> dict[str, float]:
         """Accuracy and loss of the current model on 'train', 'valid' or 'test' (each rank
         scores its share of the nodes; the sums are added over the ranks)."""
-        logits, nodes = self._logits(self.ranks.split(self.store.split(split)))
-        y = self.labels[nodes]
+        logits, _, y = self._logits(self.ranks.split(self.store.split(split)))
         local = [float((logits.argmax(1) == y).sum()),
-                 float(F.cross_entropy(logits, y, reduction="sum")), float(len(nodes))]
+                 float(F.cross_entropy(logits, y, reduction="sum")), float(len(y))]
         self.progress.enter()
         correct, loss_sum, count = distributed.sum_over_ranks(local, self.ranks)
         if count == 0:
             return {"accuracy": float("nan"), "loss": float("nan"), "nodes": 0}
         return {"accuracy": correct / count, "loss": loss_sum / count, "nodes": int(count)}
 
-    def predict(self, original_ids: np.ndarray | None = None) -> np.ndarray:
-        """Predicted class of each node, indexed by original node ID (all nodes by default)."""
-        if original_ids is None:
-            original_ids = np.arange(self.store.num_nodes)
-        original_ids = np.asarray(original_ids, dtype=np.int64)
-        bad = original_ids[(original_ids < 0) | (original_ids >= self.store.num_nodes)]
-        if bad.size:
-            raise ValueError(f"node ID {bad[0]} outside 0..{self.store.num_nodes - 1}")
-        store_ids = np.asarray(self.store.inv)[original_ids]
-        logits, nodes = self._logits(self.ranks.split(store_ids))
-        nodes, classes = distributed.gather_arrays((nodes.numpy(), logits.argmax(1).numpy()), self.ranks)
-        by_store_id = np.empty(self.store.num_nodes, dtype=np.int64)
-        by_store_id[nodes] = classes
-        return by_store_id[store_ids]
+    def predict(self, nodes: np.ndarray | None = None) -> np.ndarray:
+        """Predicted class of each of `nodes` (the dataset's IDs; all nodes by default: the
+        result is then indexed by node ID)."""
+        nodes = np.arange(self.store.num_nodes) if nodes is None else check_nodes(nodes, self.store.num_nodes,
+                                                                                  "nodes")
+        logits, order, _ = self._logits(self.ranks.split(nodes))
+        order, classes = distributed.gather_arrays((order.numpy(), logits.argmax(1).numpy()), self.ranks)
+        by_node = np.empty(self.store.num_nodes, dtype=np.int64)
+        by_node[order] = classes
+        return by_node[nodes]
 
     def load_best(self) -> None:
         """Load the checkpoint's best-validation weights (for eval/predict after fit).

@@ -53,8 +53,9 @@ def test_edge_split_holds_out_valid_and_test_edges_in_both_directions(link_store
     src, dst = arrays["edges"]
     distinct = np.unique(pair_keys(src, dst, 400)[src != dst])
     seen = []
+    inv = np.asarray(store.inv)  # the graph's pairs are store rows; link_edges the dataset's IDs
     for split in ("train", "valid", "test"):
-        edges = np.asarray(store.link_edges(split))
+        edges = inv[np.asarray(store.link_edges(split))]
         in_graph = [(u, v) in graph and (v, u) in graph for u, v in edges.tolist()]
         if split == "train":
             assert all(in_graph)
@@ -66,7 +67,7 @@ def test_edge_split_holds_out_valid_and_test_edges_in_both_directions(link_store
     np.testing.assert_array_equal(np.sort(seen), distinct)  # a partition of the input's pairs
     assert store.manifest["link"]["edges"]["valid"] == round(0.1 * len(distinct))
     for split in ("valid", "test"):
-        neg, edges = np.asarray(store.link_negatives(split)), np.asarray(store.link_edges(split))
+        neg, edges = np.asarray(store.link_negatives(split)), np.asarray(store.link_edges(split))  # both original
         assert neg.shape == (len(edges), 50)
         assert not (neg == edges[:, 1:]).any()
     checked = store.verify()  # the link files are checksummed entries of the manifest
@@ -155,14 +156,13 @@ def test_ogb_link_layouts(tmp_path, layout):
     written = _write_ogb_link(tmp_path / f"ogbl_{layout}", layout)
     source = OGBLinkSource(tmp_path / f"ogbl_{layout}", symmetric=True, eval_negatives=25)
     store = Store.open(write_store(tmp_path / "store", source, order=node_order("degree")))
-    perm = np.asarray(store.perm)
     for name, edges in written["parts"].items():
-        np.testing.assert_array_equal(perm[np.asarray(store.link_edges(name))], edges)
+        np.testing.assert_array_equal(np.asarray(store.link_edges(name)), edges)  # the dataset's own IDs
     graph = _graph_pairs(store)
     inv = np.asarray(store.inv)
     for u, v in inv[written["parts"]["test"]].tolist():
         assert (u, v) not in graph and (v, u) not in graph
-    negatives = perm[np.asarray(store.link_negatives("valid"))]
+    negatives = np.asarray(store.link_negatives("valid"))
     if layout == "citation2":  # the layout's own per-edge negatives
         np.testing.assert_array_equal(negatives, written["negatives"]["valid"])
     else:  # collab has shared negative pairs only: seeded per-edge ones instead
@@ -208,7 +208,7 @@ def test_numba_exclusion_matches_dgl_reverse_id(link_store):
     dgl_sampler = dgl.dataloading.as_edge_prediction_sampler(
         dgl.dataloading.NeighborSampler([-1, -1]), exclude="reverse_id", reverse_eids=reverse)
     ours = NeighborSampler(store.indptr, store.indices, [-1, -1])
-    train = np.asarray(store.link_edges("train"))
+    train = np.asarray(store.inv)[np.asarray(store.link_edges("train"))]  # store rows, as the graph
     rng = np.random.default_rng(0)
     for _ in range(3):
         batch = train[rng.choice(len(train), 40, replace=False)]
@@ -243,7 +243,7 @@ def test_edge_loader_batches(link_store, features):
             assert len(neg) == 3 * len(pos)
             np.testing.assert_array_equal(neg[:, 0], np.repeat(pos[:, 0], 3))
             assert not (neg[:, 1] == np.repeat(pos[:, 1], 3)).any()
-            np.testing.assert_array_equal(batch.x.numpy(), rows[batch.input_nodes.numpy()])
+            np.testing.assert_array_equal(batch.x.numpy(), rows[np.asarray(store.inv)[batch.input_nodes.numpy()]])
             np.testing.assert_array_equal(batch.blocks[-1].dstdata[dgl.NID].numpy(), out)
             seen.append(pos)
         assert len(seen) == len(loader)

@@ -15,7 +15,7 @@ from gnnssd.datasets import synthetic_source
 from gnnssd.sampler import node_order
 from gnnssd.storage_format import write_store
 
-ORDERS = ("original",)
+ORDERS = ("original", "degree")
 
 
 @pytest.fixture(scope="module", params=ORDERS)
