@@ -147,9 +147,27 @@ def train_job(config: str, overrides: dict[str, Any], resume: bool) -> None:
 
 def cmd_eval(args: argparse.Namespace) -> None:
     with _trainer(args.config, _parse_overrides(args.set)) as trainer:
+        if args.scores is not None and not hasattr(trainer, "scores"):
+            raise ConfigError(f"--scores: task {trainer.config.task} has no edge scores (task link has)")
         trainer.load_best()
         result = {split: trainer.evaluate(split) for split in args.split}
+        if args.scores is not None:
+            arrays = {}
+            for split in args.split:
+                arrays[f"{split}_edges"], arrays[f"{split}_pos"], arrays[f"{split}_neg"] = trainer.scores(split)
+            _write_new(args.scores, arrays)
     print(json.dumps(result, indent=2))
+
+
+def _write_new(out: Path, arrays: dict[str, Any]) -> None:
+    """`arrays` as the .npz `out`, refusing to overwrite a file gnnssd did not just make."""
+    import numpy as np
+
+    if out.exists():
+        raise ConfigError(f"--scores: {out} exists; pick a new file")
+    with open(out, "xb") as f:
+        np.savez(f, **arrays)
+    print(f"wrote {', '.join(arrays)} to {out}")
 
 
 def cmd_predict(args: argparse.Namespace) -> None:
@@ -282,6 +300,9 @@ def build_parser() -> argparse.ArgumentParser:
                              help="data-parallel ranks on this machine (torch.distributed)")
         if name == "eval":
             sub.add_argument("--split", nargs="+", default=["valid", "test"])
+            sub.add_argument("--scores", type=Path, metavar="OUT.npz",
+                             help="task link: also write each split's edges and the scores of them and of "
+                                  "their negatives ({split}_edges, {split}_pos, {split}_neg) for another evaluator")
         if name == "predict":
             sub.add_argument("--out", required=True, help=".npy file for the predictions")
             sub.add_argument("--layerwise", action="store_true",

@@ -142,15 +142,17 @@ class LinkTrainer(Trainer):
         return out
 
     @torch.no_grad()
-    def evaluate(self, split: str = "test") -> dict[str, float]:
-        """MRR and Hits@10/50/100 of the split's edges against their fixed negatives."""
+    def scores(self, split: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The split's edges (E, 2), their scores (E,) and their fixed negatives' scores
+        (E, K) (K = link.eval_negatives), the input of a ranking evaluator such as OGB's
+        (`y_pred_pos`, `y_pred_neg`); node IDs are the dataset's."""
+        if split not in ("valid", "test"):
+            raise ValueError(f"link evaluation is on 'valid' or 'test', not {split!r} (the train edges "
+                             "have no fixed negatives)")
         edges = np.asarray(self.store.link_edges(split))
-        if split == "train":
-            raise ValueError("link evaluation is on 'valid' or 'test' (the train edges have no "
-                             "fixed negatives)")
         negatives = np.asarray(self.store.link_negatives(split))[:, :self.config.link.eval_negatives]
         if len(edges) == 0:
-            return {"mrr": float("nan"), **{f"hits@{k}": float("nan") for k in HITS_AT}, "edges": 0}
+            return edges, np.empty(0, np.float32), np.empty(negatives.shape, np.float32)
         nodes = np.unique(np.concatenate([edges.ravel(), negatives.ravel()]))
         h = self.embeddings(nodes)
         decoder = self.model["decoder"].cpu()
@@ -162,8 +164,14 @@ class LinkTrainer(Trainer):
             pos_scores.append(decoder(h_src, h[e[:, 1]]).numpy())
             neg_scores.append(decoder(h_src[:, None, :].expand(-1, n.shape[1], -1), h[n]).numpy())
         self.model["decoder"].to(self.device)
-        return {**ranking_metrics(np.concatenate(pos_scores), np.concatenate(neg_scores)),
-                "edges": len(edges)}
+        return edges, np.concatenate(pos_scores), np.concatenate(neg_scores)
+
+    def evaluate(self, split: str = "test") -> dict[str, float]:
+        """MRR and Hits@1/3/10/50/100 of the split's edges against their fixed negatives."""
+        edges, pos, neg = self.scores(split)
+        if len(edges) == 0:
+            return {"mrr": float("nan"), **{f"hits@{k}": float("nan") for k in HITS_AT}, "edges": 0}
+        return {**ranking_metrics(pos, neg), "edges": len(edges)}
 
     def predict(self, nodes: np.ndarray | None = None) -> np.ndarray:
         raise NotImplementedError("task: link has no classes to predict; use `gnnssd embed`")

@@ -309,6 +309,17 @@ class Store:
                     raise page_checksum_error(str(self.features_path), bad[0], bad[1],
                                               int(sums[bad[0]]))
 
+    def graph(self) -> Any:
+        """The topology as a DGLGraph in the dataset's node IDs (int64 IDs; no features:
+        they stay on disk). Needs DGL, which the store itself does not."""
+        import dgl
+        import torch
+
+        perm = np.asarray(self.perm)
+        dst = np.repeat(np.arange(self.num_nodes, dtype=np.int64), np.diff(np.asarray(self.indptr)))
+        src = perm[np.asarray(self.indices, dtype=np.int64)]
+        return dgl.graph((torch.from_numpy(src), torch.from_numpy(perm[dst])), num_nodes=self.num_nodes)
+
     def features_memmap(self) -> np.memmap:
         """The feature matrix (num_nodes, dim), memory-mapped: pages load on access."""
         return np.memmap(self.features_path, dtype=self.feat_dtype, mode="r",

@@ -10,6 +10,7 @@ import dgl
 import numpy as np
 import pytest
 import torch
+import yaml
 from dgl.nn import SAGEConv
 
 from gnnssd.cli import main
@@ -356,3 +357,23 @@ def test_trainer_of_a_link_config_trains_a_link_predictor(link_store, tmp_path):
         trainer.close()
     assert "train_acc" not in history[-1] and 0 < history[-1]["valid_mrr"] <= 1
     assert {"test_hits@1", "test_hits@3"} <= set(history[-1])
+
+
+def test_eval_exports_link_scores_for_an_external_evaluator(link_store, tmp_path):
+    """`gnnssd eval --scores` writes each split's edges and scores; ranking them again
+    (as OGB's evaluator would) gives the MRR eval prints."""
+    from gnnssd.cli import main
+
+    config = _link_config(link_store[0], tmp_path / "run", train={"epochs": 1})
+    config_file = tmp_path / "link.yaml"
+    config_file.write_text(yaml.safe_dump(config.to_dict()))
+    assert main(["train", "--config", str(config_file)]) == 0
+    out = tmp_path / "scores.npz"
+    assert main(["eval", "--config", str(config_file), "--split", "test", "--scores", str(out)]) == 0
+    with np.load(out) as scores:
+        np.testing.assert_array_equal(scores["test_edges"], Store.open(link_store[0]).link_edges("test"))
+        assert scores["test_neg"].shape == (len(scores["test_edges"]), 50)
+        mrr = ranking_metrics(scores["test_pos"], scores["test_neg"])["mrr"]
+    metrics = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[-1])
+    assert mrr == pytest.approx(metrics["best_test_mrr"])
+    assert main(["eval", "--config", str(config_file), "--scores", str(out)]) == 2  # never overwritten

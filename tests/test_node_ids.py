@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 import gnnssd
 from gnnssd.config import config_from_dict
@@ -97,3 +98,18 @@ def test_embeddings_are_indexed_by_the_datasets_ids(dataset, tmp_path) -> None:
         trainer.close()
     embed(config, tmp_path / "emb.npy")
     np.testing.assert_allclose(np.load(tmp_path / "emb.npy"), loader_path, atol=1e-5)
+
+
+def test_store_graph_is_the_datasets_graph(dataset) -> None:
+    """store.graph(): a DGLGraph of the dataset's edges in its own IDs, usable by DGL's sampler."""
+    import dgl
+
+    arrays, store, _ = dataset
+    graph = store.graph()
+    assert graph.idtype == torch.int64 and graph.num_nodes() == store.num_nodes
+    src, dst = (np.asarray(e) for e in arrays["edges"])
+    given = {(u, v) for u, v in zip(src.tolist(), dst.tolist()) if u != v}
+    got = set(zip(*(t.tolist() for t in graph.edges())))
+    assert given <= got and all(u == v for u, v in got - given)
+    sampled = dgl.dataloading.NeighborSampler([2]).sample(graph, torch.tensor([0, 1]))
+    assert len(sampled[2]) == 1
