@@ -22,10 +22,9 @@ import torch
 from gnnssd.storage_format import Store
 from gnnssd.storage_format.link_split import random_negatives
 
-from .feature_source import FeatureSource, IOSince
+from .feature_source import FeatureSource, SourceLoader
 from .memory_loader import MiniBatch
 from .node_loader import NodeLoader, check_fanouts
-from .timing import StageTimer
 
 EDGE_FEATURES = ("memory", "ssd")
 
@@ -80,7 +79,7 @@ def edge_groups(edges: np.ndarray, batch_size: int, negatives: int, num_nodes: i
     return groups
 
 
-class EdgeLoader:
+class EdgeLoader(SourceLoader):
     """Edge mini-batches of `edges` (the dataset's node IDs, as `store.link_edges` gives
     them; (src, dst) or (E, 2)) with `negatives`
     negatives per positive, features from `source` (a FeatureSource, or a Store or its path
@@ -108,7 +107,7 @@ class EdgeLoader:
             seeds_per_batch = min(store.num_nodes, batch_size * (2 + negatives))
             source = FeatureSource.from_options(store, fanouts=fanouts, batch_size=seeds_per_batch, seed=seed,
                                                 **source_options)
-        self.source: FeatureSource = source
+        super().__init__(source, self._owns_source)
         try:
             self.edges = as_edge_array(edges)
             bad = self.edges[(self.edges < 0) | (self.edges >= self.store.num_nodes)]
@@ -120,24 +119,6 @@ class EdgeLoader:
         self.store_edges = source.store_ids(self.edges)  # what sampling and exclusion take
         self.batch_size, self.negatives, self.shuffle, self.drop_last = batch_size, negatives, shuffle, drop_last
         self.fanouts, self.seed = fanouts, source.seed
-        self.epoch = 0
-        self._io = IOSince(source)
-
-    @property
-    def store(self) -> Store:
-        return self.source.store
-
-    @property
-    def timer(self) -> StageTimer:
-        return self.source.timer
-
-    @property
-    def device(self) -> torch.device:
-        return self.source.device
-
-    def set_epoch(self, epoch: int) -> None:
-        """Batches and negatives of the next iteration are those of `epoch`."""
-        self.epoch = epoch
 
     def __len__(self) -> int:
         full, rest = divmod(len(self.edges), self.batch_size)
@@ -162,24 +143,3 @@ class EdgeLoader:
         view = NodeLoader(self.source, nodes, fanouts=fanouts, batch_size=batch_size, rank=0, world_size=1)
         view.set_epoch(self.epoch)
         return iter(view)
-
-    def io_stats(self) -> dict[str, int]:
-        """Bytes and requests sent to the disk since the previous call (the first call
-        includes the set-up: the feature load or the hot cache)."""
-        return self._io.take()
-
-    def stage_times(self) -> dict[str, float]:
-        """Seconds per pipeline stage since the previous call."""
-        return self.timer.take()
-
-    def close(self) -> None:
-        """Release the source's files, buffers, I/O threads and private scratch directory
-        if this loader opened it."""
-        if self._owns_source:
-            self.source.close()
-
-    def __enter__(self) -> EdgeLoader:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -56,20 +56,6 @@ BACKENDS: dict[str, type] = {"memory": MemoryLoader, "ssd": SSDLoader, "mmap": M
 _SSD_KEYS = {f.name for f in dataclasses.fields(SSDConfig)}
 
 
-class IOSince:
-    """A source's disk counters since the previous `take()` (each loader its own)."""
-
-    def __init__(self, source: FeatureSource):
-        self.source = source
-        self._seen: dict[str, int] = {}
-
-    def take(self) -> dict[str, int]:
-        now = self.source.io_stats()
-        delta = {k: v - self._seen.get(k, 0) for k, v in now.items()}
-        self._seen = now
-        return delta
-
-
 def as_store(store: Store | str | Path) -> Store:
     """A Store, opened from its path when given one."""
     if isinstance(store, (str, Path)):
@@ -185,6 +171,64 @@ class FeatureSource:
             self._scratch = None
 
     def __enter__(self) -> FeatureSource:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class SourceLoader:
+    """What NodeLoader and EdgeLoader share: iterating over a FeatureSource, their own
+    (opened from a Store and closed with them) or shared (closing them releases nothing);
+    the epoch; and this loader's own view of the disk counters and stage times."""
+
+    def __init__(self, source: FeatureSource, owns_source: bool):
+        self.source, self._owns_source = source, owns_source
+        self.epoch = 0
+        self._io_seen: dict[str, int] = {}
+
+    @property
+    def store(self) -> Store:
+        return self.source.store
+
+    @property
+    def device(self) -> torch.device:
+        return self.source.device
+
+    @property
+    def timer(self) -> StageTimer:
+        return self.source.timer
+
+    @property
+    def backend(self) -> FeatureBackend:
+        """The feature backend this loader drives."""
+        return self.source.backend
+
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch the next iteration draws its order, negatives and neighbours for."""
+        self.epoch = epoch
+
+    def io_stats(self) -> dict[str, int]:
+        """Bytes read and written and requests sent to the disk since this loader's
+        previous call (the first call includes the set-up: the feature load or the hot
+        cache)."""
+        now = self.source.io_stats()
+        delta = {k: v - self._io_seen.get(k, 0) for k, v in now.items()}
+        self._io_seen = now
+        return delta
+
+    def stage_times(self) -> dict[str, float]:
+        """Seconds per stage (sample/plan/read/gather/transfer/wait...) of the source since
+        the previous call; background stages overlap the caller's."""
+        return self.timer.take()
+
+    def close(self) -> None:
+        """Release the source's files, buffers, I/O threads and private scratch directory
+        if this loader opened it; a loader over a shared source releases nothing."""
+        if self._owns_source:
+            self.source.close()
+
+    def __enter__(self):
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -28,10 +28,9 @@ from gnnssd.sampler import seed_batches
 from gnnssd.storage_format import Store
 
 from .config import SamplerConfig
-from .feature_source import FeatureBackend, FeatureSource, IOSince
+from .feature_source import FeatureSource, SourceLoader
 from .memory_loader import MiniBatch
 from .runtime import run_seed
-from .timing import StageTimer
 
 SEED_ORDERS = ("random", "proximity")
 
@@ -68,7 +67,7 @@ def check_nodes(nodes: Any, num_nodes: int, what: str = "seeds") -> np.ndarray:
     return array.astype(np.int64)  # a copy: store arrays are read-only
 
 
-class NodeLoader:
+class NodeLoader(SourceLoader):
     """Mini-batches of `seeds` (the dataset's node IDs, as `store.train_idx` and the other
     splits give them, or a boolean mask over the nodes) for node-level
     tasks, features from `source`: a FeatureSource shared with other loaders, or a Store or
@@ -118,7 +117,7 @@ class NodeLoader:
         elif source_options:
             raise TypeError(f"{', '.join(sorted(source_options))}: options of the FeatureSource, which "
                             "is already open; pass them to it, or pass a Store to open one here")
-        self.source: FeatureSource = source
+        super().__init__(source, self._owns_source)
         try:
             self.seeds = check_nodes(seeds, source.store.num_nodes)
         except BaseException:
@@ -131,8 +130,6 @@ class NodeLoader:
         self.seed = source.seed if seed is None or self._owns_source else run_seed(seed)
         self.window = seed_window if seed_order == "proximity" else 0
         self.reuse_epochs, self.first_epoch = reuse_epochs, first_epoch
-        self.epoch = 0
-        self._io = IOSince(source)
 
     def with_seeds(self, seeds: Any, *, fanouts: list[int] | None = None, batch_size: int | None = None,
                    shuffle: bool = False, drop_last: bool = False) -> NodeLoader:
@@ -144,30 +141,9 @@ class NodeLoader:
                           drop_last=drop_last, rank=0, world_size=1)
 
     @property
-    def store(self) -> Store:
-        return self.source.store
-
-    @property
     def features(self) -> str:
         """The backend's name (memory, ssd, mmap, per-row)."""
         return self.source.features
-
-    @property
-    def device(self) -> torch.device:
-        return self.source.device
-
-    @property
-    def timer(self) -> StageTimer:
-        return self.source.timer
-
-    @property
-    def backend(self) -> FeatureBackend:
-        """The feature backend this loader drives (EdgeLoader drives it with edge batches)."""
-        return self.source.backend
-
-    def set_epoch(self, epoch: int) -> None:
-        """The epoch the next iteration draws its shuffle and neighbours for."""
-        self.epoch = epoch
 
     @property
     def sample_epoch(self) -> int:
@@ -196,30 +172,6 @@ class NodeLoader:
     def __len__(self) -> int:
         full, rest = divmod(-(-len(self.seeds) // self.world_size), self.batch_size)
         return full + (0 if self.drop_last or rest == 0 else 1)
-
-    def io_stats(self) -> dict[str, int]:
-        """Bytes read and written and requests sent to the disk since this loader's
-        previous call (the first call includes the set-up: the feature load or the hot
-        cache)."""
-        return self._io.take()
-
-    def stage_times(self) -> dict[str, float]:
-        """Seconds per stage (sample/plan/read/gather/transfer/wait...) of the source since
-        the previous call; background stages overlap the caller's."""
-        return self.timer.take()
-
-    def close(self) -> None:
-        """Release the source's files, buffers, I/O threads and private scratch directory
-        if this loader opened it; a loader over a shared source releases nothing."""
-        if self._owns_source:
-            self.source.close()
-
-    def __enter__(self) -> NodeLoader:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
 
 def _ranks(rank: int | None, world_size: int | None) -> tuple[int, int]:
     """(rank, world_size) as given, or this process's in the initialised process group."""
