@@ -36,7 +36,7 @@ def main() -> None:
         loader.io_stats()  # from here on
         inputs, cold, pages = [], [], []
         for batch in loader:
-            rows = batch.input_nodes.numpy()
+            rows = np.asarray(store.inv)[batch.input_nodes.numpy()]  # store rows
             outside = np.setdiff1d(rows, backend.hot.members.rows)
             inputs.append(len(rows))
             cold.append(len(outside))
