@@ -66,6 +66,10 @@ def cmd_preprocess(args: argparse.Namespace) -> None:
 
     edge_split = parse_fractions(args.edge_split) if args.edge_split else None
     source = _source_from_args(args)
+    if args.self_loops:
+        from .self_loops import WithSelfLoops
+
+        source = WithSelfLoops(source)
     out = write_store(args.out, source, order=node_order(args.order), dtype=args.dtype,
                       progress=_progress_bar(), memory_limit=args.memory_limit,
                       edge_split=edge_split, split_seed=args.split_seed,
@@ -283,6 +287,8 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--split-seed", type=int, default=0, help="seed of the edge split and negatives")
         sub.add_argument("--eval-negatives", type=int, default=1000,
                          help="fixed negatives stored per valid/test edge")
+        sub.add_argument("--self-loops", action="store_true",
+                         help="add an edge v -> v to every node (as dgl.add_self_loop; a GAT's habit)")
         sub.set_defaults(func=cmd_preprocess)
 
     for name, func, text in (("train", cmd_train, "train a model"),
