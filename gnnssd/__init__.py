@@ -14,13 +14,17 @@ def compile(layer):  # noqa: A001 - the public name the design gives the compile
     return compile_layer(layer)
 
 
-_PUBLIC = {"EdgeLoader": ".edge_loader", "NodeLoader": ".node_loader", "Store": ".storage_format",
-           "Trainer": ".trainer"}
+#: What users build, receive and catch: name -> the module that defines it.
+_PUBLIC = {"NodeLoader": ".node_loader", "EdgeLoader": ".edge_loader", "FeatureSource": ".feature_source",
+           "MiniBatch": ".memory_loader", "EdgeBatch": ".edge_loader", "Store": ".storage_format",
+           "Trainer": ".trainer", "TASKS": ".tasks",
+           "ConfigError": ".config", "StoreError": ".storage_format", "DatasetError": ".storage_format",
+           "PageChecksumError": ".storage_format", "ChecksumError": ".io_engine",
+           "CheckpointError": ".checkpoint", "TrainingError": ".trainer"}
 
 
 def __getattr__(name: str):
-    """`gnnssd.EdgeLoader`, `gnnssd.NodeLoader`, `gnnssd.Store`, `gnnssd.Trainer`, imported
-    on first use (the CLI starts without torch and DGL)."""
+    """The public names, imported on first use (the CLI starts without torch and DGL)."""
     if name not in _PUBLIC:
         raise AttributeError(f"module 'gnnssd' has no attribute {name!r}")
     import importlib
@@ -28,4 +32,4 @@ def __getattr__(name: str):
     return getattr(importlib.import_module(_PUBLIC[name], __name__), name)
 
 
-__all__ = ["EdgeLoader", "NodeLoader", "Store", "Trainer", "compile"]
+__all__ = [*_PUBLIC, "compile"]

@@ -11,6 +11,8 @@ the same `x`. `NodeLoader(..., features="mmap" | "per-row")` runs them.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import numba as nb
 import numpy as np
 import torch
@@ -19,6 +21,8 @@ from gnnssd.io_engine import Engine
 from gnnssd.sampler.readplan import per_row_requests
 from gnnssd.storage_format import Store
 
+from .budget import parse_bytes
+from .config import SamplerConfig, SSDConfig
 from .memory_loader import SampledLoader
 from .timing import StageTimer
 
@@ -27,6 +31,8 @@ class MmapLoader(SampledLoader):
     """Features indexed out of `store.features_memmap()`. The page faults happen inside
     the indexing, so reading and gathering are one stage: "read"; `io_stats` cannot see
     them (they are the kernel's reads)."""
+
+    OUT_OF_CORE = True
 
     def __init__(self, store: Store, device: torch.device, timer: StageTimer, seed: int = 0):
         super().__init__(store, device, timer, seed)
@@ -131,6 +137,14 @@ class PerRowLoader(SampledLoader):
     """Rows missing from an LRU cache of `budget_bytes` read one page each (O_DIRECT,
     `Engine.read_rows` with one request per row: no merging); stages "read" (the engine) and "gather" (cache bookkeeping and
     copies). `close()` (or a with-block) closes the engine."""
+
+    OUT_OF_CORE = True
+
+    @classmethod
+    def open(cls, store: Store, ssd: SSDConfig, sampling: SamplerConfig, seed: int, device: torch.device,
+             timer: StageTimer, scratch_dir: Path | None) -> PerRowLoader:
+        """The LRU cache takes the whole `ssd.memory_budget`."""
+        return cls(store, device, timer, seed, parse_bytes(ssd.memory_budget))
 
     def __init__(self, store: Store, device: torch.device, timer: StageTimer, seed: int,
                  budget_bytes: int, engine: Engine | None = None):

@@ -67,6 +67,10 @@ def cmd_preprocess(args: argparse.Namespace) -> None:
     edge_split = parse_fractions(args.edge_split) if args.edge_split else None
     source = _source_from_args(args)
     dtype = args.dtype or getattr(source, "default_dtype", "float32")
+    if args.self_loops:
+        from .self_loops import WithSelfLoops
+
+        source = WithSelfLoops(source)
     out = write_store(args.out, source, order=node_order(args.order), dtype=dtype,
                       progress=_progress_bar(), memory_limit=args.memory_limit,
                       edge_split=edge_split, split_seed=args.split_seed,
@@ -99,18 +103,12 @@ def _parse_overrides(pairs: list[str]) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def _trainer(config: str, overrides: dict[str, Any]) -> Iterator[Any]:
-    """The trainer of the config's task (Trainer, or LinkTrainer for task: link), closed
-    (threads joined, scratch removed, lock released) however the command ends; a second
-    Ctrl-C cannot cut that short."""
-    from .config import load_config
+    """The trainer of the config's task (gnnssd.tasks), closed (threads joined, scratch
+    removed, lock released) however the command ends; a second Ctrl-C cannot cut that short."""
+    from .trainer import Trainer
 
-    loaded = load_config(config, overrides)
-    if loaded.task == "link":
-        from .link import LinkTrainer as trainer_class
-    else:
-        from .trainer import Trainer as trainer_class
     with one_interrupt():
-        trainer = trainer_class(loaded)
+        trainer = Trainer(config, overrides)
         try:
             yield trainer
         finally:
@@ -145,7 +143,7 @@ def train_job(config: str, overrides: dict[str, Any], resume: bool) -> None:
     if not trainer.ranks.is_main:
         return
     best = trainer.best
-    key, name = ("mrr", "MRR") if "valid_mrr" in best else ("acc", "accuracy")
+    key, name = trainer.SELECTION, trainer.SELECTION_NAME
     valid = "none (empty split)" if best[f"valid_{key}"] is None else f"{best[f'valid_{key}']:.4f}"
     test = "none (empty split)" if best.get(f"test_{key}") is None else f"{best[f'test_{key}']:.4f}"
     print(f"best valid {name} {valid} at epoch {best['epoch']}, test {name} {test}")
@@ -154,9 +152,27 @@ def train_job(config: str, overrides: dict[str, Any], resume: bool) -> None:
 
 def cmd_eval(args: argparse.Namespace) -> None:
     with _trainer(args.config, _parse_overrides(args.set)) as trainer:
+        if args.scores is not None and not hasattr(trainer, "scores"):
+            raise ConfigError(f"--scores: task {trainer.config.task} has no edge scores (task link has)")
         trainer.load_best()
         result = {split: trainer.evaluate(split) for split in args.split}
+        if args.scores is not None:
+            arrays = {}
+            for split in args.split:
+                arrays[f"{split}_edges"], arrays[f"{split}_pos"], arrays[f"{split}_neg"] = trainer.scores(split)
+            _write_new(args.scores, arrays)
     print(json.dumps(result, indent=2))
+
+
+def _write_new(out: Path, arrays: dict[str, Any]) -> None:
+    """`arrays` as the .npz `out`, refusing to overwrite a file gnnssd did not just make."""
+    import numpy as np
+
+    if out.exists():
+        raise ConfigError(f"--scores: {out} exists; pick a new file")
+    with open(out, "xb") as f:
+        np.savez(f, **arrays)
+    print(f"wrote {', '.join(arrays)} to {out}")
 
 
 def cmd_predict(args: argparse.Namespace) -> None:
@@ -283,6 +299,8 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--split-seed", type=int, default=0, help="seed of the edge split and negatives")
         sub.add_argument("--eval-negatives", type=int, default=1000,
                          help="fixed negatives stored per valid/test edge")
+        sub.add_argument("--self-loops", action="store_true",
+                         help="add an edge v -> v to every node (as dgl.add_self_loop; a GAT's habit)")
         sub.set_defaults(func=cmd_preprocess)
 
     for name, func, text in (("train", cmd_train, "train a model"),
@@ -300,6 +318,9 @@ def build_parser() -> argparse.ArgumentParser:
                              help="data-parallel ranks on this machine (torch.distributed)")
         if name == "eval":
             sub.add_argument("--split", nargs="+", default=["valid", "test"])
+            sub.add_argument("--scores", type=Path, metavar="OUT.npz",
+                             help="task link: also write each split's edges and the scores of them and of "
+                                  "their negatives ({split}_edges, {split}_pos, {split}_neg) for another evaluator")
         if name == "predict":
             sub.add_argument("--out", required=True, help=".npy file for the predictions")
             sub.add_argument("--layerwise", action="store_true",

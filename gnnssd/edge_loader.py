@@ -2,12 +2,13 @@
 features of all their endpoints, with the batch's own edges excluded from sampling.
 
 `EdgeLoader` has the shape of `gnnssd.NodeLoader` (keyword options, context manager,
-`set_epoch`, `len`, `io_stats`, `stage_times`, `close`) and is built on one: the seed order
-here is edge batches (`edge_groups`: each batch's endpoints and negatives), and the
-NodeLoader's feature backend turns them into mini-batches through the same protocol as node
-batches, `backend.minibatches(seeds, fanouts, epoch, exclude=pairs)`: memory mode through
-DGL's `exclude_eids`, ssd mode through the mega-batch planner and its numba sampler, so edge
-mini-batches are planned ahead and read out of core like node mini-batches.
+`set_epoch`, `len`, `io_stats`, `stage_times`, `close`) and iterates over a FeatureSource
+as NodeLoader does: the seed order here is edge batches (`edge_groups`: each batch's
+endpoints and negatives), and the source's backend turns them into mini-batches through
+the same protocol as node batches, `backend.minibatches(seeds, fanouts, epoch,
+exclude=pairs)`: memory mode through DGL's `exclude_eids`, ssd mode through the mega-batch
+planner and its numba sampler, so edge mini-batches are planned ahead and read out of core
+like node mini-batches.
 """
 from __future__ import annotations
 
@@ -15,28 +16,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-import dgl
 import numpy as np
 import torch
 
 from gnnssd.storage_format import Store
 from gnnssd.storage_format.link_split import random_negatives
 
+from .feature_source import FeatureSource, SourceLoader
 from .memory_loader import MiniBatch
-from .node_loader import NodeLoader
-from .timing import StageTimer
+from .node_loader import NodeLoader, check_fanouts
 
 EDGE_FEATURES = ("memory", "ssd")
 
 
 @dataclass
-class EdgeBatch:
-    """One edge mini-batch; `pos` (B, 2) and `neg` (B * k, 2) index `output_nodes`."""
+class EdgeBatch(MiniBatch):
+    """One edge mini-batch: a MiniBatch of all the endpoints (and negatives) with `pos`
+    (B, 2) and `neg` (B * k, 2), index pairs into `output_nodes`."""
 
-    input_nodes: torch.Tensor
-    output_nodes: torch.Tensor
-    blocks: list[dgl.DGLGraph]
-    x: torch.Tensor
     pos: torch.Tensor
     neg: torch.Tensor
 
@@ -46,7 +43,7 @@ class EdgeGroup:
     """What is fixed before sampling: the endpoints (sorted, unique) and the pairs."""
 
     seeds: np.ndarray
-    pos_edges: np.ndarray  # (B, 2) store IDs
+    pos_edges: np.ndarray  # (B, 2) store IDs (what sampling excludes)
     pos: np.ndarray  # (B, 2) into seeds
     neg: np.ndarray  # (B * k, 2) into seeds
 
@@ -82,84 +79,67 @@ def edge_groups(edges: np.ndarray, batch_size: int, negatives: int, num_nodes: i
     return groups
 
 
-class EdgeLoader:
-    """Edge mini-batches of `edges` (store IDs; (src, dst) or (E, 2)) with `negatives`
-    negatives per positive, features from RAM or streamed from the SSD.
+class EdgeLoader(SourceLoader):
+    """Edge mini-batches of `edges` (the dataset's node IDs, as `store.link_edges` gives
+    them; (src, dst) or (E, 2)) with `negatives`
+    negatives per positive, features from `source` (a FeatureSource, or a Store or its path
+    for which it opens its own from `source_options`, NodeLoader's: memory_budget, device,
+    eval_fanouts, scratch_dir, ...; features memory or ssd).
 
     Each batch's positive edges and their reverses are excluded from its sampled blocks
     (DGL's exclude="reverse_id"), so no batch sees the edges it is asked to predict.
-    `node_options` are NodeLoader's (memory_budget, device, eval_fanouts, scratch_dir, ...).
+    `drop_last` drops a last batch of fewer than `batch_size` edges.
     """
 
-    def __init__(self, store: Store | str | Path, edges: Any, *, fanouts: list[int], batch_size: int,
-                 negatives: int = 1, features: str = "memory", shuffle: bool = True, seed: int = 0,
-                 **node_options: Any):
-        store = store if isinstance(store, Store) else Store.open(store)
-        self.edges = as_edge_array(edges)
-        bad = self.edges[(self.edges < 0) | (self.edges >= store.num_nodes)]
-        if bad.size:
-            raise ValueError(f"edges: node {bad[0]} outside 0..{store.num_nodes - 1}")
-        if features not in EDGE_FEATURES:
-            raise ValueError(f"features: {features!r}; expected one of {EDGE_FEATURES}")
+    def __init__(self, source: FeatureSource | Store | str | Path, edges: Any, *, fanouts: list[int],
+                 batch_size: int, negatives: int = 1, shuffle: bool = True, seed: int = 0,
+                 drop_last: bool = False, **source_options: Any):
+        fanouts = check_fanouts(fanouts)
         if batch_size < 1 or negatives < 1:
             raise ValueError(f"batch_size {batch_size} and negatives {negatives}: both must be >= 1")
-        self.batch_size, self.negatives, self.shuffle = batch_size, negatives, shuffle
-        # A batch's seeds: its endpoints and negative destinations (what the buffers must hold).
-        seeds_per_batch = min(store.num_nodes, batch_size * (2 + negatives))
-        self.nodes = NodeLoader(store, np.empty(0, np.int64), fanouts=fanouts, batch_size=seeds_per_batch,
-                                features=features, seed=seed, **node_options)
-        self.store, self.fanouts, self.seed = store, self.nodes.fanouts, self.nodes.seed
-        self.epoch = 0
-
-    @property
-    def timer(self) -> StageTimer:
-        return self.nodes.timer
-
-    @property
-    def device(self) -> torch.device:
-        return self.nodes.device
-
-    def set_epoch(self, epoch: int) -> None:
-        """Batches and negatives of the next iteration are those of `epoch`."""
-        self.epoch = epoch
+        features = source.features if isinstance(source, FeatureSource) else source_options.get("features", "memory")
+        if features not in EDGE_FEATURES:
+            raise ValueError(f"features: {features!r}; expected one of {EDGE_FEATURES}")
+        self._owns_source = not isinstance(source, FeatureSource)
+        if self._owns_source:
+            # A batch's seeds: its endpoints and negative destinations (what the buffers must hold).
+            store = source if isinstance(source, Store) else Store.open(source)
+            seeds_per_batch = min(store.num_nodes, batch_size * (2 + negatives))
+            source = FeatureSource.from_options(store, fanouts=fanouts, batch_size=seeds_per_batch, seed=seed,
+                                                **source_options)
+        super().__init__(source, self._owns_source)
+        try:
+            self.edges = as_edge_array(edges)
+            bad = self.edges[(self.edges < 0) | (self.edges >= self.store.num_nodes)]
+            if bad.size:
+                raise ValueError(f"edges: node {bad[0]} outside 0..{self.store.num_nodes - 1}")
+        except BaseException:
+            self.close()
+            raise
+        self.store_edges = source.store_ids(self.edges)  # what sampling and exclusion take
+        self.batch_size, self.negatives, self.shuffle, self.drop_last = batch_size, negatives, shuffle, drop_last
+        self.fanouts, self.seed = fanouts, source.seed
 
     def __len__(self) -> int:
-        return -(-len(self.edges) // self.batch_size)
+        full, rest = divmod(len(self.edges), self.batch_size)
+        return full + (0 if self.drop_last or rest == 0 else 1)
 
     def __iter__(self) -> Iterator[EdgeBatch]:
-        groups = edge_groups(self.edges, self.batch_size, self.negatives, self.store.num_nodes,
-                             self.seed, self.epoch, self.shuffle)
-        batches = self.nodes.backend.minibatches([g.seeds for g in groups], self.fanouts, self.epoch,
-                                                 exclude=[g.pos_edges for g in groups])
+        groups = edge_groups(self.store_edges, self.batch_size, self.negatives, self.store.num_nodes,
+                             self.seed, self.epoch, self.shuffle)[:len(self)]
+        batches = self.source.backend.minibatches([g.seeds for g in groups], self.fanouts, self.epoch,
+                                                  exclude=[g.pos_edges for g in groups])
         try:  # closed here, not when collected: a caller's break stops the I/O threads now
             for group, batch in zip(groups, batches):
-                yield EdgeBatch(batch.input_nodes, batch.output_nodes, batch.blocks, batch.x,
+                batch = self.source.with_original_ids(batch)
+                yield EdgeBatch(batch.input_nodes, batch.output_nodes, batch.blocks, batch.x, batch.y,
                                 torch.from_numpy(group.pos), torch.from_numpy(group.neg))
         finally:
             batches.close()
 
     def node_batches(self, nodes: np.ndarray, fanouts: list[int], batch_size: int) -> Iterator[MiniBatch]:
-        """Node mini-batches of `nodes` in order through the same features and buffers
-        (evaluation embeddings)."""
-        view = self.nodes.with_seeds(np.asarray(nodes), fanouts=fanouts, batch_size=batch_size)
+        """Node mini-batches of `nodes` in order through the same source (evaluation
+        embeddings)."""
+        view = NodeLoader(self.source, nodes, fanouts=fanouts, batch_size=batch_size, rank=0, world_size=1)
         view.set_epoch(self.epoch)
         return iter(view)
-
-    def io_stats(self) -> dict[str, int]:
-        """Bytes and requests sent to the disk since the previous call (the first call
-        includes the set-up: the feature load or the hot cache)."""
-        return self.nodes.io_stats()
-
-    def stage_times(self) -> dict[str, float]:
-        """Seconds per pipeline stage since the previous call."""
-        return self.nodes.stage_times()
-
-    def close(self) -> None:
-        """Release files, buffers, I/O threads and the private scratch directory."""
-        self.nodes.close()
-
-    def __enter__(self) -> EdgeLoader:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

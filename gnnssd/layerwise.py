@@ -34,7 +34,7 @@ from gnnssd.storage_format import Store
 
 from .budget import parse_bytes
 from .checkpoint import load_checkpoint
-from .config import Config, ConfigError
+from .config import Config, ConfigError, SSDConfig
 from .layerwise_mean import cost_ranges, mean_layer_chunks
 from .memory_loader import load_features
 from .models import build_model
@@ -42,6 +42,7 @@ from .pipeline import DirectIO, FeatureFile, load_model
 from .pipeline.block_writer import BlockWriter
 from .rundir import reading
 from .storage_format.atomic import atomic_output
+from .tasks import trainer_class
 
 STAGING_BYTES = 8 << 20  # FileRows' staging: half read while the other half is copied
 CHUNK_SHARE = 8  # a chunk's input rows take at most 1/CHUNK_SHARE of the budget
@@ -261,36 +262,45 @@ def trained_model(config: Config) -> nn.Module:
     """The config's built-in model with the best weights of its run directory's checkpoint
     (a link run's encoder)."""
     store = Store.open(config.store_path())
-    out_dim = config.model.hidden if config.task == "link" else store.num_classes
-    model = build_model(config.model, store.feat_dim, out_dim)
+    task = trainer_class(config.task)
+    model = build_model(config.model, store.feat_dim, task.output_dim(config, store))
     checkpoint = load_checkpoint(config.run_path())
     if checkpoint is None:
         raise RuntimeError(f"{config.run_path()}: no checkpoint; train first")
     state = checkpoint["best"]["state"] or checkpoint["model"]
-    if config.task == "link":
-        state = {k[len("encoder."):]: v for k, v in state.items() if k.startswith("encoder.")}
+    prefix = task.ENCODER_PREFIX
+    state = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
     model.load_state_dict(state)
     return model
 
 
-def layerwise_outputs(config: Config, model: nn.Module, scratch_dir: Path,
-                      layers: int | None = None) -> Iterator[np.ndarray]:
-    """Every node's output of the first `layers` layers, in original node order, in
-    chunks: computed in RAM (`features: memory`) or through files in `scratch_dir` (`ssd`)."""
-    store = Store.open(config.store_path())
-    budget = parse_bytes(config.ssd.memory_budget)
-    if config.features == "memory":
+def layerwise_inference(model: nn.Module, store: Store, features: str = "memory", ssd: SSDConfig | None = None,
+                        scratch_dir: Path | None = None, layers: int | None = None) -> Iterator[np.ndarray]:
+    """Every node's output of the first `layers` layers of `model` (any module with the
+    per-layer interface: see the module docstring and examples/layerwise_user_model.py),
+    in the dataset's node order, in chunks: computed in RAM (`features="memory"`) or
+    through files in `scratch_dir` (`"ssd"`, within `ssd.memory_budget`)."""
+    ssd = ssd or SSDConfig()
+    budget = parse_bytes(ssd.memory_budget)
+    if features == "memory":
         h = layerwise_memory(model, store, layers=layers, budget=budget)
         yield h[torch.from_numpy(np.array(store.inv, np.int64))].numpy()
         return
-    runner = LayerwiseSSD(store, scratch_dir / "layerwise", budget, config.ssd.queue_depth,
-                          config.ssd.io_backend)
+    if scratch_dir is None:
+        raise ValueError("layer-wise inference with features ssd needs a scratch_dir for its layer files")
+    runner = LayerwiseSSD(store, Path(scratch_dir) / "layerwise", budget, ssd.queue_depth, ssd.io_backend)
     try:
         path, dim = runner.run(model, layers)
         yield from runner.original_order(path, dim)
         path.unlink()
     finally:
         runner.close()
+
+
+def _outputs(config: Config, model: nn.Module, scratch_dir: Path, layers: int | None = None) -> Iterator[np.ndarray]:
+    """layerwise_inference as a run's config says."""
+    return layerwise_inference(model, Store.open(config.store_path()), config.features, config.ssd, scratch_dir,
+                               layers)
 
 
 def embed(config: Config, out: Path, layers: int | None = None) -> tuple[int, int]:
@@ -301,17 +311,18 @@ def embed(config: Config, out: Path, layers: int | None = None) -> tuple[int, in
         model = trained_model(config)
         if layers is not None and not 1 <= layers <= model.num_layers:
             raise ValueError(f"--layer {layers}: the model has layers 1..{model.num_layers}")
-        return _write_npy(out, layerwise_outputs(config, model, scratch.path, layers),
+        return _write_npy(out, _outputs(config, model, scratch.path, layers),
                           Store.open(config.store_path()).num_nodes)
 
 
 def predict_layerwise(config: Config) -> np.ndarray:
     """Every node's predicted class (original IDs) by layer-wise inference of a node
     run's best model, under the run directory's reader lock."""
-    if config.task != "node":
-        raise ConfigError("predict is for task: node; use `gnnssd embed` for link models")
+    if not trainer_class(config.task).CLASSIFIES:
+        raise ConfigError(f"predict is for a node classification task, not task: {config.task}; "
+                          "use `gnnssd embed`")
     with reading(config.run_path()) as scratch:
-        chunks = layerwise_outputs(config, trained_model(config), scratch.path)
+        chunks = _outputs(config, trained_model(config), scratch.path)
         return np.concatenate([chunk.argmax(1) for chunk in chunks])
 
 

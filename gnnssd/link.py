@@ -8,21 +8,19 @@ positive edge (EdgeLoader); evaluation ranks every valid/test edge against its
 """
 from __future__ import annotations
 
-import time
-from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
-from tqdm import tqdm
 
-from .config import ConfigError
+from gnnssd.storage_format import Store
+
+from .config import Config, ConfigError
 from .edge_loader import EdgeBatch, EdgeLoader
-from .runtime import epoch_seed, seed_everything, uninterruptible
 from .trainer import Trainer
 
-HITS_AT = (10, 50, 100)
+HITS_AT = (1, 3, 10, 50, 100)
 SCORE_CHUNK = 4096  # evaluation edges scored at once
 
 
@@ -72,6 +70,9 @@ class LinkTrainer(Trainer):
     """
 
     SELECTION = "mrr"
+    SELECTION_NAME = "MRR"
+    ENCODER_PREFIX = "encoder."
+    CLASSIFIES = False
 
     def _check_store(self) -> None:
         cfg = self.config
@@ -89,17 +90,21 @@ class LinkTrainer(Trainer):
     def _split_size(self, split: str) -> int:
         return len(self.store.link_edges(split))
 
-    def _output_dim(self) -> int:
-        return self.config.model.hidden
+    @classmethod
+    def output_dim(cls, config: Config, store: Store) -> int:
+        """The encoder's embedding width."""
+        return config.model.hidden
+
+    def _seeds_per_batch(self) -> int:
+        """A batch's endpoints and negative destinations."""
+        cfg = self.config
+        return min(self.store.num_nodes, cfg.sampler.batch_size * (2 + cfg.link.negatives))
 
     def _make_loader(self) -> EdgeLoader:  # type: ignore[override]
-        """The training edges' loader; evaluation embeds nodes through its features."""
+        """The training edges' loader; evaluation embeds nodes through the same source."""
         cfg = self.config
-        return EdgeLoader(self.store, np.asarray(self.store.link_edges("train")), fanouts=cfg.sampler.fanouts,
-                          batch_size=cfg.sampler.batch_size, negatives=cfg.link.negatives,
-                          features=cfg.features, seed=cfg.seed, device=self.device,
-                          eval_fanouts=cfg.sampler.eval_fanouts, eval_batch_size=cfg.sampler.eval_batch_size,
-                          scratch_dir=self.scratch.path, **vars(cfg.ssd))
+        return EdgeLoader(self.source, np.asarray(self.store.link_edges("train")), fanouts=cfg.sampler.fanouts,
+                          batch_size=cfg.sampler.batch_size, negatives=cfg.link.negatives)
 
     def _build_model(self, model: nn.Module | None) -> nn.Module:
         """The encoder (the user's `model` or the configured one, to `model.hidden`-wide
@@ -114,36 +119,10 @@ class LinkTrainer(Trainer):
 
     # --- training ------------------------------------------------------------------------
 
-    def _train_epoch(self, epoch: int) -> dict[str, Any]:
-        seed_everything(epoch_seed(self.config.seed, epoch))
-        self.model.train()
-        start = time.perf_counter()
-        self.loader.stage_times()
-        self.loader.io_stats()
-        self.loader.set_epoch(epoch)
-        loss_sum, seen = 0.0, 0
-        n_batches = len(self.loader)
-        batches = iter(self.loader)
-        try:  # closed here, not when collected: an error or Ctrl-C stops the I/O threads now
-            for i, batch in enumerate(tqdm(batches, total=n_batches, desc=f"epoch {epoch}", leave=False,
-                                           disable=not self.config.train.progress, mininterval=1.0), 1):
-                with self.loader.timer.stage("compute"), uninterruptible():
-                    h = self.encoder(batch.blocks, batch.x)
-                    loss = link_loss(self.model["decoder"], h, batch)
-                    self._check_finite(loss, epoch, i, n_batches)
-                    self.optimizer.zero_grad()
-                    loss.backward()
-                    self.optimizer.step()
-                loss_sum += loss.item() * len(batch.pos)
-                seen += len(batch.pos)
-        finally:
-            batches.close()
-        record = {"epoch": epoch, "train_loss": loss_sum / max(seen, 1),
-                  "epoch_s": round(time.perf_counter() - start, 4),
-                  "stages_s": self.loader.stage_times(), "batches": len(self.loader)}
-        if self.config.features == "ssd":
-            record["io"] = self.loader.io_stats()
-        return record
+    def _batch_loss(self, batch: EdgeBatch) -> tuple[torch.Tensor, int, None]:  # type: ignore[override]
+        """Binary cross-entropy of the batch's positive and negative edges."""
+        h = self.encoder(batch.blocks, batch.x)
+        return link_loss(self.model["decoder"], h, batch), len(batch.pos), None
 
     def _split_scores(self, split: str) -> dict[str, float]:
         return {k: v for k, v in self.evaluate(split).items() if k != "edges"}
@@ -163,15 +142,17 @@ class LinkTrainer(Trainer):
         return out
 
     @torch.no_grad()
-    def evaluate(self, split: str = "test") -> dict[str, float]:
-        """MRR and Hits@10/50/100 of the split's edges against their fixed negatives."""
+    def scores(self, split: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The split's edges (E, 2), their scores (E,) and their fixed negatives' scores
+        (E, K) (K = link.eval_negatives), the input of a ranking evaluator such as OGB's
+        (`y_pred_pos`, `y_pred_neg`); node IDs are the dataset's."""
+        if split not in ("valid", "test"):
+            raise ValueError(f"link evaluation is on 'valid' or 'test', not {split!r} (the train edges "
+                             "have no fixed negatives)")
         edges = np.asarray(self.store.link_edges(split))
-        if split == "train":
-            raise ValueError("link evaluation is on 'valid' or 'test' (the train edges have no "
-                             "fixed negatives)")
         negatives = np.asarray(self.store.link_negatives(split))[:, :self.config.link.eval_negatives]
         if len(edges) == 0:
-            return {"mrr": float("nan"), **{f"hits@{k}": float("nan") for k in HITS_AT}, "edges": 0}
+            return edges, np.empty(0, np.float32), np.empty(negatives.shape, np.float32)
         nodes = np.unique(np.concatenate([edges.ravel(), negatives.ravel()]))
         h = self.embeddings(nodes)
         decoder = self.model["decoder"].cpu()
@@ -183,8 +164,14 @@ class LinkTrainer(Trainer):
             pos_scores.append(decoder(h_src, h[e[:, 1]]).numpy())
             neg_scores.append(decoder(h_src[:, None, :].expand(-1, n.shape[1], -1), h[n]).numpy())
         self.model["decoder"].to(self.device)
-        return {**ranking_metrics(np.concatenate(pos_scores), np.concatenate(neg_scores)),
-                "edges": len(edges)}
+        return edges, np.concatenate(pos_scores), np.concatenate(neg_scores)
 
-    def predict(self, original_ids: np.ndarray | None = None) -> np.ndarray:
+    def evaluate(self, split: str = "test") -> dict[str, float]:
+        """MRR and Hits@1/3/10/50/100 of the split's edges against their fixed negatives."""
+        edges, pos, neg = self.scores(split)
+        if len(edges) == 0:
+            return {"mrr": float("nan"), **{f"hits@{k}": float("nan") for k in HITS_AT}, "edges": 0}
+        return {**ranking_metrics(pos, neg), "edges": len(edges)}
+
+    def predict(self, nodes: np.ndarray | None = None) -> np.ndarray:
         raise NotImplementedError("task: link has no classes to predict; use `gnnssd embed`")

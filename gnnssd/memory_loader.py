@@ -12,8 +12,9 @@ lists, if any), `io_stats()` counts what reached the disk, `close()` releases it
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
-from typing import Iterator
+from pathlib import Path
+from dataclasses import dataclass, fields
+from typing import Any, Iterator
 
 import dgl
 import numpy as np
@@ -22,6 +23,7 @@ import torch
 from gnnssd.sampler.sampling import csc_edge_ids
 from gnnssd.storage_format import Store
 
+from .config import SamplerConfig, SSDConfig
 from .runtime import epoch_seed
 from .timing import StageTimer
 
@@ -29,13 +31,43 @@ from .timing import StageTimer
 @dataclass
 class MiniBatch:
     """One mini-batch, all on the loader's device: `x` holds the float32 features of
-    `input_nodes`, `y` the labels of `output_nodes` (store IDs both)."""
+    `input_nodes`, `y` the labels of `output_nodes` (store IDs both; -1: unlabelled, see
+    `labelled`). As DGL's DataLoader does, `blocks[0].srcdata["feat"]` is `x` and
+    `blocks[-1].dstdata["label"]` is `y`, and a mini-batch unpacks as DGL's tuple:
+    `for input_nodes, output_nodes, blocks in loader`."""
 
     input_nodes: torch.Tensor
     output_nodes: torch.Tensor
     blocks: list[dgl.DGLGraph]
     x: torch.Tensor
     y: torch.Tensor
+
+    def __post_init__(self) -> None:
+        if self.blocks:
+            self.blocks[0].srcdata["feat"] = self.x
+            self.blocks[-1].dstdata["label"] = self.y
+
+    def __iter__(self) -> Iterator[Any]:
+        """DGL's (input_nodes, output_nodes, blocks)."""
+        return iter((self.input_nodes, self.output_nodes, self.blocks))
+
+    @property
+    def labelled(self) -> torch.Tensor:
+        """Which output nodes have a label (y >= 0): a loss must skip the others."""
+        return self.y >= 0
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> MiniBatch:
+        """This mini-batch with every tensor and block on `device` (itself if there already)."""
+        if self.x.device == torch.device(device):
+            return self
+        moved = {f.name: _to(getattr(self, f.name), device, non_blocking) for f in fields(self)}
+        return type(self)(**moved)
+
+
+def _to(value: Any, device: torch.device | str, non_blocking: bool) -> Any:
+    if isinstance(value, list):
+        return [b.to(device) for b in value]
+    return value.to(device, non_blocking=non_blocking)
 
 
 class IOCounters:
@@ -94,6 +126,8 @@ class SampledLoader:
     on one thread (Config.deterministic); with more, its parallel loops vary them.
     """
 
+    OUT_OF_CORE = False
+
     def __init__(self, store: Store, device: torch.device, timer: StageTimer, seed: int = 0):
         self.store, self.seed = store, seed
         self.graph = store_graph(store)
@@ -120,10 +154,15 @@ class SampledLoader:
                                                                    exclude_eids=excluded)
             x = self._inputs(input_nodes.numpy())
             with self.timer.stage("transfer"):
-                batch = MiniBatch(input_nodes.to(self.device), output_nodes.to(self.device),
-                                  [b.to(self.device) for b in blocks], x.to(self.device, non_blocking=True),
-                                  self.labels[output_nodes].to(self.device))
+                batch = MiniBatch(input_nodes, output_nodes, blocks, x, self.labels[output_nodes])
+                batch = batch.to(self.device, non_blocking=True)
             yield batch
+
+    @classmethod
+    def open(cls, store: Store, ssd: SSDConfig, sampling: SamplerConfig, seed: int, device: torch.device,
+             timer: StageTimer, scratch_dir: Path | None) -> SampledLoader:
+        """The registry's uniform constructor (gnnssd.feature_source.BACKENDS)."""
+        return cls(store, device, timer, seed)
 
     def io_stats(self) -> dict[str, int]:
         return self.io.as_dict()

@@ -55,6 +55,16 @@ class SSDLoader:
     `ssd.memory_budget`; buffers are sized for the largest mini-batch of `sampling`'s
     training and evaluation settings; compact blocks go to `block_dir`."""
 
+    OUT_OF_CORE = True
+
+    @classmethod
+    def open(cls, store: Store, ssd: SSDConfig, sampling: SamplerConfig, seed: int, device: torch.device,
+             timer: StageTimer, scratch_dir: Path | None) -> SSDLoader:
+        """The registry's uniform constructor: compact blocks under `scratch_dir`."""
+        if scratch_dir is None:
+            raise ValueError("features: ssd needs a scratch directory for its compact blocks")
+        return cls(store, ssd, sampling, seed, device, timer, scratch_dir / "blocks")
+
     def __init__(self, store: Store, ssd: SSDConfig, sampling: SamplerConfig, seed: int,
                  device: torch.device, timer: StageTimer, block_dir: Path):
         self.store, self.sampling, self.seed, self.device, self.timer = store, sampling, seed, device, timer
@@ -65,7 +75,7 @@ class SSDLoader:
         self.block_dir = block_dir  # scratch this loader owns: made on use, removed after
         self.kept_dir = block_dir.with_name(block_dir.name + "-kept")  # an epoch kept for reuse
         self._kept: KeptSamples | None = None
-        self._assembling: np.ndarray | None = None  # x of a mini-batch read in pieces
+        self._holder: Iterator[MiniBatch] | None = None  # the stream holding the buffers
         total = parse_bytes(ssd.memory_budget)
         self.block_budget, why = resolve_block_budget(ssd.block_budget, store.feature_bytes, total, block_dir)
         log.info(why)
@@ -130,7 +140,8 @@ class SSDLoader:
         most = 0
         for fanouts, batch_size in settings:
             sampler = NeighborSampler(self.store.indptr, self.store.indices, fanouts)
-            splits = [np.asarray(s) for s in (self.store.train_idx, self.store.valid_idx, self.store.test_idx)]
+            splits = [np.asarray(s) for s in (self.store.train_store_ids, self.store.valid_store_ids,
+                                              self.store.test_store_ids)]
             # a link store has no node splits: its seeds (edge endpoints) are any nodes
             for nodes in [s for s in splits if len(s)] or [np.arange(self.store.num_nodes)]:
                 seeds = np.sort(rng.choice(nodes, min(len(nodes), batch_size), replace=False))
@@ -146,10 +157,41 @@ class SSDLoader:
         With `reuse_epochs` > 1 (that many epochs train on these samples: sampler.reuse_epochs)
         the epoch's plans and blocks are kept on disk (within a share of the free space) once
         it is iterated to its end, the same call again replays them, and blocks are chosen for
-        that many reads."""
-        reuse = reuse_epochs > 1
+        that many reads.
+
+        One iteration at a time holds the buffers, the read stage and the scratch directory:
+        the buffers carry rows from one plan to the next, so an iteration started while
+        another is live (evaluation in the middle of an epoch, two iterators of one loader)
+        stops the other's stages, and the other, when next advanced, plans again from its
+        next mini-batch with the same neighbour draws. Every interleaving therefore yields
+        what each iteration yields alone, at the cost of re-reading a mega-batch per switch."""
+        done = 0
+        while done < len(batches):
+            stream = self._stream(batches, fanouts, epoch, exclude, reuse_epochs, done)
+            if self._holder is not None:
+                self._holder.close()  # its threads are joined and its scratch removed here
+            self._holder = stream
+            try:
+                for batch in stream:
+                    yield batch
+                    done += 1
+                    if self._holder is not stream:
+                        break  # another iteration took the buffers: plan again from `done`
+                else:
+                    return
+            finally:
+                if self._holder is stream:
+                    self._holder = None
+                stream.close()
+
+    def _stream(self, batches: list[np.ndarray], fanouts: list[int], epoch: int,
+                exclude: list[np.ndarray] | None, reuse_epochs: int, first: int) -> Iterator[MiniBatch]:
+        """The mini-batches of batches[first:] through the four stages (see minibatches). A
+        stream from the epoch's start may keep or replay the epoch; one resumed in the
+        middle plans and reads as usual."""
+        reuse = reuse_epochs > 1 and first == 0
         key = samples_key(batches, fanouts, epoch, exclude) if reuse else ""
-        if self._kept is not None and self._kept.complete and self._kept.key == key:
+        if reuse and self._kept is not None and self._kept.complete and self._kept.key == key:
             yield from self._trained(self._replayed(self._kept))
             return
         kept = None
@@ -163,10 +205,11 @@ class SSDLoader:
                           max_rows=self.budget.buffer_rows)
         directory.mkdir(parents=True, exist_ok=True)
         spill = directory if self.block_budget or reuse else None
-        plans = PlanWorker(self._planned(planner.plan_batches(batches, epoch, exclude), spill), depth=2,
-                           name="gnnssd-plan")
-        windows = PlanWorker(self._repacked_windows(iter(plans), directory, reuse_epochs), depth=2,
-                             name="gnnssd-repack")
+        rest = None if exclude is None else exclude[first:]
+        plans = PlanWorker(self._planned(planner.plan_batches(batches[first:], epoch, rest, first), spill),
+                           depth=2, name="gnnssd-plan")
+        windows = PlanWorker(self._repacked_windows(iter(plans), directory, reuse_epochs if reuse else 1),
+                             depth=2, name="gnnssd-repack")
         done = kept.keep if kept is not None else partial(delete, directory=directory)
         try:
             yield from self._trained(self._loaded(windows, directory, done))
@@ -180,9 +223,11 @@ class SSDLoader:
 
     def _trained(self, loading: Iterator[tuple[MegaBatchPlan, np.ndarray]]) -> Iterator[MiniBatch]:
         """The mini-batches of loaded plans, the read stage kept BUFFERS plans ahead in its
-        own thread; waits for it are charged to `wait`."""
+        own thread; waits for it are charged to `wait`. A piece plan (see Planner) adds its
+        rows to the x being assembled, yielded with the last piece."""
         # Depth BUFFERS: the buffer the caller gathers from and the one being filled.
         loaded = PlanWorker(loading, depth=BUFFERS, name="gnnssd-read")
+        assembling: np.ndarray | None = None
         try:
             pending = iter(loaded)
             while True:
@@ -192,7 +237,18 @@ class SSDLoader:
                 if item is None:
                     return
                 plan, buffer = item
-                yield from self._minibatches(plan, buffer)
+                pieces = plan.stats.get("pieces", 0)
+                if not pieces:
+                    yield from self._minibatches(plan, buffer)
+                    continue
+                with self.timer.stage("gather"):
+                    if plan.stats["piece"] == 0:
+                        assembling = self.buffers.outputs.take(len(plan.gather[0]), self.store.feat_dim,
+                                                               self.store.feat_dtype)
+                    self.buffers.gather(plan, 0, buffer, assembling)
+                if plan.stats["piece"] == pieces - 1:
+                    x, assembling = assembling, None
+                    yield self._minibatch(plan.minibatches[0], x)
         finally:
             loaded.close()
 
@@ -247,19 +303,7 @@ class SSDLoader:
                 yield full, buffer
 
     def _minibatches(self, plan: MegaBatchPlan, buffer: np.ndarray) -> Iterator[MiniBatch]:
-        """The mini-batches of a loaded plan; a piece plan (see Planner) adds its rows to the
-        x being assembled and yields it with the last piece."""
-        pieces = plan.stats.get("pieces", 0)
-        if pieces:
-            with self.timer.stage("gather"):
-                if plan.stats["piece"] == 0:
-                    self._assembling = self.buffers.outputs.take(len(plan.gather[0]), self.store.feat_dim,
-                                                                 self.store.feat_dtype)
-                self.buffers.gather(plan, 0, buffer, self._assembling)
-            if plan.stats["piece"] == pieces - 1:
-                x, self._assembling = self._assembling, None
-                yield self._minibatch(plan.minibatches[0], x)
-            return
+        """The mini-batches of a loaded plan that is not a piece."""
         for i, mfgs in enumerate(plan.minibatches):
             with self.timer.stage("gather"):
                 x = self.buffers.gather(plan, i, buffer)
@@ -274,15 +318,15 @@ class SSDLoader:
             y = self.labels[output_nodes]
         with self.timer.stage("transfer"):
             if self.device.type == "cuda":
-                x = x.pin_memory().to(self.device, non_blocking=True)
-                blocks = [b.to(self.device) for b in blocks]
-                input_nodes, output_nodes, y = (t.to(self.device) for t in (input_nodes, output_nodes, y))
-        return MiniBatch(input_nodes, output_nodes, blocks, x, y)
+                x = x.pin_memory()
+            return MiniBatch(input_nodes, output_nodes, blocks, x, y).to(self.device, non_blocking=True)
 
     def io_stats(self) -> dict[str, int]:
         return self.io.as_dict()
 
     def close(self) -> None:
+        if self._holder is not None:
+            self._holder.close()
         self._drop_kept()
         self.features.close()
         self.direct_io.shutdown()

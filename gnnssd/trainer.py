@@ -23,7 +23,10 @@ from .checkpoint import CHECKPOINT, CheckpointError, MetricsLog, load_checkpoint
 from .config import Config, ConfigError, load_config
 from .models import build_model
 from .rundir import RunLock, Scratch, prepare_run_dir, write_run_file
-from .node_loader import NodeLoader
+from .config import SamplerConfig
+from .feature_source import BACKENDS, FeatureSource
+from .memory_loader import MiniBatch
+from .node_loader import NodeLoader, check_nodes
 from .runtime import epoch_seed, seed_everything, select_device, uninterruptible, use_single_thread
 
 log = logging.getLogger("gnnssd.trainer")
@@ -53,10 +56,22 @@ class Trainer:
     """
 
     SELECTION = "acc"  # the validation score that picks the best model
+    SELECTION_NAME = "accuracy"  # ... as the CLI prints it
+    ENCODER_PREFIX = ""  # the checkpoint keys of the model that embeds nodes (layer-wise)
+    CLASSIFIES = True  # the task labels nodes: train_acc, predict
+
+    def __new__(cls, config: Config | str | Path, overrides: dict[str, Any] | None = None,
+                model: torch.nn.Module | None = None) -> Trainer:
+        """`Trainer(config)` is the trainer of the config's `task` (gnnssd.tasks)."""
+        if cls is Trainer:
+            from .tasks import trainer_class
+
+            cls = trainer_class(_as_config(config, overrides).task)
+        return super().__new__(cls)
 
     def __init__(self, config: Config | str | Path, overrides: dict[str, Any] | None = None,
                  model: torch.nn.Module | None = None):
-        self.config = config if isinstance(config, Config) else load_config(config, overrides)
+        self.config = _as_config(config, overrides)
         cfg = self.config
         self.ranks = distributed.current()  # several when inside an initialised process group
         self.run_dir = cfg.run_path()
@@ -70,8 +85,12 @@ class Trainer:
         seed_everything(cfg.seed)
         self.scratch = Scratch(self.run_dir)  # each rank its own
         self.lock: RunLock | None = None
-        self.loader = self._make_loader()
-        self.labels = torch.from_numpy(np.array(self.store.labels, dtype=np.int64))
+        self.source = self._open_source()
+        try:
+            self.loader = self._make_loader()
+        except BaseException:
+            self.source.close()
+            raise
         self.model = self._build_model(model).to(self.device)
         self.train_model = distributed.wrap(self.model, self.ranks, self.device)
         self.progress = distributed.progress(self.ranks)
@@ -94,38 +113,51 @@ class Trainer:
         """How many nodes (a link task: edges) `split` evaluates."""
         return len(self.store.split(split))
 
+    @classmethod
+    def output_dim(cls, config: Config, store: Store) -> int:
+        """The width of the built-in model's output: a class score each."""
+        return store.num_classes
+
     def _output_dim(self) -> int:
-        """The width of the built-in model's output."""
-        return self.store.num_classes
+        return self.output_dim(self.config, self.store)
+
+    def _seeds_per_batch(self) -> int:
+        """The most seeds a training mini-batch has (what the ssd buffers are sized for)."""
+        return self.config.sampler.batch_size
 
     def _build_model(self, model: torch.nn.Module | None) -> torch.nn.Module:
         return model if model is not None else build_model(self.config.model, self.store.feat_dim,
                                                            self._output_dim())
 
-    def _make_loader(self) -> NodeLoader:
-        """The training loader; evaluation takes views of it (`with_seeds`) that share its
-        features, hot cache and buffers. A rank loads its shard of the seeds, within its
-        share of the machine's `ssd.memory_budget`."""
+    def _open_source(self) -> FeatureSource:
+        """The store's features, shared by the training loader and evaluation: a rank's
+        within its share of the machine's `ssd.memory_budget`."""
         cfg = self.config
-        ssd = distributed.share_budget(cfg, self.ranks).ssd
+        sampling = SamplerConfig(fanouts=cfg.sampler.fanouts, batch_size=self._seeds_per_batch(),
+                                 eval_fanouts=cfg.sampler.eval_fanouts, eval_batch_size=cfg.sampler.eval_batch_size)
         try:
-            return NodeLoader(self.store, self.store.train_idx, fanouts=cfg.sampler.fanouts,
-                              batch_size=cfg.sampler.batch_size, features=cfg.features, shuffle=True,
-                              seed=cfg.seed, device=self.device, eval_fanouts=cfg.sampler.eval_fanouts,
-                              eval_batch_size=cfg.sampler.eval_batch_size, scratch_dir=self.scratch.path,
-                              rank=self.ranks.rank, world_size=self.ranks.world_size,
-                              seed_order=cfg.sampler.seed_order, seed_window=cfg.sampler.seed_window,
-                              reuse_epochs=cfg.sampler.reuse_epochs, first_epoch=1, **vars(ssd))
+            return FeatureSource(self.store, cfg.features, distributed.share_budget(cfg, self.ranks).ssd, sampling,
+                                 seed=cfg.seed, device=self.device, scratch_dir=self.scratch.path)
         except ConfigError as exc:
             if self.ranks.local_world_size == 1:
                 raise
             raise ConfigError(f"{exc} (ssd.memory_budget is the machine's total, split between "
                               f"its {self.ranks.local_world_size} local ranks)") from None
 
+    def _make_loader(self) -> NodeLoader:
+        """The training loader over the source (a rank loads its shard of the seeds);
+        evaluation takes loaders of other seeds over the same source (`with_seeds`)."""
+        cfg = self.config
+        return NodeLoader(self.source, self.store.train_idx, fanouts=cfg.sampler.fanouts,
+                          batch_size=cfg.sampler.batch_size, shuffle=True, seed=cfg.seed,
+                          rank=self.ranks.rank, world_size=self.ranks.world_size,
+                          seed_order=cfg.sampler.seed_order, seed_window=cfg.sampler.seed_window,
+                          reuse_epochs=cfg.sampler.reuse_epochs, first_epoch=1)
+
     def close(self) -> None:
         """Release the loader's files, buffers and I/O threads, this process's scratch
         directory and the run directory's lock."""
-        self.loader.close()
+        self.source.close()
         self.scratch.remove()
         self._unlock()
 
@@ -194,6 +226,7 @@ class Trainer:
         return history
 
     def _train_epoch(self, epoch: int) -> dict[str, Any]:
+        """One epoch over the loader, a `_batch_loss` step per mini-batch."""
         cfg = self.config
         seed_everything(epoch_seed(cfg.seed, epoch) + self.ranks.rank)  # ranks draw apart (dropout)
         self.model.train()
@@ -209,27 +242,36 @@ class Trainer:
                                            disable=not (cfg.train.progress and self.ranks.is_main),
                                            mininterval=1.0), 1):
                 with self.loader.timer.stage("compute"), uninterruptible():
-                    y = batch.y
-                    logits = self.train_model(batch.blocks, batch.x)
-                    loss = F.cross_entropy(logits, y)
+                    loss, count, right = self._batch_loss(batch)
                     self._check_finite(loss, epoch, i, n_batches)
                     self.optimizer.zero_grad()
                     self.progress.enter()  # backward averages the gradients over the ranks
                     loss.backward()
                     self.optimizer.step()
-                loss_sum += loss.item() * len(y)
-                correct += int((logits.argmax(1) == y).sum())
-                seen += len(y)
+                loss_sum += loss.item() * count
+                correct += right or 0
+                seen += count
         finally:
             batches.close()
         self.progress.enter()
         loss_sum, correct, seen = distributed.sum_over_ranks([loss_sum, correct, seen], self.ranks)
-        record = {"epoch": epoch, "train_loss": loss_sum / seen, "train_acc": correct / seen,
-                  "epoch_s": round(time.perf_counter() - start, 4), "stages_s": self.loader.stage_times(),
-                  "batches": len(self.loader)}
-        if cfg.features == "ssd":
+        record: dict[str, Any] = {"epoch": epoch, "train_loss": loss_sum / max(seen, 1)}
+        if self.CLASSIFIES:
+            record["train_acc"] = correct / max(seen, 1)
+        record.update({"epoch_s": round(time.perf_counter() - start, 4), "stages_s": self.loader.stage_times(),
+                       "batches": len(self.loader)})
+        if self.source.out_of_core:
             record["io"] = self.loader.io_stats()
         return record
+
+    def _batch_loss(self, batch: MiniBatch) -> tuple[torch.Tensor, int, int | None]:
+        """The training step's loss on one mini-batch, the examples it averages over and
+        how many of them the model got right (None: the task has no accuracy). Unlabelled
+        output nodes (label -1) are left out of the loss."""
+        logits = self.train_model(batch.blocks, batch.x)
+        y = batch.y
+        loss = F.cross_entropy(logits, y, ignore_index=-1)
+        return loss, int(batch.labelled.sum()), int((logits.argmax(1) == y).sum())
 
     def _check_finite(self, loss: torch.Tensor, epoch: int, i: int, n_batches: int) -> None:
         if not math.isfinite(loss.item()):
@@ -263,48 +305,42 @@ class Trainer:
     # --- evaluation and prediction --------------------------------------------------------
 
     @torch.no_grad()
-    def _logits(self, nodes: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        """Logits of `nodes` (store IDs) with the evaluation fanouts, in batch order."""
+    def _logits(self, nodes: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Logits, node IDs and labels of `nodes` with the evaluation fanouts, in batch order."""
         cfg = self.config
-        if len(nodes) == 0:
-            return torch.empty(0, self.store.num_classes), torch.empty(0, dtype=torch.long)
-        fanouts = cfg.sampler.eval_fanouts or [-1] * cfg.model.layers
-        self.model.eval()
-        outputs, order = [], []
-        for batch in self.loader.with_seeds(nodes, fanouts=fanouts, batch_size=cfg.sampler.eval_batch_size):
-            outputs.append(self.model(batch.blocks, batch.x).cpu())
-            order.append(batch.output_nodes.cpu())
-        if not outputs:
-            return torch.empty(0, self.store.num_classes), torch.empty(0, dtype=torch.long)
-        return torch.cat(outputs), torch.cat(order)
+        outputs, order, labels = [torch.empty(0, self._output_dim())], [torch.empty(0, dtype=torch.long)], \
+            [torch.empty(0, dtype=torch.long)]
+        if len(nodes):
+            fanouts = cfg.sampler.eval_fanouts or [-1] * cfg.model.layers
+            self.model.eval()
+            for batch in self.loader.with_seeds(nodes, fanouts=fanouts, batch_size=cfg.sampler.eval_batch_size):
+                outputs.append(self.model(batch.blocks, batch.x).cpu())
+                order.append(batch.output_nodes.cpu())
+                labels.append(batch.y.cpu())
+        return torch.cat(outputs), torch.cat(order), torch.cat(labels)
 
     def evaluate(self, split: str = "test") -> dict[str, float]:
         """Accuracy and loss of the current model on 'train', 'valid' or 'test' (each rank
         scores its share of the nodes; the sums are added over the ranks)."""
-        logits, nodes = self._logits(self.ranks.split(self.store.split(split)))
-        y = self.labels[nodes]
+        logits, _, y = self._logits(self.ranks.split(self.store.split(split)))
         local = [float((logits.argmax(1) == y).sum()),
-                 float(F.cross_entropy(logits, y, reduction="sum")), float(len(nodes))]
+                 float(F.cross_entropy(logits, y, reduction="sum")), float(len(y))]
         self.progress.enter()
         correct, loss_sum, count = distributed.sum_over_ranks(local, self.ranks)
         if count == 0:
             return {"accuracy": float("nan"), "loss": float("nan"), "nodes": 0}
         return {"accuracy": correct / count, "loss": loss_sum / count, "nodes": int(count)}
 
-    def predict(self, original_ids: np.ndarray | None = None) -> np.ndarray:
-        """Predicted class of each node, indexed by original node ID (all nodes by default)."""
-        if original_ids is None:
-            original_ids = np.arange(self.store.num_nodes)
-        original_ids = np.asarray(original_ids, dtype=np.int64)
-        bad = original_ids[(original_ids < 0) | (original_ids >= self.store.num_nodes)]
-        if bad.size:
-            raise ValueError(f"node ID {bad[0]} outside 0..{self.store.num_nodes - 1}")
-        store_ids = np.asarray(self.store.inv)[original_ids]
-        logits, nodes = self._logits(self.ranks.split(store_ids))
-        nodes, classes = distributed.gather_arrays((nodes.numpy(), logits.argmax(1).numpy()), self.ranks)
-        by_store_id = np.empty(self.store.num_nodes, dtype=np.int64)
-        by_store_id[nodes] = classes
-        return by_store_id[store_ids]
+    def predict(self, nodes: np.ndarray | None = None) -> np.ndarray:
+        """Predicted class of each of `nodes` (the dataset's IDs; all nodes by default: the
+        result is then indexed by node ID)."""
+        nodes = np.arange(self.store.num_nodes) if nodes is None else check_nodes(nodes, self.store.num_nodes,
+                                                                                  "nodes")
+        logits, order, _ = self._logits(self.ranks.split(nodes))
+        order, classes = distributed.gather_arrays((order.numpy(), logits.argmax(1).numpy()), self.ranks)
+        by_node = np.empty(self.store.num_nodes, dtype=np.int64)
+        by_node[order] = classes
+        return by_node[nodes]
 
     def load_best(self) -> None:
         """Load the checkpoint's best-validation weights (for eval/predict after fit).
@@ -360,6 +396,10 @@ class Trainer:
         np.random.set_state(("MT19937", keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
 
 
+def _as_config(config: Config | str | Path, overrides: dict[str, Any] | None) -> Config:
+    return config if isinstance(config, Config) else load_config(config, overrides)
+
+
 def _check_memory(cfg: Config, store: Store, output_dim: int) -> None:
     """Refuse a model or an ssd budget that cannot fit in the memory available now."""
     available = psutil.virtual_memory().available
@@ -371,7 +411,7 @@ def _check_memory(cfg: Config, store: Store, output_dim: int) -> None:
         raise ConfigError(f"model.hidden: {cfg.model.hidden} gives {params:,} parameters, ~{format_bytes(need)} "
                           f"with gradients and Adam state; available memory is {format_bytes(available)}")
     budget = parse_bytes(cfg.ssd.memory_budget)
-    if cfg.features == "ssd" and budget > available:
+    if BACKENDS[cfg.features].OUT_OF_CORE and budget > available:
         raise ConfigError(f"ssd.memory_budget: {format_bytes(budget)} is more than the available "
                           f"memory ({format_bytes(available)})")
 

@@ -401,9 +401,10 @@ class Planner:
             yield from self.plan_batches(minibatch_seeds(self.train_idx, self.config, epoch), epoch)
 
     def plan_batches(self, batches: list[np.ndarray], epoch: int,
-                     exclude: list[np.ndarray] | None = None) -> Iterator[MegaBatchPlan]:
+                     exclude: list[np.ndarray] | None = None, first: int = 0) -> Iterator[MegaBatchPlan]:
         """Mega-batch plans of given mini-batches of seeds (groups of M, cut to fit
-        `max_rows`); carry-over continues from the previous call's last plan. With
+        `max_rows`); carry-over continues from the previous call's last plan. `first` is
+        the epoch position of batches[0] (its neighbour draws are those of that position). With
         `exclude`, batch b is sampled without the edges exclude[b] and their reverses (see
         NeighborSampler.sample_many): edge mini-batches, whose seeds are their edges' endpoints."""
         cfg = self.config
@@ -412,7 +413,7 @@ class Planner:
             group = batches[start : start + cfg.mega_batch]
             ptr = np.concatenate([[0], np.cumsum([len(b) for b in group])])
             excluded = None if exclude is None else exclude[start : start + cfg.mega_batch]
-            for mfgs in self.sampler.sample_many(np.concatenate(group), ptr, cfg.seed, (epoch << 32) + start,
+            for mfgs in self.sampler.sample_many(np.concatenate(group), ptr, cfg.seed, (epoch << 32) + first + start,
                                                  excluded):
                 if self.union.add(mfgs, self.max_rows):
                     continue

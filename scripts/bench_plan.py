@@ -140,7 +140,7 @@ def main() -> None:
     budget_rows = int(args.budget * feature_bytes) // rb
     disk_budget = int(args.disk_budget * feature_bytes)
     base_indptr, base_indices = np.asarray(store.indptr), np.asarray(store.indices)
-    base_train = np.asarray(store.train_idx)
+    base_train = np.asarray(store.train_store_ids)
     heat = hotness(base_indptr, base_indices, fanouts, base_train)
     staging = 8 << 20
     io = DirectIO(queue_depth=128)

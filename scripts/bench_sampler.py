@@ -30,7 +30,7 @@ def load_graph(args) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
         from gnnssd.storage_format import Store
 
         s = Store.open(args.store)
-        return np.asarray(s.indptr), np.asarray(s.indices), np.asarray(s.train_idx), f"store {args.store}"
+        return np.asarray(s.indptr), np.asarray(s.indices), np.asarray(s.train_store_ids), f"store {args.store}"
     n = args.nodes or (200_000 if args.quick else 2_000_000)
     indptr, indices = random_csc(n, 15, seed=0, communities=64)
     train = np.random.default_rng(0).choice(n, n // 10, replace=False)

@@ -164,11 +164,11 @@ def run_system(system: str, store: Store, budget: int, batches: int, regime: str
     With reuse_epochs K > 1 the epoch is the seeds of the first `batches` mini-batches and
     the run trains K epochs on its samples: `batches` x K mini-batches, the first epoch and
     the K - 1 replayed ones also timed apart."""
-    seeds = np.asarray(store.train_idx)
+    seeds = np.asarray(store.train_store_ids)  # the seed order works in store IDs, as the loader's
     if reuse_epochs > 1:
         seeds = np.concatenate(seed_batches(seeds, BATCH_SIZE, True, seed, 1, window=seed_window
                                             if seed_order == "proximity" else 0)[:batches])
-    with NodeLoader(store, seeds, fanouts=FANOUTS, batch_size=BATCH_SIZE, features=system,
+    with NodeLoader(store, store.original_ids(seeds), fanouts=FANOUTS, batch_size=BATCH_SIZE, features=system,
                     memory_budget=budget, shuffle=True, seed=seed, device=CPU, block_budget=block_budget,
                     mega_batch=mega_batch, eval_fanouts=FANOUTS, eval_batch_size=BATCH_SIZE,
                     verify_checksums=verify, seed_order=seed_order, seed_window=seed_window,

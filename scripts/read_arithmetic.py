@@ -30,13 +30,13 @@ def main() -> None:
     with NodeLoader(store, store.train_idx, fanouts=[15, 10, 5], batch_size=1024, features="ssd",
                     memory_budget=args.budget, block_budget=args.block_budget, shuffle=True, seed=0,
                     device="cpu", eval_fanouts=[15, 10, 5], eval_batch_size=1024) as loader:
-        backend = loader._backend
+        backend = loader.backend
         print(backend.budget.describe())
         loader.set_epoch(1)
         loader.io_stats()  # from here on
         inputs, cold, pages = [], [], []
         for batch in loader:
-            rows = batch.input_nodes.numpy()
+            rows = np.asarray(store.inv)[batch.input_nodes.numpy()]  # store rows
             outside = np.setdiff1d(rows, backend.hot.members.rows)
             inputs.append(len(rows))
             cold.append(len(outside))

@@ -189,24 +189,45 @@ class Store:
     labels = _array_file("labels", "Class per store node (-1: unlabelled).")
     perm = _array_file("perm", "perm[store_id] = original node ID.")
     inv = _array_file("inv", "inv[original_id] = store node ID.")
-    train_idx = _array_file("train_idx", "Training nodes (store IDs, sorted).")
-    valid_idx = _array_file("valid_idx", "Validation nodes (store IDs, sorted).")
-    test_idx = _array_file("test_idx", "Test nodes (store IDs, sorted).")
+    train_store_ids = _array_file("train_idx", "Training nodes (store IDs, sorted).")
+    valid_store_ids = _array_file("valid_idx", "Validation nodes (store IDs, sorted).")
+    test_store_ids = _array_file("test_idx", "Test nodes (store IDs, sorted).")
+
+    # The public surface speaks the dataset's own node IDs; store order is internal.
+    @cached_property
+    def train_idx(self) -> np.ndarray:
+        """Training nodes, the dataset's original IDs (in store order)."""
+        return self.original_ids(self.train_store_ids)
+
+    @cached_property
+    def valid_idx(self) -> np.ndarray:
+        """Validation nodes, the dataset's original IDs (in store order)."""
+        return self.original_ids(self.valid_store_ids)
+
+    @cached_property
+    def test_idx(self) -> np.ndarray:
+        """Test nodes, the dataset's original IDs (in store order)."""
+        return self.original_ids(self.test_store_ids)
+
+    def original_ids(self, store_ids: np.ndarray) -> np.ndarray:
+        """The dataset's IDs of store rows `store_ids` (perm[store_id])."""
+        return np.asarray(self.perm)[np.asarray(store_ids, dtype=np.int64)]
 
     @property
     def has_link_split(self) -> bool:
         return "link" in self.manifest
 
     def link_edges(self, split: str) -> np.ndarray:
-        """(E, 2) int64 (source, destination) store IDs of a link split: 'train' edges are
-        in the graph; 'valid' and 'test' edges are held out of it in both directions."""
-        return self._link_array(split, "")
+        """(E, 2) int64 (source, destination) original IDs of a link split: 'train' edges
+        are in the graph; 'valid' and 'test' edges are held out of it in both directions."""
+        return self.original_ids(self._link_array(split, ""))
 
     def link_negatives(self, split: str) -> np.ndarray:
-        """(E, K) int64 fixed negative destinations of each 'valid' or 'test' edge."""
+        """(E, K) int64 fixed negative destinations (original IDs) of each 'valid' or
+        'test' edge."""
         if split not in ("valid", "test"):
             raise ValueError(f"link negatives of split {split!r}: expected 'valid' or 'test'")
-        return self._link_array(split, "_neg")
+        return self.original_ids(self._link_array(split, "_neg"))
 
     def _link_array(self, split: str, suffix: str) -> np.ndarray:
         if not self.has_link_split:
@@ -217,6 +238,7 @@ class Store:
         return np.load(self.path / f"link_{split}{suffix}.npy", mmap_mode="r")
 
     def split(self, name: str) -> np.ndarray:
+        """The nodes of split `name`, original IDs (see train_idx)."""
         if name not in ("train", "valid", "test"):
             raise ValueError(f"split {name!r}: expected 'train', 'valid' or 'test'")
         return getattr(self, f"{name}_idx")
@@ -308,6 +330,17 @@ class Store:
                 if bad is not None:
                     raise page_checksum_error(str(self.features_path), bad[0], bad[1],
                                               int(sums[bad[0]]))
+
+    def graph(self) -> Any:
+        """The topology as a DGLGraph in the dataset's node IDs (int64 IDs; no features:
+        they stay on disk). Needs DGL, which the store itself does not."""
+        import dgl
+        import torch
+
+        perm = np.asarray(self.perm)
+        dst = np.repeat(np.arange(self.num_nodes, dtype=np.int64), np.diff(np.asarray(self.indptr)))
+        src = perm[np.asarray(self.indices, dtype=np.int64)]
+        return dgl.graph((torch.from_numpy(src), torch.from_numpy(perm[dst])), num_nodes=self.num_nodes)
 
     def features_memmap(self) -> np.memmap:
         """The feature matrix (num_nodes, dim), memory-mapped: pages load on access."""

@@ -37,7 +37,7 @@ def test_hottest_rows_follow_the_sampling_heat(store):
     if store.manifest["order"] == "degree":  # hot rows first: the front of the file
         np.testing.assert_array_equal(rows, np.arange(400))
     else:
-        heat = hotness(store.indptr, store.indices, FANOUTS, np.asarray(store.train_idx))
+        heat = hotness(store.indptr, store.indices, FANOUTS, np.asarray(store.train_store_ids))
         assert np.all(np.diff(rows) > 0) and heat[rows].min() >= np.sort(heat)[-400]
     assert len(hottest_rows(store, 0, FANOUTS)) == 0
 
@@ -63,7 +63,7 @@ def test_planner_never_reads_a_hot_row_and_the_gather_rebuilds_batches(store):
     source = FeatureFile(io, store.features_path, store.feat_dim, store.feat_dtype)
     cache = HotCache(source, hottest_rows(store, 600, FANOUTS), store.num_nodes)
     cfg = PlanConfig(batch_size=128, fanouts=tuple(FANOUTS), mega_batch=3, seed=2)
-    plans = list(Planner(store.indptr, store.indices, store.train_idx, cfg, cache.members).plans([0]))
+    plans = list(Planner(store.indptr, store.indices, store.train_store_ids, cfg, cache.members).plans([0]))
     loader = MegaBatchLoader(cache, max(len(p.rows) for p in plans))
     features = store.features_memmap()
     try:

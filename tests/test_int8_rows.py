@@ -92,7 +92,8 @@ def test_ssd_and_memory_modes_give_identical_x(stores: dict[str, Store]):
                 assert len(loader.backend.hot.members.rows) < store.num_nodes // 2
             batches = 0
             for mb in loader:
-                np.testing.assert_array_equal(mb.x.numpy(), reference[mb.input_nodes.numpy()], err_msg=mode)
+                rows = np.asarray(store.inv)[mb.input_nodes.numpy()]  # input_nodes: the dataset's IDs
+                np.testing.assert_array_equal(mb.x.numpy(), reference[rows], err_msg=mode)
                 batches += 1
             assert batches == len(loader) > 1
 

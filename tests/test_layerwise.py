@@ -131,3 +131,27 @@ def test_only_mean_aggregation_layers_take_the_sequential_passes():
     for name, expected in [("gat", False), ("gcn", False), ("mlp", False)]:
         model = build_model(ModelConfig(name=name, hidden=8, layers=2, heads=2), 4, 3)
         assert model.mean_aggregation(0) is expected
+
+
+def test_the_user_model_example_runs_layerwise_in_ssd_mode(store):
+    """examples/layerwise_user_model.py: a model of the user's with the per-layer protocol;
+    its layer-wise logits (ssd) equal its full-neighbour sampled ones through a NodeLoader,
+    row for row by the dataset's node ID (the store is renumbered)."""
+    import importlib.util
+
+    import gnnssd
+
+    from .conftest import REPO
+
+    spec = importlib.util.spec_from_file_location("layerwise_user_model", REPO / "examples" / "layerwise_user_model.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    torch.manual_seed(0)
+    model = example.train(store, "ssd", "16MiB", epochs=1)
+    logits = example.layerwise_logits(model, store, "ssd", "16MiB")
+    reference = np.empty_like(logits)
+    with torch.no_grad(), gnnssd.NodeLoader(store, np.arange(store.num_nodes), fanouts=[-1, -1], batch_size=128,
+                                            device="cpu") as loader:
+        for batch in loader:
+            reference[batch.output_nodes.numpy()] = model(batch.blocks, batch.x).numpy()
+    np.testing.assert_allclose(logits, reference, rtol=1e-4, atol=1e-5)

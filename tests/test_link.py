@@ -10,9 +10,11 @@ import dgl
 import numpy as np
 import pytest
 import torch
+import yaml
 from dgl.nn import SAGEConv
 
 from gnnssd.cli import main
+import gnnssd
 from gnnssd.config import config_from_dict
 from gnnssd.datasets import ArraySource, OGBLinkSource
 from gnnssd.edge_loader import EdgeLoader
@@ -52,8 +54,9 @@ def test_edge_split_holds_out_valid_and_test_edges_in_both_directions(link_store
     src, dst = arrays["edges"]
     distinct = np.unique(pair_keys(src, dst, 400)[src != dst])
     seen = []
+    inv = np.asarray(store.inv)  # the graph's pairs are store rows; link_edges the dataset's IDs
     for split in ("train", "valid", "test"):
-        edges = np.asarray(store.link_edges(split))
+        edges = inv[np.asarray(store.link_edges(split))]
         in_graph = [(u, v) in graph and (v, u) in graph for u, v in edges.tolist()]
         if split == "train":
             assert all(in_graph)
@@ -65,7 +68,7 @@ def test_edge_split_holds_out_valid_and_test_edges_in_both_directions(link_store
     np.testing.assert_array_equal(np.sort(seen), distinct)  # a partition of the input's pairs
     assert store.manifest["link"]["edges"]["valid"] == round(0.1 * len(distinct))
     for split in ("valid", "test"):
-        neg, edges = np.asarray(store.link_negatives(split)), np.asarray(store.link_edges(split))
+        neg, edges = np.asarray(store.link_negatives(split)), np.asarray(store.link_edges(split))  # both original
         assert neg.shape == (len(edges), 50)
         assert not (neg == edges[:, 1:]).any()
     checked = store.verify()  # the link files are checksummed entries of the manifest
@@ -154,14 +157,13 @@ def test_ogb_link_layouts(tmp_path, layout):
     written = _write_ogb_link(tmp_path / f"ogbl_{layout}", layout)
     source = OGBLinkSource(tmp_path / f"ogbl_{layout}", symmetric=True, eval_negatives=25)
     store = Store.open(write_store(tmp_path / "store", source, order=node_order("degree")))
-    perm = np.asarray(store.perm)
     for name, edges in written["parts"].items():
-        np.testing.assert_array_equal(perm[np.asarray(store.link_edges(name))], edges)
+        np.testing.assert_array_equal(np.asarray(store.link_edges(name)), edges)  # the dataset's own IDs
     graph = _graph_pairs(store)
     inv = np.asarray(store.inv)
     for u, v in inv[written["parts"]["test"]].tolist():
         assert (u, v) not in graph and (v, u) not in graph
-    negatives = perm[np.asarray(store.link_negatives("valid"))]
+    negatives = np.asarray(store.link_negatives("valid"))
     if layout == "citation2":  # the layout's own per-edge negatives
         np.testing.assert_array_equal(negatives, written["negatives"]["valid"])
     else:  # collab has shared negative pairs only: seeded per-edge ones instead
@@ -207,7 +209,7 @@ def test_numba_exclusion_matches_dgl_reverse_id(link_store):
     dgl_sampler = dgl.dataloading.as_edge_prediction_sampler(
         dgl.dataloading.NeighborSampler([-1, -1]), exclude="reverse_id", reverse_eids=reverse)
     ours = NeighborSampler(store.indptr, store.indices, [-1, -1])
-    train = np.asarray(store.link_edges("train"))
+    train = np.asarray(store.inv)[np.asarray(store.link_edges("train"))]  # store rows, as the graph
     rng = np.random.default_rng(0)
     for _ in range(3):
         batch = train[rng.choice(len(train), 40, replace=False)]
@@ -242,7 +244,7 @@ def test_edge_loader_batches(link_store, features):
             assert len(neg) == 3 * len(pos)
             np.testing.assert_array_equal(neg[:, 0], np.repeat(pos[:, 0], 3))
             assert not (neg[:, 1] == np.repeat(pos[:, 1], 3)).any()
-            np.testing.assert_array_equal(batch.x.numpy(), rows[batch.input_nodes.numpy()])
+            np.testing.assert_array_equal(batch.x.numpy(), rows[np.asarray(store.inv)[batch.input_nodes.numpy()]])
             np.testing.assert_array_equal(batch.blocks[-1].dstdata[dgl.NID].numpy(), out)
             seen.append(pos)
         assert len(seen) == len(loader)
@@ -342,3 +344,36 @@ def test_link_trainer_runs_a_user_encoder_under_the_run_lock(link_store, tmp_pat
         trainer.close()
     assert not (run / ".gnnssd-scratch").exists()
     assert (run / "checkpoint.pt").exists() and (run / "run_config.yaml").exists()
+
+
+def test_trainer_of_a_link_config_trains_a_link_predictor(link_store, tmp_path):
+    """gnnssd.Trainer(config) follows `task`: a link config built a node classifier before."""
+    trainer = gnnssd.Trainer(_link_config(link_store[0], tmp_path / "run", train={"epochs": 2}))
+    try:
+        assert isinstance(trainer, LinkTrainer)
+        assert set(trainer.model) == {"encoder", "decoder"}
+        history = trainer.fit()
+    finally:
+        trainer.close()
+    assert "train_acc" not in history[-1] and 0 < history[-1]["valid_mrr"] <= 1
+    assert {"test_hits@1", "test_hits@3"} <= set(history[-1])
+
+
+def test_eval_exports_link_scores_for_an_external_evaluator(link_store, tmp_path):
+    """`gnnssd eval --scores` writes each split's edges and scores; ranking them again
+    (as OGB's evaluator would) gives the MRR eval prints."""
+    from gnnssd.cli import main
+
+    config = _link_config(link_store[0], tmp_path / "run", train={"epochs": 1})
+    config_file = tmp_path / "link.yaml"
+    config_file.write_text(yaml.safe_dump(config.to_dict()))
+    assert main(["train", "--config", str(config_file)]) == 0
+    out = tmp_path / "scores.npz"
+    assert main(["eval", "--config", str(config_file), "--split", "test", "--scores", str(out)]) == 0
+    with np.load(out) as scores:
+        np.testing.assert_array_equal(scores["test_edges"], Store.open(link_store[0]).link_edges("test"))
+        assert scores["test_neg"].shape == (len(scores["test_edges"]), 50)
+        mrr = ranking_metrics(scores["test_pos"], scores["test_neg"])["mrr"]
+    metrics = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[-1])
+    assert mrr == pytest.approx(metrics["best_test_mrr"])
+    assert main(["eval", "--config", str(config_file), "--scores", str(out)]) == 2  # never overwritten

@@ -41,6 +41,9 @@ def _loader(store: gnnssd.Store, features: str, **options) -> gnnssd.NodeLoader:
 
 
 def test_memory_and_ssd_yield_the_same_seed_batches(store: gnnssd.Store) -> None:
+    """The same mini-batches in both modes, in the dataset's node IDs (the store is
+    renumbered): x and y are the stored rows of those nodes, the blocks' dgl.NID agree."""
+    rows = np.asarray(store.inv)  # the original ID's store row
     features = store.features_memmap()
     labels = np.asarray(store.labels)
     seen: dict[str, list[list[np.ndarray]]] = {}
@@ -54,14 +57,15 @@ def test_memory_and_ssd_yield_the_same_seed_batches(store: gnnssd.Store) -> None
                 for mb in batches:
                     inputs = mb.input_nodes.numpy()
                     assert mb.x.dtype == torch.float32
-                    np.testing.assert_array_equal(mb.x.numpy(), features[inputs])
-                    np.testing.assert_array_equal(mb.y.numpy(), labels[mb.output_nodes.numpy()])
+                    np.testing.assert_array_equal(mb.x.numpy(), features[rows[inputs]])
+                    np.testing.assert_array_equal(mb.y.numpy(), labels[rows[mb.output_nodes.numpy()]])
                     np.testing.assert_array_equal(mb.blocks[-1].dstdata["_ID"].numpy(), mb.output_nodes.numpy())
                     np.testing.assert_array_equal(mb.blocks[0].srcdata["_ID"].numpy(), inputs)
                     assert len(mb.blocks) == len(FANOUTS)
                 epochs.append([mb.output_nodes.numpy() for mb in batches])
             seen[mode] = epochs
-    expected = [seed_batches(store.train_idx, 300, True, 7, epoch) for epoch in (0, 1)]
+    perm = np.asarray(store.perm)
+    expected = [[perm[b] for b in seed_batches(store.train_store_ids, 300, True, 7, epoch)] for epoch in (0, 1)]
     for mode, epochs in seen.items():
         for got, want in zip(epochs, expected):
             assert len(got) == len(want), mode
@@ -71,7 +75,7 @@ def test_memory_and_ssd_yield_the_same_seed_batches(store: gnnssd.Store) -> None
 
 
 def test_proximity_seed_order_reaches_every_mode(store: gnnssd.Store) -> None:
-    expected = seed_batches(store.train_idx, 300, True, 7, 1, window=600)
+    expected = [np.asarray(store.perm)[b] for b in seed_batches(store.train_store_ids, 300, True, 7, 1, window=600)]
     for mode in ("memory", "ssd"):
         with _loader(store, mode, seed_order="proximity", seed_window=600) as loader:
             loader.set_epoch(1)
@@ -97,7 +101,7 @@ def test_full_neighbourhoods_agree_between_dgl_and_gnnssd_sampling(store: gnnssd
 
 def test_counters_options_and_close(store: gnnssd.Store) -> None:
     loader = _loader(store, "ssd", drop_last=True)
-    scratch = loader._scratch
+    scratch = loader.source._scratch
     assert scratch is not None and scratch.is_dir()
     assert len(loader) == len(store.train_idx) // 300
     setup = loader.io_stats()
@@ -167,3 +171,14 @@ def test_the_custom_model_example_runs_in_ssd_mode(store: gnnssd.Store) -> None:
         warnings.filterwarnings("error", message="gnnssd.compile")
         best = example.main(["--store", str(store.path), "--features", "ssd", "--epochs", "3"])
     assert best["test"] > 2 / store.num_classes and best["io_bytes_read"] > 0
+
+
+def test_the_dgl_style_example_validates_mid_epoch_and_learns(store: gnnssd.Store) -> None:
+    """examples/node_classification.py: DGL's loop, validation every 3 steps inside the epoch."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("node_classification", REPO / "examples" / "node_classification.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    best = example.train(str(store.path), "ssd", "16MiB", epochs=3, eval_every=3, batch_size=256, lr=0.01)
+    assert best["step"] % 3 == 0 and best["test"] > 2 / store.num_classes

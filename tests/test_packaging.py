@@ -36,7 +36,7 @@ with gnnssd.NodeLoader(store, store.train_idx, fanouts=[5, 5], batch_size=256, f
     batches = list(loader)
     assert len(batches) == len(loader) > 0
     for mb in batches:
-        assert np.array_equal(mb.x.numpy(), features[mb.input_nodes.numpy()])
+        assert np.array_equal(mb.x.numpy(), features[np.asarray(store.inv)[mb.input_nodes.numpy()]])
 import gnnssd.compiler.passes, gnnssd.compiler.kernels, gnnssd.pipeline
 print("wheel ok")
 """

@@ -59,7 +59,7 @@ def test_ssd_epochs_of_a_group_replay_the_first_ones_samples_from_disk(store: St
         replayed, io1 = _epoch(loader, 1)
         assert _same(first, replayed)
         for _, inputs, *_, x in replayed:  # the rows on disk, by a plain memmap read
-            np.testing.assert_array_equal(x, features[inputs])
+            np.testing.assert_array_equal(x, features[np.asarray(store.inv)[inputs]])
         # epoch 0 sampled, repacked (read features.bin, wrote blocks) and read the blocks;
         # epoch 1 read only the kept blocks (whole files) and the kept plans' page reads
         plans = loader.backend._kept.plans
@@ -139,7 +139,7 @@ def test_minibatches_read_in_pieces_are_replayed_whole(store: Store, tmp_path: P
         replayed, io = _epoch(loader, 1)
         assert _same(first, replayed) and io["bytes_read"] > 0
         for _, inputs, *_, x in replayed:
-            np.testing.assert_array_equal(x, features[inputs])
+            np.testing.assert_array_equal(x, features[np.asarray(store.inv)[inputs]])
 
 
 def test_memory_mode_reuses_the_seed_order_and_draws(store: Store) -> None:

@@ -37,27 +37,28 @@ def test_batches_carry_the_features_on_disk(small_store, tmp_path, block_budget)
     budget = "24MiB" if block_budget else "16MiB"
     trainer = Trainer(_config(small_store, tmp_path / "run", block_budget=block_budget, memory_budget=budget))
     loader = trainer.loader
-    assert 0 < len(loader._backend.hot) < trainer.store.num_nodes
+    assert 0 < len(loader.backend.hot) < trainer.store.num_nodes
     features = Store.open(small_store).features_memmap()
     labels = np.asarray(trainer.store.labels)
     train = np.asarray(trainer.store.train_idx)
+    rows = np.asarray(trainer.store.inv)  # the store is renumbered: the original ID's row
     seen, seen_inputs = [], []
     loader.set_epoch(1)
     for batch in loader:
         inputs = batch.blocks[0].srcdata[dgl.NID].numpy()
-        seen_inputs.append(inputs)
+        seen_inputs.append(rows[inputs])
         np.testing.assert_array_equal(batch.input_nodes.numpy(), inputs)
-        np.testing.assert_array_equal(batch.x.numpy(), features[inputs])
+        np.testing.assert_array_equal(batch.x.numpy(), features[rows[inputs]])
         np.testing.assert_array_equal(batch.blocks[-1].dstdata[dgl.NID].numpy(), batch.output_nodes.numpy())
-        np.testing.assert_array_equal(batch.y.numpy(), labels[batch.output_nodes.numpy()])
+        np.testing.assert_array_equal(batch.y.numpy(), labels[rows[batch.output_nodes.numpy()]])
         seen.append(batch.output_nodes.numpy())
-    np.testing.assert_array_equal(np.sort(np.concatenate(seen)), train)
+    np.testing.assert_array_equal(np.sort(np.concatenate(seen)), np.sort(train))
     counts = loader.io_stats()
     assert counts["bytes_read"] > 0 and counts["requests"] > 0
-    assert counts["useful_bytes"] == _cold_bytes(seen_inputs, loader._backend.hot.members.rows, trainer.store.row_bytes)
+    assert counts["useful_bytes"] == _cold_bytes(seen_inputs, loader.backend.hot.members.rows, trainer.store.row_bytes)
     if block_budget:  # compact blocks were repacked, read back and deleted
         assert counts["bytes_written"] > 0
-    assert not loader._backend.block_dir.exists()  # the loader's own scratch is removed after the epoch
+    assert not loader.backend.block_dir.exists()  # the loader's own scratch is removed after the epoch
     trainer.close()
 
 
@@ -106,13 +107,13 @@ def test_budget_below_two_minibatches_streams_pieces(small_store, tmp_path, capl
         trainer = Trainer(config)
     # the default block budget: auto, extents only for 5 MiB of features
     assert "ssd.block_budget auto: 0 B (features 0.3x the memory budget" in caplog.text
-    backend = trainer.loader._backend
+    backend = trainer.loader.backend
     features = Store.open(small_store).features_memmap()
     row_bytes, hot = trainer.store.row_bytes, backend.hot.members.rows
-    inputs = []
+    inputs = []  # store rows
     trainer.loader.set_epoch(1)
     for batch in trainer.loader:
-        inputs.append(batch.input_nodes.numpy())
+        inputs.append(np.asarray(trainer.store.inv)[batch.input_nodes.numpy()])
         np.testing.assert_array_equal(batch.x.numpy(), features[inputs[-1]])
     queues = 12 << 20  # 4 MiB staging + 8 MiB of plans in flight at this budget
     assert 2 * max(map(len, inputs)) * row_bytes + queues > 14.5 * 2**20  # below the old floor

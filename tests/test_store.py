@@ -38,7 +38,7 @@ def test_round_trip_matches_input(tmp_path, order, dtype):
     np.testing.assert_array_equal(store.indptr, ref.indptr)
     np.testing.assert_array_equal(store.indices, ref.indices)
     for name in ("train", "valid", "test"):
-        np.testing.assert_array_equal(np.sort(store.perm[store.split(name)]),
+        np.testing.assert_array_equal(np.sort(store.split(name)),
                                       np.sort(data["splits"][name]))
     # features.bin: rows from offset 0, padded to whole 4 KiB pages.
     assert store.features_path.stat().st_size % 4096 == 0

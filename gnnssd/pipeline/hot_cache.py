@@ -33,7 +33,7 @@ class HotRanking:
         """Rows hottest first; None when the store's order already put them first."""
         if self.store.manifest["order"] in HOT_FIRST_ORDERS:
             return None
-        train = np.asarray(self.store.train_idx)  # empty in a link store: seeds are anywhere
+        train = np.asarray(self.store.train_store_ids)  # empty in a link store: seeds are anywhere
         heat = hotness(self.store.indptr, self.store.indices, self.fanouts, train if len(train) else None)
         return np.argsort(-heat, kind="stable")
 

@@ -1,0 +1,235 @@
+"""`FeatureSource`: a store's features opened once, for every loader that iterates over them.
+
+GraphBolt keeps its feature store apart from its item sampler and data loader; so does
+gnnssd: a FeatureSource owns the feature backend (memory, ssd, mmap, per-row: the protocol
+in memory_loader), its scratch directory, stage timer and disk counters, and any number of
+cheap `NodeLoader`/`EdgeLoader` iterators share it (training, validation and test loaders
+over one hot cache and one pair of buffers). The ssd backend lets one iteration at a time
+hold its buffers and re-plans an interrupted one (see SSDLoader.minibatches), so iterators
+may interleave freely.
+"""
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import tempfile
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Iterator, Protocol
+
+import dgl
+import numpy as np
+import torch
+
+from gnnssd.storage_format import Store
+
+from .baselines import MmapLoader, PerRowLoader
+from .config import SamplerConfig, SSDConfig
+from .memory_loader import MemoryLoader, MiniBatch
+from .runtime import run_seed, select_device
+from .ssd_loader import SSDLoader
+from .timing import StageTimer
+
+
+class FeatureBackend(Protocol):
+    """What the loaders drive: a mini-batch per seed batch, disk counters, release.
+    `OUT_OF_CORE`: features are read from the disk while training (io counters matter)."""
+
+    OUT_OF_CORE: bool
+    timer: StageTimer
+
+    def minibatches(self, batches: list[np.ndarray], fanouts: list[int], epoch: int = 0,
+                    exclude: list[np.ndarray] | None = None, reuse_epochs: int = 1) -> Iterator[MiniBatch]:
+        ...
+
+    def io_stats(self) -> dict[str, int]:
+        ...
+
+    def close(self) -> None:
+        ...
+
+
+#: `features=` name -> backend class; each opens with
+#: `cls.open(store, ssd, sampling, seed, device, timer, scratch_dir)`.
+BACKENDS: dict[str, type] = {"memory": MemoryLoader, "ssd": SSDLoader, "mmap": MmapLoader, "per-row": PerRowLoader}
+
+_SSD_KEYS = {f.name for f in dataclasses.fields(SSDConfig)}
+
+
+def as_store(store: Store | str | Path) -> Store:
+    """A Store, opened from its path when given one."""
+    if isinstance(store, (str, Path)):
+        return Store.open(store)
+    if not isinstance(store, Store):
+        raise TypeError(f"store: expected a gnnssd.Store or the path of one, got {type(store).__name__}")
+    return store
+
+
+class FeatureSource:
+    """The features of `store` through the backend `features` names, opened once.
+
+    `ssd` (an SSDConfig, whole) bounds the ssd backend's memory; `sampling` sizes its
+    buffers for the training and evaluation fanouts and batch sizes the loaders will ask
+    for. `seed` seeds the neighbour draws; `scratch_dir` holds compact blocks (default: a
+    private temporary directory, removed by `close`).
+    """
+
+    def __init__(self, store: Store | str | Path, features: str = "memory", ssd: SSDConfig | None = None,
+                 sampling: SamplerConfig | None = None, *, seed: int = 0, device: str | torch.device = "auto",
+                 scratch_dir: str | Path | None = None):
+        if features not in BACKENDS:
+            raise ValueError(f"features: {features!r}; expected one of {tuple(BACKENDS)}")
+        self.store = as_store(store)
+        self.features = features
+        self.ssd = ssd or SSDConfig()
+        self.sampling = sampling or SamplerConfig()
+        self.seed = run_seed(seed)  # any integer; DGL and NumPy take a bounded range
+        self.device = device if isinstance(device, torch.device) else select_device(device)
+        self.timer = StageTimer()
+        self._perms: dict[torch.device, torch.Tensor] = {}
+        self._scratch = None
+        if scratch_dir is None and BACKENDS[features].OUT_OF_CORE:
+            scratch_dir = self._scratch = Path(tempfile.mkdtemp(prefix="gnnssd-scratch-"))
+        try:
+            self.backend: FeatureBackend = BACKENDS[features].open(
+                self.store, self.ssd, self.sampling, self.seed, self.device, self.timer,
+                None if scratch_dir is None else Path(scratch_dir))
+        except BaseException:
+            self._remove_scratch()
+            raise
+        self._closed = False
+
+    @classmethod
+    def from_options(cls, store: Store | str | Path, *, features: str = "memory", seed: int = 0,
+                     device: str | torch.device = "auto", scratch_dir: str | Path | None = None,
+                     fanouts: list[int] | None = None, batch_size: int | None = None,
+                     eval_fanouts: list[int] | None = None,
+                     eval_batch_size: int = SamplerConfig.eval_batch_size, **ssd: Any) -> FeatureSource:
+        """A source from NodeLoader's keyword options: SSDConfig's fields by name
+        (memory_budget, hot_fraction, ...), the sampling the buffers are sized for."""
+        unknown = sorted(set(ssd) - _SSD_KEYS)
+        if unknown:
+            raise TypeError(f"unknown option(s) {', '.join(unknown)}; expected the loader's options or "
+                            f"SSDConfig's fields {sorted(_SSD_KEYS)}")
+        sampling = SamplerConfig(fanouts=list(fanouts or SamplerConfig().fanouts),
+                                 batch_size=batch_size or SamplerConfig.batch_size,
+                                 eval_fanouts=eval_fanouts, eval_batch_size=eval_batch_size)
+        return cls(store, features, SSDConfig(**ssd), sampling, seed=seed, device=device, scratch_dir=scratch_dir)
+
+    def _perm(self, device: torch.device) -> torch.Tensor:
+        """perm[store_id] = original ID, on `device` (kept there)."""
+        if device not in self._perms:
+            self._perms[device] = torch.from_numpy(np.array(self.store.perm, dtype=np.int64)).to(device)
+        return self._perms[device]
+
+    @cached_property
+    def _inv(self) -> np.ndarray:
+        return np.asarray(self.store.inv)
+
+    def store_ids(self, original_ids: np.ndarray) -> np.ndarray:
+        """Store rows of the dataset's node IDs: the one conversion in, for the loaders."""
+        return self._inv[original_ids]
+
+    @cached_property
+    def renumbered(self) -> bool:
+        """Store IDs differ from the dataset's (a node order other than the original)."""
+        return not np.array_equal(np.asarray(self.store.perm), np.arange(self.store.num_nodes))
+
+    def with_original_ids(self, batch: MiniBatch) -> MiniBatch:
+        """`batch` (from a backend, in store IDs) with input_nodes, output_nodes and its
+        blocks' node IDs (DGL's `dgl.NID`) in the dataset's IDs: the one conversion out."""
+        if not self.renumbered:
+            return batch
+        perm = self._perm(batch.input_nodes.device)
+        for block in batch.blocks:
+            for data in (block.srcdata, block.dstdata):
+                if dgl.NID in data:
+                    data[dgl.NID] = perm[data[dgl.NID]]
+        return dataclasses.replace(batch, input_nodes=perm[batch.input_nodes], output_nodes=perm[batch.output_nodes])
+
+    @property
+    def out_of_core(self) -> bool:
+        """Features are read from the disk while training (ssd, mmap, per-row)."""
+        return BACKENDS[self.features].OUT_OF_CORE
+
+    def io_stats(self) -> dict[str, int]:
+        """Bytes read and written and requests sent to the disk since opening."""
+        return self.backend.io_stats()
+
+    def close(self) -> None:
+        """Release files, buffers, I/O threads and the private scratch directory."""
+        if not self._closed:
+            self._closed = True
+            try:
+                self.backend.close()
+            finally:
+                self._remove_scratch()
+
+    def _remove_scratch(self) -> None:
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
+
+    def __enter__(self) -> FeatureSource:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class SourceLoader:
+    """What NodeLoader and EdgeLoader share: iterating over a FeatureSource, their own
+    (opened from a Store and closed with them) or shared (closing them releases nothing);
+    the epoch; and this loader's own view of the disk counters and stage times."""
+
+    def __init__(self, source: FeatureSource, owns_source: bool):
+        self.source, self._owns_source = source, owns_source
+        self.epoch = 0
+        self._io_seen: dict[str, int] = {}
+
+    @property
+    def store(self) -> Store:
+        return self.source.store
+
+    @property
+    def device(self) -> torch.device:
+        return self.source.device
+
+    @property
+    def timer(self) -> StageTimer:
+        return self.source.timer
+
+    @property
+    def backend(self) -> FeatureBackend:
+        """The feature backend this loader drives."""
+        return self.source.backend
+
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch the next iteration draws its order, negatives and neighbours for."""
+        self.epoch = epoch
+
+    def io_stats(self) -> dict[str, int]:
+        """Bytes read and written and requests sent to the disk since this loader's
+        previous call (the first call includes the set-up: the feature load or the hot
+        cache)."""
+        now = self.source.io_stats()
+        delta = {k: v - self._io_seen.get(k, 0) for k, v in now.items()}
+        self._io_seen = now
+        return delta
+
+    def stage_times(self) -> dict[str, float]:
+        """Seconds per stage (sample/plan/read/gather/transfer/wait...) of the source since
+        the previous call; background stages overlap the caller's."""
+        return self.timer.take()
+
+    def close(self) -> None:
+        """Release the source's files, buffers, I/O threads and private scratch directory
+        if this loader opened it; a loader over a shared source releases nothing."""
+        if self._owns_source:
+            self.source.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
