@@ -32,6 +32,8 @@ class MmapLoader(SampledLoader):
     the indexing, so reading and gathering are one stage: "read"; `io_stats` cannot see
     them (they are the kernel's reads)."""
 
+    NAME = "mmap"
+
     OUT_OF_CORE = True
 
     def __init__(self, store: Store, device: torch.device, timer: StageTimer, seed: int = 0):
@@ -137,6 +139,8 @@ class PerRowLoader(SampledLoader):
     """Rows missing from an LRU cache of `budget_bytes` read one page each (O_DIRECT,
     `Engine.read_rows` with one request per row: no merging); stages "read" (the engine) and "gather" (cache bookkeeping and
     copies). `close()` (or a with-block) closes the engine."""
+
+    NAME = "per-row"
 
     OUT_OF_CORE = True
 

@@ -18,12 +18,14 @@ from typing import Any, Iterator
 
 import dgl
 import numpy as np
+import psutil
 import torch
 
 from gnnssd.sampler.sampling import csc_edge_ids
 from gnnssd.storage_format import Store
 
-from .config import SamplerConfig, SSDConfig
+from .budget import format_bytes
+from .config import ConfigError, SamplerConfig, SSDConfig
 from .runtime import epoch_seed
 from .timing import StageTimer
 
@@ -94,6 +96,20 @@ class IOCounters:
                     "requests": self.requests, "useful_bytes": self.useful_bytes}
 
 
+def check_memory(store: Store, features: str, needs: dict[str, int]) -> None:
+    """Refuse at once, naming the parts and the way out, a mode whose arrays do not fit
+    in the memory available now (rather than being killed by the kernel half-way)."""
+    total, available = sum(needs.values()), psutil.virtual_memory().available
+    if total <= available:
+        return
+    parts = ", ".join(f"{name} {format_bytes(n)}" for name, n in needs.items())
+    suggest = format_bytes(max(min(available // 2, store.feature_bytes // 8), 64 << 20))
+    raise ConfigError(f"features: {features} needs about {format_bytes(total)} of RAM for the store "
+                      f"{store.path} ({parts}); {format_bytes(available)} is available. Use "
+                      f"`features: ssd` with an `ssd.memory_budget` (e.g. {suggest}) to stream the "
+                      "features from the SSD")
+
+
 def store_graph(store: Store) -> dgl.DGLGraph:
     """The store's topology as a DGL graph, built from its CSC arrays.
 
@@ -128,8 +144,12 @@ class SampledLoader:
 
     OUT_OF_CORE = False
 
+    #: `features=` name of the mode, for its errors.
+    NAME = "memory"
+
     def __init__(self, store: Store, device: torch.device, timer: StageTimer, seed: int = 0):
         self.store, self.seed = store, seed
+        check_memory(store, self.NAME, self._memory_needs(store))
         self.graph = store_graph(store)
         self.labels = store_labels(store)
         self.device = device
@@ -167,6 +187,12 @@ class SampledLoader:
     def io_stats(self) -> dict[str, int]:
         return self.io.as_dict()
 
+    def _memory_needs(self, store: Store) -> dict[str, int]:
+        """Bytes this loader holds in RAM, by part: DGL's int64 topology and the labels
+        (subclasses add what they keep)."""
+        return {"topology as int64": 8 * (store.num_nodes + 1 + store.num_edges),
+                "labels": 8 * store.num_nodes}
+
     def _inputs(self, rows: np.ndarray) -> torch.Tensor:
         raise NotImplementedError
 
@@ -180,6 +206,12 @@ class SampledLoader:
 
 class MemoryLoader(SampledLoader):
     """The whole feature matrix in RAM; inputs gathered by indexing."""
+
+    def _memory_needs(self, store: Store) -> dict[str, int]:
+        raw = store.manifest["files"]["features.bin"]["size"]  # read whole, then converted
+        float32 = 4 * store.num_nodes * store.feat_dim
+        return {**super()._memory_needs(store),
+                "features as float32": float32 + (raw if store.feat_dtype != np.float32 else 0)}
 
     def __init__(self, store: Store, device: torch.device, timer: StageTimer, seed: int = 0):
         super().__init__(store, device, timer, seed)

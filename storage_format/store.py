@@ -109,7 +109,7 @@ class Store:
         """Array lengths match num_nodes/num_edges, and labels fit num_classes."""
         n, m = self.num_nodes, self.num_edges
         for name in ("indptr", "indices", "labels", "perm", "inv", "train_idx", "valid_idx", "test_idx"):
-            check_integer_array(self.path / f"{name}.npy", getattr(self, name), 1)
+            check_integer_array(self.path / f"{name}.npy", self._stored(name), 1)
         expected = {"indptr": n + 1, "indices": m, "labels": n, "perm": n, "inv": n}
         for name, length in expected.items():
             actual = len(getattr(self, name))
@@ -124,9 +124,13 @@ class Store:
         check_indptr_ends(self.path / "indptr.npy", self.indptr, m)
         check_range(self.path / "labels.npy", self.labels, -1, self.num_classes, "a label (-1: none)")
         for name in ("perm", "inv", "train_idx", "valid_idx", "test_idx"):
-            check_range(self.path / f"{name}.npy", getattr(self, name), 0, n, "a node ID")
+            check_range(self.path / f"{name}.npy", self._stored(name), 0, n, "a node ID")
         if self.has_link_split:
             self._check_link_arrays()
+
+    def _stored(self, name: str) -> np.ndarray:
+        """The array of `{name}.npy` as stored (the splits in store IDs)."""
+        return getattr(self, name.replace("_idx", "_store_ids"))
 
     def _check_link_arrays(self) -> None:
         """The link split's arrays have the manifest's edge counts and negatives per edge,
@@ -152,7 +156,7 @@ class Store:
         check_range(self.path / "indices.npy", self.indices, 0, self.num_nodes, "a node ID")
         check_inverse(self.path / "perm.npy", self.perm, self.inv)
         for name in ("train_idx", "valid_idx", "test_idx"):
-            check_distinct(self.path / f"{name}.npy", getattr(self, name))
+            check_distinct(self.path / f"{name}.npy", self._stored(name))
         if self.row_scales is not None:
             check_finite(self.path / ROW_SCALES, self.row_scales)
 

@@ -182,3 +182,30 @@ def test_the_dgl_style_example_validates_mid_epoch_and_learns(store: gnnssd.Stor
     spec.loader.exec_module(example)
     best = example.train(str(store.path), "ssd", "16MiB", epochs=3, eval_every=3, batch_size=256, lr=0.01)
     assert best["step"] % 3 == 0 and best["test"] > 2 / store.num_classes
+
+
+def test_memory_mode_larger_than_the_available_memory_is_refused_at_once(tmp_path, monkeypatch):
+    """Features (or the topology) that do not fit in RAM: a ConfigError naming the parts
+    and suggesting features: ssd, before anything is loaded."""
+    import psutil
+
+    from gnnssd import NodeLoader
+    from gnnssd.config import ConfigError
+    from gnnssd.datasets import ArraySource
+    from gnnssd.storage_format import Store, write_store
+
+    from .conftest import random_graph_arrays
+
+    store = Store.open(write_store(tmp_path / "s", ArraySource(**random_graph_arrays(num_nodes=500, dim=64))))
+    real = psutil.virtual_memory()
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: real._replace(available=8 << 10))
+    for features in ("memory", "mmap", "per-row"):
+        with pytest.raises(ConfigError, match=rf"features: {features} needs about .* of RAM for the store "
+                           rf".*topology as int64 .*available\. Use `features: ssd` with an `ssd.memory_budget`"):
+            NodeLoader(store, store.train_idx, fanouts=[5], batch_size=64, features=features)
+    with pytest.raises(ConfigError, match="features as float32 125 KiB"):
+        NodeLoader(store, store.train_idx, fanouts=[5], batch_size=64, features="memory")
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: real)
+    with NodeLoader(store, store.train_idx, fanouts=[5], batch_size=64, features="ssd",
+                    memory_budget="16MiB") as loader:
+        assert len(next(iter(loader)).x) > 0
