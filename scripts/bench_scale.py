@@ -214,7 +214,8 @@ def compare_child(spec: dict[str, Any]) -> dict[str, Any]:
     seed_everything(cfg.seed)
     budget = parse_bytes(cfg.ssd.memory_budget)
     fanouts, batch_size = list(cfg.sampler.fanouts), cfg.sampler.batch_size
-    batches = seed_batches(np.asarray(store.train_idx), batch_size, True, cfg.seed, 1)[:spec["batches"]]
+    # store IDs: the sampler and the files speak them; NodeLoader takes the dataset's IDs
+    batches = seed_batches(np.asarray(store.train_store_ids), batch_size, True, cfg.seed, 1)[:spec["batches"]]
     labels = np.load(Path(cfg.store) / "labels.npy", mmap_mode="r")
     model = build_model(cfg.model, store.feat_dim, store.num_classes)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.train.lr)
@@ -230,7 +231,7 @@ def compare_child(spec: dict[str, Any]) -> dict[str, Any]:
 
     start = time.perf_counter()
     if spec["system"] == "gnnssd":
-        seeds = np.concatenate(batches)
+        seeds = store.original_ids(np.concatenate(batches))
         with NodeLoader(store, seeds, fanouts=fanouts, batch_size=batch_size, features="ssd",
                         memory_budget=budget, shuffle=False, seed=cfg.seed, device="cpu",
                         eval_fanouts=fanouts, eval_batch_size=batch_size) as loader:
