@@ -104,12 +104,17 @@ def _fanouts(value: list[int]) -> bool:
 FANOUTS_EXPECTED = "a non-empty list of positive fanouts (-1 = all neighbours)"
 
 
+#: Above this many edges the default evaluation samples like training (SamplerConfig.evaluation).
+FULL_NEIGHBOUR_EVAL_EDGES = 100_000_000
+
+
 @dataclass
 class SamplerConfig:
     fanouts: list[int] = field(default_factory=lambda: [10, 10],
                                metadata=_check(_fanouts, FANOUTS_EXPECTED))
     batch_size: int = field(default=1024, metadata=_check(_positive, "a positive integer"))
-    #: Fanouts for evaluation and prediction; default: all neighbours.
+    #: Fanouts for evaluation and prediction; default: all neighbours, or on a graph of more
+    #: than FULL_NEIGHBOUR_EVAL_EDGES edges the training fanouts (see `evaluation`).
     eval_fanouts: list[int] | None = field(default=None, metadata=_check(_fanouts, FANOUTS_EXPECTED))
     eval_batch_size: int = field(default=4096, metadata=_check(_positive, "a positive integer"))
     #: Training seed order per epoch: "random" (uniform shuffle) or "proximity" (runs of
@@ -122,6 +127,18 @@ class SamplerConfig:
     #: features: ssd the group's later epochs replay the first one's plans and compact
     #: blocks kept on disk (no sampling, planning or repacking). Node tasks only.
     reuse_epochs: int = field(default=1, metadata=_check(_positive, "a positive integer"))
+
+    def evaluation(self, num_edges: int) -> tuple[list[int], int]:
+        """(fanouts, batch size) of evaluation on a graph of `num_edges` edges: the
+        configured ones; by default all neighbours, except on a graph larger than
+        FULL_NEIGHBOUR_EVAL_EDGES, where a power-law graph's all-neighbour mini-batch would
+        gather most of the graph: there the training fanouts and (at most) batch size, as
+        DGL's papers100M examples evaluate (exact all-neighbour inference: `predict --layerwise`)."""
+        if self.eval_fanouts is not None:
+            return list(self.eval_fanouts), self.eval_batch_size
+        if num_edges > FULL_NEIGHBOUR_EVAL_EDGES:
+            return list(self.fanouts), min(self.eval_batch_size, self.batch_size)
+        return [-1] * len(self.fanouts), self.eval_batch_size
 
 
 def _size(value: Any) -> bool:

@@ -134,10 +134,10 @@ class LinkTrainer(Trainer):
         """Embeddings of the sorted unique store IDs `nodes`, in that order, computed
         through the loader's features (evaluation fanouts, out of core in ssd mode)."""
         cfg = self.config
-        fanouts = cfg.sampler.eval_fanouts or [-1] * len(cfg.sampler.fanouts)
+        fanouts, batch_size = cfg.sampler.evaluation(self.store.num_edges)
         self.model.eval()
         out = torch.empty(len(nodes), cfg.model.hidden)
-        for batch in self.loader.node_batches(nodes, fanouts, cfg.sampler.eval_batch_size):
+        for batch in self.loader.node_batches(nodes, fanouts, batch_size):
             out[np.searchsorted(nodes, batch.output_nodes.numpy())] = self.encoder(batch.blocks, batch.x).cpu()
         return out
 

@@ -133,9 +133,8 @@ class SSDLoader:
         in one piece."""
         is_hot = HotRows.of(hot_rows, self.store.num_nodes).mask
         sampler_cfg = self.sampling
-        layers = len(sampler_cfg.fanouts)
         settings = [(sampler_cfg.fanouts, sampler_cfg.batch_size),
-                    (sampler_cfg.eval_fanouts or [-1] * layers, sampler_cfg.eval_batch_size)]
+                    sampler_cfg.evaluation(self.store.num_edges)]
         rng = np.random.default_rng(self.seed)
         most = 0
         for fanouts, batch_size in settings:

@@ -311,9 +311,9 @@ class Trainer:
         outputs, order, labels = [torch.empty(0, self._output_dim())], [torch.empty(0, dtype=torch.long)], \
             [torch.empty(0, dtype=torch.long)]
         if len(nodes):
-            fanouts = cfg.sampler.eval_fanouts or [-1] * cfg.model.layers
+            fanouts, batch_size = cfg.sampler.evaluation(self.store.num_edges)
             self.model.eval()
-            for batch in self.loader.with_seeds(nodes, fanouts=fanouts, batch_size=cfg.sampler.eval_batch_size):
+            for batch in self.loader.with_seeds(nodes, fanouts=fanouts, batch_size=batch_size):
                 outputs.append(self.model(batch.blocks, batch.x).cpu())
                 order.append(batch.output_nodes.cpu())
                 labels.append(batch.y.cpu())

@@ -57,3 +57,13 @@ def test_overrides_are_validated(tmp_path):
     assert load_config(tmp_path / "c.yaml", {"train.epochs": 3}).train.epochs == 3
     with pytest.raises(ConfigError, match="train.epoch: unknown key"):
         load_config(tmp_path / "c.yaml", {"train.epoch": 3})
+
+
+def test_default_evaluation_is_all_neighbours_except_on_a_graph_of_more_than_1e8_edges():
+    from gnnssd.config import FULL_NEIGHBOUR_EVAL_EDGES, SamplerConfig
+
+    default = SamplerConfig(fanouts=[15, 10, 5], batch_size=1024)
+    assert default.evaluation(FULL_NEIGHBOUR_EVAL_EDGES) == ([-1, -1, -1], 4096)
+    assert default.evaluation(FULL_NEIGHBOUR_EVAL_EDGES + 1) == ([15, 10, 5], 1024)
+    chosen = SamplerConfig(fanouts=[15, 10, 5], batch_size=1024, eval_fanouts=[20, 20, 20], eval_batch_size=512)
+    assert chosen.evaluation(10**10) == ([20, 20, 20], 512)
