@@ -21,6 +21,7 @@ may expose `mean_aggregation(i)`.
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 from typing import Callable, Iterator, Protocol
 
@@ -31,8 +32,9 @@ from torch import nn
 
 from gnnssd.sampler.readplan import plan_extents
 from gnnssd.storage_format import Store
+from gnnssd.storage_format.manifest import PAGE
 
-from .budget import parse_bytes
+from .budget import format_bytes, parse_bytes
 from .checkpoint import load_checkpoint
 from .config import Config, ConfigError, SSDConfig
 from .layerwise_mean import cost_ranges, mean_layer_chunks
@@ -303,6 +305,40 @@ def _outputs(config: Config, model: nn.Module, scratch_dir: Path, layers: int | 
                                layers)
 
 
+def layer_widths(config: Config, store: Store) -> list[int]:
+    """Output width of each layer of the config's built-in model."""
+    return [config.model.hidden] * (config.model.layers - 1) + \
+        [trainer_class(config.task).output_dim(config, store)]
+
+
+def check_disk(config: Config, store: Store, layers: int, out: Path | None) -> None:
+    """Refuse before computing when the layer files (float32; a layer's input and output
+    exist together) and the output .npy (`out`, float32 rows of the last layer) cannot
+    fit in the free space of the run directory's filesystem (and of `out`'s)."""
+    if config.features != "ssd":
+        return  # layers stay in RAM
+    widths = layer_widths(config, store)[:layers]
+    files = [-(-store.num_nodes * w * 4 // PAGE) * PAGE for w in widths]
+    scratch = max(a + b for a, b in zip(files, files[1:])) if len(files) > 1 else files[0]
+    run_dir = config.run_path()
+    places = {run_dir: scratch}
+    if out is not None:
+        output = store.num_nodes * widths[-1] * 4
+        if os.stat(out.parent).st_dev == os.stat(run_dir).st_dev:
+            places[run_dir] = max(scratch, files[-1] + output)
+        else:
+            places[out.parent] = output
+    for place, needed in places.items():
+        free = shutil.disk_usage(place).free
+        if needed > free:
+            raise ConfigError(f"not enough free disk for layer-wise inference: it needs about "
+                              f"{format_bytes(needed)} under {place} ({len(widths)} layers of "
+                              f"{store.num_nodes:,} rows x {widths} float32: a layer's input and "
+                              f"output files together{', and the output' if out is not None else ''}); "
+                              f"{format_bytes(free)} is free there. Free some space, or use a "
+                              "narrower model (model.hidden) or fewer layers (--layer)")
+
+
 def embed(config: Config, out: Path, layers: int | None = None) -> tuple[int, int]:
     """Write the embeddings (layer `layers`, default the last) of every node as an .npy in
     original node order; returns its shape. Holds the run directory's reader lock; layer
@@ -311,6 +347,7 @@ def embed(config: Config, out: Path, layers: int | None = None) -> tuple[int, in
         model = trained_model(config)
         if layers is not None and not 1 <= layers <= model.num_layers:
             raise ValueError(f"--layer {layers}: the model has layers 1..{model.num_layers}")
+        check_disk(config, Store.open(config.store_path()), layers or model.num_layers, out)
         return _write_npy(out, _outputs(config, model, scratch.path, layers),
                           Store.open(config.store_path()).num_nodes)
 
@@ -322,6 +359,7 @@ def predict_layerwise(config: Config) -> np.ndarray:
         raise ConfigError(f"predict is for a node classification task, not task: {config.task}; "
                           "use `gnnssd embed`")
     with reading(config.run_path()) as scratch:
+        check_disk(config, Store.open(config.store_path()), config.model.layers, None)
         chunks = _outputs(config, trained_model(config), scratch.path)
         return np.concatenate([chunk.argmax(1) for chunk in chunks])
 

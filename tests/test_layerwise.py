@@ -155,3 +155,31 @@ def test_the_user_model_example_runs_layerwise_in_ssd_mode(store):
         for batch in loader:
             reference[batch.output_nodes.numpy()] = model(batch.blocks, batch.x).numpy()
     np.testing.assert_allclose(logits, reference, rtol=1e-4, atol=1e-5)
+
+
+def test_layerwise_without_the_disk_for_its_layer_files_is_refused_before_computing(store, tmp_path, monkeypatch,
+                                                                                       capsys):
+    """embed and predict --layerwise in ssd mode refuse at once, with the numbers, when
+    the free disk cannot hold a layer's input and output files (and the output)."""
+    import shutil
+
+    from gnnssd import layerwise
+
+    config_file = tmp_path / "c.yaml"
+    config_file.write_text(
+        f"store: {store.path}\nrun_dir: {tmp_path / 'run'}\nfeatures: ssd\n"
+        "model: {name: sage, hidden: 8, layers: 2}\nsampler: {fanouts: [5, 5], batch_size: 64}\n"
+        "train: {epochs: 1, progress: false}\nssd: {memory_budget: 16MiB}\n")
+    trainer = Trainer(config_file)
+    trainer.fit()
+    trainer.close()
+    real = shutil.disk_usage
+    monkeypatch.setattr(layerwise.shutil, "disk_usage", lambda path: real(path)._replace(free=4096))
+    computed = []
+    monkeypatch.setattr(layerwise.LayerwiseSSD, "run", lambda *a, **k: computed.append(1))
+    for argv in (["embed", "--out", str(tmp_path / "e.npy")], ["predict", "--layerwise", "--out", str(tmp_path / "p.npy")]):
+        assert main([argv[0], "--config", str(config_file), *argv[1:]]) == 2
+        err = capsys.readouterr().err
+        assert "not enough free disk for layer-wise inference: it needs about" in err
+        assert f"under {tmp_path / 'run'}" in err and "4 KiB is free there" in err
+    assert not computed and not (tmp_path / "e.npy").exists() and not (tmp_path / "p.npy").exists()
