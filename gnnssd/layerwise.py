@@ -20,6 +20,7 @@ may expose `mean_aggregation(i)`.
 """
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 from pathlib import Path
@@ -45,6 +46,8 @@ from .pipeline.block_writer import BlockWriter
 from .rundir import reading
 from .storage_format.atomic import atomic_output
 from .tasks import trainer_class
+
+log = logging.getLogger("gnnssd.layerwise")
 
 STAGING_BYTES = 8 << 20  # FileRows' staging: half read while the other half is copied
 CHUNK_SHARE = 8  # a chunk's input rows take at most 1/CHUNK_SHARE of the budget
@@ -174,13 +177,15 @@ def _filled(chunks: Iterator[torch.Tensor], total: int) -> torch.Tensor:
 class LayerwiseSSD:
     """Layer-wise inference with features and activations on disk, within `budget`.
 
-    Layer outputs go to `scratch_dir/layer{i}.bin` (float32 rows, offset 0, padded to a
-    page), each read back through the io_engine by the next layer and deleted after it.
+    Layer outputs go to `scratch_dir/layer{i}.bin` (rows of `layer_dtype`: float32, or
+    float16 where the disk cannot hold float32 ones; offset 0, padded to a page), each read
+    back through the io_engine by the next layer and deleted after it.
     """
 
     def __init__(self, store: Store, scratch_dir: Path, budget: int, queue_depth: int = 128,
-                 backend: str = "auto"):
+                 backend: str = "auto", layer_dtype: np.dtype = np.dtype(np.float32)):
         self.store, self.scratch_dir, self.budget = store, Path(scratch_dir), budget
+        self.layer_dtype = np.dtype(layer_dtype)
         # page checksums for features.bin; the layer files are our own
         self.io = DirectIO(queue_depth, backend, checksums={store.features_path: store.page_checksums()})
         self.model = load_model(store.path)
@@ -189,21 +194,48 @@ class LayerwiseSSD:
     @torch.no_grad()
     def run(self, model: nn.Module, layers: int | None = None) -> tuple[Path, int]:
         """Compute layers 0..layers-1 (default all); returns the last layer's file and width."""
+        last = (layers or model.num_layers) - 1
+        source, path = self._last_input(model, last)
+        out = self.scratch_dir / f"layer{last}.bin"
+        try:
+            dim = self._write_layer(model, last, source, out)
+        finally:
+            self._consumed(source, path)
+        return out, dim
+
+    @torch.no_grad()
+    def store_order_outputs(self, model: nn.Module) -> Iterator[torch.Tensor]:
+        """The last layer's rows in store order, chunk by chunk, never written to disk: for a
+        consumer that reduces each row (predict's argmax), one layer file less."""
+        last = model.num_layers - 1
+        source, path = self._last_input(model, last)
+        try:
+            yield from self._layer_chunks(model, last, source)
+        finally:
+            self._consumed(source, path)
+
+    def _last_input(self, model: nn.Module, last: int) -> tuple[FileRows, Path]:
+        """The input of layer `last`: features.bin, or the file of layer last-1 (the files
+        of earlier layers deleted once read)."""
         model.eval()
         self.scratch_dir.mkdir(parents=True, exist_ok=True)
         path = self.store.features_path
         source = self._rows(path, self.store.feat_dim, self.store.feat_dtype, self.store.as_float32)
-        for i in range(layers or model.num_layers):
+        for i in range(last):
             out = self.scratch_dir / f"layer{i}.bin"
-            dim = self._write_layer(model, i, source, out)
-            source.close()
-            self.bytes_read += source.bytes_read
-            if path != self.store.features_path:
-                path.unlink()
-            path = out
-            source = self._rows(path, dim, np.dtype(np.float32))
+            try:
+                dim = self._write_layer(model, i, source, out)
+            finally:
+                self._consumed(source, path)
+            path, source = out, self._rows(out, dim, self.layer_dtype)
+        return source, path
+
+    def _consumed(self, source: FileRows, path: Path) -> None:
+        """Close a layer's input, count its reads, and delete it if it is a layer file."""
         source.close()
-        return path, source.dim
+        self.bytes_read += source.bytes_read
+        if path != self.store.features_path:
+            path.unlink(missing_ok=True)
 
     def _rows(self, path: Path, dim: int, dtype: np.dtype,
               as_float32: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None) -> FileRows:
@@ -212,11 +244,11 @@ class LayerwiseSSD:
     def _write_layer(self, model: nn.Module, i: int, source: FileRows, out: Path) -> int:
         chunks = self._layer_chunks(model, i, source)
         first = next(chunks).contiguous()
-        row_bytes = first.shape[1] * 4
+        row_bytes = first.shape[1] * self.layer_dtype.itemsize
         with BlockWriter([out], row_bytes, self.io.alloc,
                          memory_bytes=min(self.budget // CHUNK_SHARE, 16 << 20)) as writer:
             for h in _prepend(first, chunks):
-                raw = h.contiguous().numpy().view(np.uint8).reshape(-1)
+                raw = np.ascontiguousarray(h.numpy(), self.layer_dtype).view(np.uint8).reshape(-1)
                 writer.append(0, raw, np.arange(len(h), dtype=np.int64) * row_bytes)
         self.bytes_written += os.path.getsize(out)
         return first.shape[1]
@@ -240,7 +272,7 @@ class LayerwiseSSD:
     def original_order(self, layer_file: Path, dim: int) -> Iterator[np.ndarray]:
         """The layer file's rows in original node order, in chunks within the budget."""
         inv = np.asarray(self.store.inv)
-        rows = self._rows(layer_file, dim, np.dtype(np.float32))
+        rows = self._rows(layer_file, dim, self.layer_dtype)
         step = max(self.budget // CHUNK_SHARE // (dim * 4), 1)
         try:
             for lo in range(0, self.store.num_nodes, step):
@@ -277,11 +309,12 @@ def trained_model(config: Config) -> nn.Module:
 
 
 def layerwise_inference(model: nn.Module, store: Store, features: str = "memory", ssd: SSDConfig | None = None,
-                        scratch_dir: Path | None = None, layers: int | None = None) -> Iterator[np.ndarray]:
+                        scratch_dir: Path | None = None, layers: int | None = None,
+                        layer_dtype: np.dtype = np.dtype(np.float32)) -> Iterator[np.ndarray]:
     """Every node's output of the first `layers` layers of `model` (any module with the
     per-layer interface: see the module docstring and examples/layerwise_user_model.py),
     in the dataset's node order, in chunks: computed in RAM (`features="memory"`) or
-    through files in `scratch_dir` (`"ssd"`, within `ssd.memory_budget`)."""
+    through files of `layer_dtype` in `scratch_dir` (`"ssd"`, within `ssd.memory_budget`)."""
     ssd = ssd or SSDConfig()
     budget = parse_bytes(ssd.memory_budget)
     if features == "memory":
@@ -290,7 +323,7 @@ def layerwise_inference(model: nn.Module, store: Store, features: str = "memory"
         return
     if scratch_dir is None:
         raise ValueError("layer-wise inference with features ssd needs a scratch_dir for its layer files")
-    runner = LayerwiseSSD(store, Path(scratch_dir) / "layerwise", budget, ssd.queue_depth, ssd.io_backend)
+    runner = _runner(store, ssd, scratch_dir, layer_dtype)
     try:
         path, dim = runner.run(model, layers)
         yield from runner.original_order(path, dim)
@@ -299,10 +332,9 @@ def layerwise_inference(model: nn.Module, store: Store, features: str = "memory"
         runner.close()
 
 
-def _outputs(config: Config, model: nn.Module, scratch_dir: Path, layers: int | None = None) -> Iterator[np.ndarray]:
-    """layerwise_inference as a run's config says."""
-    return layerwise_inference(model, Store.open(config.store_path()), config.features, config.ssd, scratch_dir,
-                               layers)
+def _runner(store: Store, ssd: SSDConfig, scratch_dir: Path, layer_dtype: np.dtype) -> LayerwiseSSD:
+    return LayerwiseSSD(store, Path(scratch_dir) / "layerwise", parse_bytes(ssd.memory_budget), ssd.queue_depth,
+                        ssd.io_backend, layer_dtype)
 
 
 def layer_widths(config: Config, store: Store) -> list[int]:
@@ -311,32 +343,40 @@ def layer_widths(config: Config, store: Store) -> list[int]:
         [trainer_class(config.task).output_dim(config, store)]
 
 
-def check_disk(config: Config, store: Store, layers: int, out: Path | None) -> None:
-    """Refuse before computing when the layer files (float32; a layer's input and output
-    exist together) and the output .npy (`out`, float32 rows of the last layer) cannot
-    fit in the free space of the run directory's filesystem (and of `out`'s)."""
+def layer_dtype(config: Config, store: Store, layers: int, out: Path | None, last_written: bool = True) -> np.dtype:
+    """The layer files' dtype: float32, or float16 when float32 files would not fit (half
+    the bytes; activations keep ~3 significant digits). Refuses before computing when even
+    float16 ones cannot fit: a layer's input and output files exist together (the last
+    layer's only if `last_written`), and the output .npy (`out`, float32 rows of the last
+    layer) beside them, in the free space of the run directory's filesystem (and of `out`'s)."""
     if config.features != "ssd":
-        return  # layers stay in RAM
+        return np.dtype(np.float32)  # layers stay in RAM
     widths = layer_widths(config, store)[:layers]
-    files = [-(-store.num_nodes * w * 4 // PAGE) * PAGE for w in widths]
-    scratch = max(a + b for a, b in zip(files, files[1:])) if len(files) > 1 else files[0]
+    written = widths if last_written else widths[:-1]
     run_dir = config.run_path()
-    places = {run_dir: scratch}
-    if out is not None:
-        output = store.num_nodes * widths[-1] * 4
-        if os.stat(out.parent).st_dev == os.stat(run_dir).st_dev:
-            places[run_dir] = max(scratch, files[-1] + output)
-        else:
-            places[out.parent] = output
-    for place, needed in places.items():
-        free = shutil.disk_usage(place).free
-        if needed > free:
-            raise ConfigError(f"not enough free disk for layer-wise inference: it needs about "
-                              f"{format_bytes(needed)} under {place} ({len(widths)} layers of "
-                              f"{store.num_nodes:,} rows x {widths} float32: a layer's input and "
-                              f"output files together{', and the output' if out is not None else ''}); "
-                              f"{format_bytes(free)} is free there. Free some space, or use a "
-                              "narrower model (model.hidden) or fewer layers (--layer)")
+    for dtype in (np.dtype(np.float32), np.dtype(np.float16)):
+        files = [-(-store.num_nodes * w * dtype.itemsize // PAGE) * PAGE for w in written] or [0]
+        scratch = max(a + b for a, b in zip(files, files[1:])) if len(files) > 1 else files[0]
+        places = {run_dir: scratch}
+        if out is not None:
+            output = store.num_nodes * widths[-1] * 4
+            if os.stat(out.parent).st_dev == os.stat(run_dir).st_dev:
+                places[run_dir] = max(scratch, files[-1] + output)
+            else:
+                places[out.parent] = output
+        free = {place: shutil.disk_usage(place).free for place in places}
+        short = [(place, needed, free[place]) for place, needed in places.items() if needed > free[place]]
+        if not short:
+            if dtype == np.float16:
+                log.info("layer files as float16: float32 ones would not fit the free disk")
+            return dtype
+    place, needed, free = short[0]
+    raise ConfigError(f"not enough free disk for layer-wise inference: it needs about "
+                      f"{format_bytes(needed)} under {place} ({len(written)} layer files of "
+                      f"{store.num_nodes:,} rows x {written} float16: a layer's input and "
+                      f"output files together{', and the float32 output' if out is not None else ''}); "
+                      f"{format_bytes(free)} is free there. Free some space, or use a "
+                      "narrower model (model.hidden) or fewer layers (--layer)")
 
 
 def embed(config: Config, out: Path, layers: int | None = None) -> tuple[int, int]:
@@ -347,21 +387,36 @@ def embed(config: Config, out: Path, layers: int | None = None) -> tuple[int, in
         model = trained_model(config)
         if layers is not None and not 1 <= layers <= model.num_layers:
             raise ValueError(f"--layer {layers}: the model has layers 1..{model.num_layers}")
-        check_disk(config, Store.open(config.store_path()), layers or model.num_layers, out)
-        return _write_npy(out, _outputs(config, model, scratch.path, layers),
-                          Store.open(config.store_path()).num_nodes)
+        store = Store.open(config.store_path())
+        dtype = layer_dtype(config, store, layers or model.num_layers, out)
+        chunks = layerwise_inference(model, store, config.features, config.ssd, scratch.path, layers, dtype)
+        return _write_npy(out, chunks, store.num_nodes)
 
 
 def predict_layerwise(config: Config) -> np.ndarray:
     """Every node's predicted class (original IDs) by layer-wise inference of a node
-    run's best model, under the run directory's reader lock."""
+    run's best model, under the run directory's reader lock. In ssd mode the last layer's
+    rows are reduced to their argmax as they are computed (never written)."""
     if not trainer_class(config.task).CLASSIFIES:
         raise ConfigError(f"predict is for a node classification task, not task: {config.task}; "
                           "use `gnnssd embed`")
     with reading(config.run_path()) as scratch:
-        check_disk(config, Store.open(config.store_path()), config.model.layers, None)
-        chunks = _outputs(config, trained_model(config), scratch.path)
-        return np.concatenate([chunk.argmax(1) for chunk in chunks])
+        store = Store.open(config.store_path())
+        dtype = layer_dtype(config, store, config.model.layers, None, last_written=False)
+        model = trained_model(config)
+        if config.features != "ssd":
+            chunks = layerwise_inference(model, store, config.features, config.ssd)
+            return np.concatenate([chunk.argmax(1) for chunk in chunks])
+        by_store_id = np.empty(store.num_nodes, np.int64)
+        runner = _runner(store, config.ssd, scratch.path, dtype)
+        try:
+            n = 0
+            for h in runner.store_order_outputs(model):
+                by_store_id[n:n + len(h)] = h.argmax(1).numpy()
+                n += len(h)
+        finally:
+            runner.close()
+        return by_store_id[np.asarray(store.inv)]
 
 
 def _write_npy(out: Path, chunks: Iterator[np.ndarray], total: int) -> tuple[int, int]:

@@ -28,11 +28,11 @@ from gnnssd.storage_format import Store
 
 from .budget import MemoryBudget, disk_share, format_bytes, parse_bytes, resolve_block_budget
 from .config import ConfigError, SamplerConfig, SSDConfig
-from .memory_loader import IOCounters, MiniBatch, store_labels
+from .memory_loader import IOCounters, Labels, MiniBatch
 from .pipeline import (DirectIO, FeatureFile, HotCache, HotRanking, MegaBatchLoader, PlanWorker, load_model,
                        repacked_windows)
 from .pipeline.kept import KeptSamples, delete, samples_key
-from .pipeline.loader import BUFFERS
+from .pipeline.loader import BUFFERS, Recycler
 from .pipeline.repack import RepackReport
 from .timing import StageTimer
 
@@ -69,7 +69,7 @@ class SSDLoader:
                  device: torch.device, timer: StageTimer, block_dir: Path):
         self.store, self.sampling, self.seed, self.device, self.timer = store, sampling, seed, device, timer
         self.mega_batch = ssd.mega_batch
-        self.labels = store_labels(store)
+        self.labels = Labels(store)
         self.io = IOCounters()
         self.cost_model = load_model(store.path)
         self.block_dir = block_dir  # scratch this loader owns: made on use, removed after
@@ -125,6 +125,7 @@ class SSDLoader:
         log.info("features from %s through the %s backend; %s of hot rows loaded",
                  store.features_path, self.direct_io.backend, format_bytes(self.hot.nbytes))
         self.buffers = MegaBatchLoader(self.hot, self.budget.buffer_rows)
+        self.float32_outputs = Recycler()  # the float32 x of float16 rows
         self.io.add(bytes_read=self.hot.nbytes)
 
     def _cold_rows_per_minibatch(self, hot_rows: np.ndarray) -> int:
@@ -310,7 +311,7 @@ class SSDLoader:
 
     def _minibatch(self, mfgs: MFGs, features: np.ndarray) -> MiniBatch:
         with self.timer.stage("gather"):
-            x = torch.from_numpy(self.store.as_float32(features, mfgs.input_nodes))
+            x = self._float32(features, mfgs.input_nodes)
             blocks = to_dgl_blocks(mfgs)
             input_nodes = torch.from_numpy(mfgs.input_nodes)
             output_nodes = torch.from_numpy(mfgs.seeds)
@@ -319,6 +320,15 @@ class SSDLoader:
             if self.device.type == "cuda":
                 x = x.pin_memory()
             return MiniBatch(input_nodes, output_nodes, blocks, x, y).to(self.device, non_blocking=True)
+
+    def _float32(self, features: np.ndarray, rows: np.ndarray) -> torch.Tensor:
+        """The float32 x of gathered rows: float16 ones converted into a recycled array by
+        torch's copy (on every core; a fresh array's pages would fault on each mini-batch),
+        others through Store.as_float32 (int8 rows dequantized)."""
+        if features.dtype != np.float16 or self.store.row_scales is not None:
+            return torch.from_numpy(self.store.as_float32(features, rows))
+        out = self.float32_outputs.take(len(features), features.shape[1], np.float32)
+        return torch.from_numpy(out).copy_(torch.from_numpy(features))
 
     def io_stats(self) -> dict[str, int]:
         return self.io.as_dict()

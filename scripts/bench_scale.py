@@ -62,7 +62,7 @@ class MemorySampler:
         self.process = psutil.Process(pid)
         self.interval = interval
         self.lock = threading.Lock()
-        self.samples: list[tuple[float, int, int]] = []  # (time, rss, topology rss)
+        self.samples: list[tuple[float, int, int, int]] = []  # (time, rss, topology, other files)
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
@@ -72,41 +72,48 @@ class MemorySampler:
             try:
                 procs = [self.process, *self.process.children(recursive=True)]
                 rss = sum(p.memory_info().rss for p in procs)
-                topo = sum(_mapped_rss(p.pid) for p in procs)
+                mapped = [_mapped_rss(p.pid) for p in procs]
             except psutil.Error:
                 continue
             with self.lock:
-                self.samples.append((time.time(), rss, topo))
+                self.samples.append((time.time(), rss, sum(m[0] for m in mapped), sum(m[1] for m in mapped)))
 
     def window(self, start: float, end: float) -> dict[str, float]:
         """Peak RSS, and the topology's resident bytes at that moment and at most, between
-        two times."""
+        two times; at the peak also the other file mappings' share (store arrays, libraries)
+        and the rest (anonymous memory: what the budget bounds, plus the process's own)."""
         with self.lock:
             inside = [s for s in self.samples if start <= s[0] <= end] or self.samples[-1:]
         if not inside:
             return {}
         peak = max(inside, key=lambda s: s[1])
         return {"peak_rss_gib": round(peak[1] / GiB, 3), "topology_rss_at_peak_gib": round(peak[2] / GiB, 3),
-                "topology_rss_max_gib": round(max(s[2] for s in inside) / GiB, 3)}
+                "topology_rss_max_gib": round(max(s[2] for s in inside) / GiB, 3),
+                "other_files_rss_at_peak_gib": round(peak[3] / GiB, 3),
+                "anonymous_at_peak_gib": round((peak[1] - peak[2] - peak[3]) / GiB, 3)}
 
     def close(self) -> None:
         self.stop.set()
         self.thread.join()
 
 
-def _mapped_rss(pid: int) -> int:
-    """Resident bytes of the process's mappings of the topology files."""
-    total, inside = 0, False
+def _mapped_rss(pid: int) -> tuple[int, int]:
+    """Resident bytes of the process's mappings of the topology files, and of its other
+    file mappings."""
+    topology, other, kind = 0, 0, None
     try:
         with open(f"/proc/{pid}/smaps") as f:
             for line in f:
                 if line[0] in "0123456789abcdef" and "-" in line.split(" ", 1)[0]:
-                    inside = line.rstrip().endswith(TOPOLOGY_FILES)
-                elif inside and line.startswith("Rss:"):
-                    total += int(line.split()[1]) * 1024
+                    fields = line.split()
+                    named = len(fields) >= 6 and fields[5].startswith("/")
+                    kind = "topology" if line.rstrip().endswith(TOPOLOGY_FILES) else "other" if named else None
+                elif kind and line.startswith("Rss:"):
+                    size = int(line.split()[1]) * 1024
+                    topology, other = (topology + size, other) if kind == "topology" else (topology, other + size)
     except OSError:
-        return 0
-    return total
+        return 0, 0
+    return topology, other
 
 
 def run(cmd: list[str], log: Path) -> dict[str, Any]:
@@ -329,7 +336,9 @@ def compare_phase(args: argparse.Namespace, log: Path) -> dict[str, Any]:
         lines = [x for x in log.read_text().splitlines() if x.startswith("{\"system\"")]
         row = json.loads(lines[-1]) if outcome["exit_code"] == 0 and lines else {"system": system}
         rows.append({**row, "exit_code": outcome["exit_code"], "page_cache": held, "caches": dropped,
-                     "sampled_peak_rss_gib": outcome.get("peak_rss_gib")})
+                     "sampled_peak_rss_gib": outcome.get("peak_rss_gib"),
+                     **{k: outcome.get(k) for k in ("topology_rss_at_peak_gib", "other_files_rss_at_peak_gib",
+                                                    "anonymous_at_peak_gib")}})
         print(json.dumps(rows[-1]), flush=True)
     base = {r["system"]: r.get("s_per_batch") for r in rows}
     ratios = {}

@@ -11,6 +11,7 @@ from typing import Iterator
 import numpy as np
 
 from .errors import StoreError
+from .mapping import release_pages
 
 CHUNK = 1 << 22  # elements per pass of a full check (32 MiB of int64): bounded memory
 
@@ -29,15 +30,24 @@ def check_integer_array(file: Path, array: np.ndarray, ndim: int) -> None:
                                   f"little-endian int32 or int64 with {ndim}")
 
 
-def _chunks(length: int) -> Iterator[slice]:
+def _chunks(length: int, *mapped: np.ndarray) -> Iterator[slice]:
+    """Slices of CHUNK elements; after each one the `mapped` arrays' pages are released, so
+    a pass over a store larger than memory does not leave it all in the process's RSS."""
     for lo in range(0, length, CHUNK):
         yield slice(lo, min(lo + CHUNK, length))
+        for array in mapped:
+            release_pages(array)
+
+
+def max_of(array: np.ndarray) -> int:
+    """The largest value of a 1-D array (-1 if empty), in chunks."""
+    return max((int(array[part].max()) for part in _chunks(array.shape[0], array)), default=-1)
 
 
 def check_range(file: Path, array: np.ndarray, lo: int, hi: int, what: str) -> None:
     """Every value in lo..hi-1 (one min/max pass, chunked)."""
     flat = array.reshape(-1)
-    for part in _chunks(flat.shape[0]):
+    for part in _chunks(flat.shape[0], array):
         chunk = flat[part]
         low, high = int(chunk.min()), int(chunk.max())
         if low < lo or high >= hi:
@@ -53,7 +63,7 @@ def check_indptr_ends(file: Path, indptr: np.ndarray, num_edges: int) -> None:
 
 
 def check_indptr_monotone(file: Path, indptr: np.ndarray) -> None:
-    for part in _chunks(indptr.shape[0] - 1):
+    for part in _chunks(indptr.shape[0] - 1, indptr):
         steps = np.diff(indptr[part.start:part.stop + 1])
         if steps.size and int(steps.min()) < 0:
             at = part.start + int(np.argmax(steps < 0))
@@ -63,7 +73,7 @@ def check_indptr_monotone(file: Path, indptr: np.ndarray) -> None:
 
 def check_inverse(perm_file: Path, perm: np.ndarray, inv: np.ndarray) -> None:
     """inv[perm[i]] == i for every i (perm and inv in range already): both permutations."""
-    for part in _chunks(perm.shape[0]):
+    for part in _chunks(perm.shape[0], perm, inv):
         back = np.asarray(inv)[np.asarray(perm[part])]
         wrong = np.flatnonzero(back != np.arange(part.start, part.stop))
         if wrong.size:

@@ -10,7 +10,7 @@ import numpy as np
 
 from .atomic import CHUNK_BYTES, crc32_of_file
 from .content import (check_distinct, check_finite, check_indptr_ends, check_indptr_monotone,
-                      check_integer_array, check_inverse, check_range)
+                      check_integer_array, check_inverse, check_range, max_of)
 from .errors import StoreError
 from .manifest import (FEATURE_DTYPES, FEATURES, MANIFEST, PAGE, PAGE_CHECKSUMS, ROW_SCALES,
                        manifest_checksum, read_manifest)
@@ -117,7 +117,7 @@ class Store:
                 key = "num_edges" if name == "indices" else "num_nodes"
                 raise self._manifest_error(f"{name}.npy holds {actual} entries, but "
                                            f"{key} {self.manifest[key]} needs {length}")
-        top = int(self.labels.max()) if n else -1
+        top = max_of(self.labels)
         if top >= self.num_classes:
             raise self._manifest_error(f"num_classes {self.num_classes}, but labels.npy holds "
                                        f"label {top} (classes are 0..num_classes-1)")

@@ -183,3 +183,33 @@ def test_layerwise_without_the_disk_for_its_layer_files_is_refused_before_comput
         assert "not enough free disk for layer-wise inference: it needs about" in err
         assert f"under {tmp_path / 'run'}" in err and "4 KiB is free there" in err
     assert not computed and not (tmp_path / "e.npy").exists() and not (tmp_path / "p.npy").exists()
+
+
+def test_layer_files_fall_back_to_float16_when_float32_ones_would_not_fit(store, tmp_path, monkeypatch, caplog):
+    """predict --layerwise writes no file for the last layer; with free space for layer 0's
+    file as float16 (500 rows x 8 x 2 B, one page) but not as float32, it runs with float16
+    layer files and predicts as the float32 run does (up to near-ties)."""
+    import logging
+    import shutil
+
+    from gnnssd import layerwise
+
+    config_file = tmp_path / "c.yaml"
+    config_file.write_text(
+        f"store: {store.path}\nrun_dir: {tmp_path / 'run'}\nfeatures: ssd\n"
+        "model: {name: sage, hidden: 8, layers: 2}\nsampler: {fanouts: [5, 5], batch_size: 64}\n"
+        "train: {epochs: 1, progress: false}\nssd: {memory_budget: 16MiB}\n")
+    trainer = Trainer(config_file)
+    trainer.fit()
+    trainer.close()
+    config = load_config(config_file)
+    full = layerwise.predict_layerwise(config)
+    real = shutil.disk_usage
+    monkeypatch.setattr(layerwise.shutil, "disk_usage", lambda path: real(path)._replace(free=4096 * 2))
+    with caplog.at_level(logging.INFO, logger="gnnssd.layerwise"):
+        halved = layerwise.predict_layerwise(config)
+    assert "layer files as float16" in caplog.text
+    assert np.mean(halved == full) >= 0.98
+    monkeypatch.setattr(layerwise.shutil, "disk_usage", lambda path: real(path)._replace(free=4096))
+    with pytest.raises(layerwise.ConfigError, match=r"needs about 8 KiB .* float16"):
+        layerwise.predict_layerwise(config)
