@@ -44,6 +44,10 @@ def _source_from_args(args: argparse.Namespace) -> Any:
     raise AssertionError(args.source)
 
 
+#: What a preprocess stage's progress counts (rows of features otherwise).
+PROGRESS_UNITS = {"sort edges": "edge", "merge buckets": "bucket", "renumber": "pass", "page checksums": "B"}
+
+
 def _progress_bar() -> Callable[[str, int, int], None]:
     from tqdm import tqdm
 
@@ -52,7 +56,7 @@ def _progress_bar() -> Callable[[str, int, int], None]:
     def notify(stage: str, done: int, total: int) -> None:
         bar = bars.get(stage)
         if bar is None:
-            bar = bars[stage] = tqdm(total=total, desc=stage, unit="row" if total > 1 else "step",
+            bar = bars[stage] = tqdm(total=total, desc=stage, unit=PROGRESS_UNITS.get(stage, "row") if total > 1 else "step",
                                      unit_scale=True, leave=False, mininterval=1.0)
         bar.update(done - bar.n)
         if done >= total:

@@ -32,7 +32,7 @@ from .memory_loader import IOCounters, Labels, MiniBatch
 from .pipeline import (DirectIO, FeatureFile, HotCache, HotRanking, MegaBatchLoader, PlanWorker, load_model,
                        repacked_windows)
 from .pipeline.kept import KeptSamples, delete, samples_key
-from .pipeline.loader import BUFFERS, Recycler
+from .pipeline.loader import BUFFERS
 from .pipeline.repack import RepackReport
 from .timing import StageTimer
 
@@ -125,7 +125,6 @@ class SSDLoader:
         log.info("features from %s through the %s backend; %s of hot rows loaded",
                  store.features_path, self.direct_io.backend, format_bytes(self.hot.nbytes))
         self.buffers = MegaBatchLoader(self.hot, self.budget.buffer_rows)
-        self.float32_outputs = Recycler()  # the float32 x of float16 rows
         self.io.add(bytes_read=self.hot.nbytes)
 
     def _cold_rows_per_minibatch(self, hot_rows: np.ndarray) -> int:
@@ -243,8 +242,7 @@ class SSDLoader:
                     continue
                 with self.timer.stage("gather"):
                     if plan.stats["piece"] == 0:
-                        assembling = self.buffers.outputs.take(len(plan.gather[0]), self.store.feat_dim,
-                                                               self.store.feat_dtype)
+                        assembling = self.buffers.take_x(len(plan.gather[0]))
                     self.buffers.gather(plan, 0, buffer, assembling)
                 if plan.stats["piece"] == pieces - 1:
                     x, assembling = assembling, None
@@ -311,7 +309,7 @@ class SSDLoader:
 
     def _minibatch(self, mfgs: MFGs, features: np.ndarray) -> MiniBatch:
         with self.timer.stage("gather"):
-            x = self._float32(features, mfgs.input_nodes)
+            x = torch.from_numpy(self.store.as_float32(features, mfgs.input_nodes))
             blocks = to_dgl_blocks(mfgs)
             input_nodes = torch.from_numpy(mfgs.input_nodes)
             output_nodes = torch.from_numpy(mfgs.seeds)
@@ -320,15 +318,6 @@ class SSDLoader:
             if self.device.type == "cuda":
                 x = x.pin_memory()
             return MiniBatch(input_nodes, output_nodes, blocks, x, y).to(self.device, non_blocking=True)
-
-    def _float32(self, features: np.ndarray, rows: np.ndarray) -> torch.Tensor:
-        """The float32 x of gathered rows: float16 ones converted into a recycled array by
-        torch's copy (on every core; a fresh array's pages would fault on each mini-batch),
-        others through Store.as_float32 (int8 rows dequantized)."""
-        if features.dtype != np.float16 or self.store.row_scales is not None:
-            return torch.from_numpy(self.store.as_float32(features, rows))
-        out = self.float32_outputs.take(len(features), features.shape[1], np.float32)
-        return torch.from_numpy(out).copy_(torch.from_numpy(features))
 
     def io_stats(self) -> dict[str, int]:
         return self.io.as_dict()

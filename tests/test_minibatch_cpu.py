@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from gnnssd.pipeline.loader import Recycler, _gather_rows, _rows
+from gnnssd.pipeline.loader import Recycler, _gather_rows, _gather_widened, _rows
 from gnnssd.sampler import plan as plan_module
 from gnnssd.sampler.graphs import random_csc
 from gnnssd.sampler.plan import PlanConfig, Planner
@@ -76,6 +76,21 @@ def test_gather_kernel_matches_numpy_and_leaves_unsupplied_rows(words):
     mine = index >= 0
     want[mine] = np.concatenate([hot, buffer])[index[mine]]
     np.testing.assert_array_equal(out, want)
+
+
+def test_gather_widens_every_float16_exactly_as_numpy_does():
+    """float16 rows are gathered straight into the model's float32 x: all 65,536 bit
+    patterns (subnormals, infinities, NaNs included) against NumPy's conversion, bit for bit."""
+    halves = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).reshape(-1, 64)
+    hot, buffer = halves[:600], halves[600:]
+    index = np.arange(len(halves))[::-1].copy()
+    index[::7] = -1  # rows another piece supplies: left as they are
+    out = np.full((len(index), 64), 3.0, np.float32)
+    _gather_widened(hot.view(np.uint16), buffer.view(np.uint16), index, len(hot), out.view(np.uint32))
+    want = np.full_like(out, 3.0)
+    mine = index >= 0
+    want[mine] = halves[index[mine]].astype(np.float32)
+    np.testing.assert_array_equal(out.view(np.uint32), want.view(np.uint32))
 
 
 def test_recycler_reuses_an_x_only_once_nothing_references_it():

@@ -174,7 +174,8 @@ def test_reads_through_real_file(graph, tmp_path, disk_budget, backend, dim, dty
             buffer = loader.load(p, tmp_path / "blocks")
             assert np.array_equal(buffer, feats[p.rows])
             for i, m in enumerate(p.minibatches):
-                assert np.array_equal(loader.gather(p, i, buffer), feats[m.input_nodes])
+                x = loader.gather(p, i, buffer)
+                assert x.dtype == np.float32 and np.array_equal(x, feats[m.input_nodes])  # float16 widened
         remove(window, tmp_path / "blocks")
     if disk_budget == 0:
         assert strategies == {"pages"}

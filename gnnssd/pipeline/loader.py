@@ -45,6 +45,41 @@ def _gather_rows(hot, buffer, index, num_hot, out):
                 out[k, j] = buffer[i - num_hot, j]
 
 
+@nb.njit(cache=True, nogil=True, inline="always")
+def _widened(half):
+    """The float32 bits of the float16 whose bits are `half` (exact: every float16 is a
+    float32), subnormals normalised, infinities and NaNs kept."""
+    h = np.uint32(half)
+    sign = (h & np.uint32(0x8000)) << np.uint32(16)
+    exponent = (h >> np.uint32(10)) & np.uint32(0x1F)
+    mantissa = h & np.uint32(0x3FF)
+    if exponent == 0x1F:
+        return np.uint32(sign | np.uint32(0x7F800000) | (mantissa << np.uint32(13)))
+    if exponent == 0:
+        if mantissa == 0:
+            return np.uint32(sign)
+        biased = np.uint32(113)  # 127 - 14: the float32 exponent of 2^-14, less one per shift
+        while mantissa & np.uint32(0x400) == 0:
+            mantissa <<= np.uint32(1)
+            biased -= np.uint32(1)
+        return np.uint32(sign | (biased << np.uint32(23)) | ((mantissa & np.uint32(0x3FF)) << np.uint32(13)))
+    return np.uint32(sign | ((exponent + np.uint32(112)) << np.uint32(23)) | (mantissa << np.uint32(13)))
+
+
+@nb.njit(cache=True, nogil=True, parallel=True)
+def _gather_widened(hot, buffer, index, num_hot, out):
+    """_gather_rows for float16 rows (as uint16) into float32 rows (as uint32), each value
+    widened on the way: the model's float32 x in one pass, no float16 copy of it."""
+    width = out.shape[1]
+    for k in nb.prange(index.shape[0]):
+        i = index[k]
+        if i < 0:
+            continue
+        row = hot[i] if i < num_hot else buffer[i - num_hot]
+        for j in range(width):
+            out[k, j] = _widened(row[j])
+
+
 def _rows(a: np.ndarray, row_bytes: int, words: bool) -> np.ndarray:
     """Rows of `a` (row-contiguous, row_bytes each) as 8-byte words, or as bytes."""
     a = a.view(np.uint8).reshape(len(a), row_bytes)
@@ -115,6 +150,8 @@ class MegaBatchLoader:
         self.capacity = capacity_rows
         self._bufs = [source.io.alloc(capacity_rows * self.row_bytes) for _ in range(BUFFERS)]
         self.outputs = Recycler()
+        # x as the model takes it: float16 rows are widened by the gather
+        self.x_dtype = np.dtype(np.float32) if self.dtype == np.float16 else self.dtype
         self._cur = 1
 
     def _rows_view(self, k: int) -> np.ndarray:
@@ -142,17 +179,26 @@ class MegaBatchLoader:
         self._cur = nxt
         return out[: len(plan.rows)].view(self.dtype)
 
+    def take_x(self, rows: int) -> np.ndarray:
+        """An uninitialised x of `rows` rows of x_dtype, from the recycled ones."""
+        return self.outputs.take(rows, self.feat_dim, self.x_dtype)
+
     def gather(self, plan: MegaBatchPlan, i: int, buffer: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        """Input features of mini-batch i of `plan`, in block source order, into `out` (a
-        new array by default); a piece plan fills only its own rows of `out` (gather index
-        >= 0), the x its mini-batch's pieces assemble.
+        """Input features of mini-batch i of `plan`, in block source order, as x_dtype
+        (float16 rows widened to float32), into `out` (a recycled array by default); a
+        piece plan fills only its own rows of `out` (gather index >= 0), the x its
+        mini-batch's pieces assemble.
 
         `buffer` is what `load(plan)` returned: explicit, because the next plan may be
         loading into the other buffer while this one is gathered from.
         """
         idx = plan.gather[i]
         if out is None:
-            out = self.outputs.take(len(idx), self.feat_dim, self.dtype)
+            out = self.take_x(len(idx))
+        if self.x_dtype != self.dtype:
+            _gather_widened(self.hot.data.view(np.uint16), buffer.view(np.uint16), idx, plan.num_hot,
+                            out.view(np.uint32))
+            return out
         words = self.row_bytes % 8 == 0
         _gather_rows(_rows(self.hot.data, self.row_bytes, words), _rows(buffer, self.row_bytes, words), idx,
                      plan.num_hot, _rows(out, self.row_bytes, words))
