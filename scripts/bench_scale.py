@@ -217,13 +217,13 @@ def compare_child(spec: dict[str, Any]) -> dict[str, Any]:
     from gnnssd.storage_format import Store
 
     cfg = load_config(spec["config"])
-    store = Store.open(cfg.store)
+    store = Store.open(cfg.store_path())
     seed_everything(cfg.seed)
     budget = parse_bytes(cfg.ssd.memory_budget)
     fanouts, batch_size = list(cfg.sampler.fanouts), cfg.sampler.batch_size
     # store IDs: the sampler and the files speak them; NodeLoader takes the dataset's IDs
     batches = seed_batches(np.asarray(store.train_store_ids), batch_size, True, cfg.seed, 1)[:spec["batches"]]
-    labels = np.load(Path(cfg.store) / "labels.npy", mmap_mode="r")
+    labels = np.load(cfg.store_path() / "labels.npy", mmap_mode="r")
     model = build_model(cfg.model, store.feat_dim, store.num_classes)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.train.lr)
     stages = {"sample": 0.0, "features": 0.0, "compute": 0.0}

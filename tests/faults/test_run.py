@@ -246,14 +246,19 @@ def test_ctrl_c_during_ssd_training_exits_130_once(store, tmp_path, presses):
                           ssd={"block_budget": "1MiB", "mega_batch": 2}, train={"epochs": 100_000})
     proc = subprocess.Popen([sys.executable, "-m", "gnnssd", "train", "--config", str(config)],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 900  # a bound against a hang, not a speed check: CI runners are busy
-    while not (run_dir / "checkpoint.pt").exists() and proc.poll() is None:
-        assert time.monotonic() < deadline, "training never finished an epoch"
-        time.sleep(0.05)
-    for _ in range(presses):
-        proc.send_signal(signal.SIGINT)
-        time.sleep(0.02)
-    _, err = proc.communicate(timeout=120)
+    try:
+        deadline = time.monotonic() + 900  # a bound against a hang, not a speed check: CI runners are busy
+        while not (run_dir / "checkpoint.pt").exists() and proc.poll() is None:
+            assert time.monotonic() < deadline, "training never finished an epoch"
+            time.sleep(0.05)
+        for _ in range(presses):
+            proc.send_signal(signal.SIGINT)
+            time.sleep(0.02)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:  # the test failed: do not leave a 100,000-epoch run behind
+            proc.kill()
+            proc.communicate()
     assert proc.returncode == 130, err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     assert err.count("interrupted") == 1, err
