@@ -19,7 +19,7 @@ import numpy as np
 from gnnssd.storage_format import DatasetError
 
 from .npz_stream import NpzMember
-from .ogb import read_splits, resolve_split_name
+from .ogb_layout import read_splits, resolve_split_name
 
 
 class OGBBinarySource:

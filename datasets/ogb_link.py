@@ -25,7 +25,8 @@ from gnnssd.storage_format import DatasetError
 from gnnssd.storage_format.link_split import LinkSplit, random_negatives
 
 from .base import require_file
-from .ogb import OGBSource, read_column, resolve_split_name
+from .ogb import OGBSource
+from .ogb_layout import read_column, resolve_split_name
 
 DEFAULT_NEGATIVES = 1000
 

@@ -7,7 +7,8 @@ in-neighbours, their input rows are read, the model's layer runs, and the chunk'
 rows are appended to the layer's output. In `ssd` mode the inputs are features.bin and
 then each layer's page-aligned scratch feature file, read through the io_engine
 (O_DIRECT) and written with O_DIRECT; in `memory` mode they are tensors in RAM (the
-reference). The chunk size follows the memory budget.
+reference; gnnssd.layerwise_rows reads a layer's input either way). The chunk size
+follows the memory budget.
 
 In `ssd` mode a layer whose neighbour input is the mean of its in-neighbours' rows
 (GraphSAGE-mean: `model.mean_aggregation(i)`) is computed instead by sequential passes over
@@ -24,14 +25,13 @@ import logging
 import os
 import shutil
 from pathlib import Path
-from typing import Callable, Iterator, Protocol
+from typing import Callable, Iterator
 
 import dgl
 import numpy as np
 import torch
 from torch import nn
 
-from gnnssd.sampler.readplan import plan_extents
 from gnnssd.storage_format import Store
 from gnnssd.storage_format.manifest import PAGE
 
@@ -39,6 +39,7 @@ from .budget import format_bytes, parse_bytes
 from .checkpoint import load_checkpoint
 from .config import Config, ConfigError, SSDConfig
 from .layerwise_mean import cost_ranges, mean_layer_chunks
+from .layerwise_rows import CachedRows, FileRows, Rows, TensorRows
 from .memory_loader import load_features
 from .models import build_model
 from .pipeline import DirectIO, FeatureFile, load_model
@@ -52,63 +53,6 @@ log = logging.getLogger("gnnssd.layerwise")
 STAGING_BYTES = 8 << 20  # FileRows' staging: half read while the other half is copied
 CHUNK_SHARE = 8  # a chunk's input rows take at most 1/CHUNK_SHARE of the budget
 # (ssd mode: half the budget caches the most referenced input rows of each layer)
-
-
-class Rows(Protocol):
-    """One layer's input: float32 rows of node IDs."""
-
-    dim: int
-
-    def rows(self, ids: np.ndarray) -> torch.Tensor: ...
-
-
-class TensorRows:
-    def __init__(self, h: torch.Tensor):
-        self.h, self.dim = h, int(h.shape[1])
-
-    def rows(self, ids: np.ndarray) -> torch.Tensor:
-        return self.h[torch.from_numpy(ids)]
-
-
-class FileRows:
-    """A layer's input rows from a features file through the ssd loader's reader
-    (pipeline.FeatureFile), by extents the read planner merges with the drive's cost model;
-    `as_float32(raw, ids)` turns stored rows into float32 (default: a plain conversion)."""
-
-    def __init__(self, source: FeatureFile,
-                 as_float32: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None):
-        self.source, self.dim, self.row_bytes = source, source.feat_dim, source.row_bytes
-        self.as_float32 = as_float32 or (lambda raw, ids: raw.astype(np.float32, copy=False))
-        self.bytes_read = 0  # of the extents read: what the drive delivered
-
-    def rows(self, ids: np.ndarray) -> torch.Tensor:
-        offsets, lengths, _ = plan_extents(np.sort(ids), self.row_bytes, self.source.model)
-        raw = np.empty((len(ids), self.row_bytes), np.uint8)
-        self.source.read(ids, raw, (offsets, lengths))
-        self.bytes_read += int(np.sum(lengths))
-        return torch.from_numpy(self.as_float32(raw.view(self.source.dtype), ids))
-
-    def close(self) -> None:
-        self.source.close()
-
-
-class CachedRows:
-    """A file's most referenced rows held in memory (one sorted, coalesced read), the
-    rest read per call: in-neighbour lists of power-law graphs name few nodes often."""
-
-    def __init__(self, source: FileRows, hot: np.ndarray, num_nodes: int):
-        self.source, self.dim = source, source.dim
-        self.hot = source.rows(np.sort(hot))
-        self.slot = np.full(num_nodes, -1, np.int32)
-        self.slot[np.sort(hot)] = np.arange(len(hot), dtype=np.int32)
-
-    def rows(self, ids: np.ndarray) -> torch.Tensor:
-        slot = self.slot[ids]
-        cached = slot >= 0
-        out = torch.empty(len(ids), self.dim)
-        out[torch.from_numpy(cached)] = self.hot[torch.from_numpy(slot[cached].astype(np.int64))]
-        out[torch.from_numpy(~cached)] = self.source.rows(ids[~cached])
-        return out
 
 
 def most_referenced(indices: np.ndarray, num_nodes: int, count: int) -> np.ndarray:

@@ -17,7 +17,7 @@ passes, all sequential at the drive's bandwidth.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator
 
 import dgl
 import numba as nb
@@ -25,8 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
-if TYPE_CHECKING:
-    from .layerwise import Rows
+from .layerwise_rows import Rows
 
 SEGMENT_BYTES = 16 << 20  # input rows read and added at once
 SUM_SHARE = 2  # a range's sums and bucketed edges take at most 1/SUM_SHARE of the budget

@@ -20,7 +20,7 @@ import numpy as np
 from ._gnnssd_io import ffi, lib
 from .crc import PAGE as CHECKSUM_PAGE
 from .crc import checksum_error
-from .rows import iter_rows, read_rows
+from .rows import RowChunks, check_out, check_rows, copy_rows
 
 log = logging.getLogger(__name__)
 
@@ -337,14 +337,42 @@ class Engine:
         planner plans them (gnnssd.sampler.readplan: one request per row, or merged runs);
         returns (len(rows), row_bytes) uint8 (`out` if given). `staging`: an Engine.alloc
         buffer holding two chunks of extents (default: 2 * chunk_bytes)."""
-        return read_rows(self, f, rows, row_bytes, offsets, lengths, out, staging)
+        rows = check_rows(f, rows, row_bytes)
+        out = check_out(out, len(rows), row_bytes)
+        offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+        lengths = np.ascontiguousarray(lengths, dtype=np.int64)
+        if len(rows) == 0:
+            return out
+        order = None if np.all(rows[1:] >= rows[:-1]) else np.argsort(rows, kind="stable")
+        ordered = rows if order is None else rows[order]
+        if staging is None:
+            staging = self.alloc(max(2 * self.chunk_bytes, 2 * int(lengths.max(initial=0))))
+        for lo, hi, pos in self.iter_rows(f, ordered, row_bytes, offsets, lengths, staging):
+            copy_rows(staging, pos, row_bytes, out if order is not None else out[lo:hi],
+                      None if order is None else order[lo:hi])
+        return out
 
     def iter_rows(self, f: EngineFile, rows: np.ndarray, row_bytes: int, offsets: np.ndarray,
                   lengths: np.ndarray, staging: np.ndarray) -> Iterator[tuple[int, int, np.ndarray]]:
         """The streaming form of read_rows for sorted int64 `rows`: yields (lo, hi, pos) per
         chunk of extents read, rows[lo:hi] then at staging[pos[k]:+row_bytes] until the
         next chunk is asked for."""
-        return iter_rows(self, f, rows, row_bytes, offsets, lengths, staging)
+        chunks = RowChunks(f, rows, row_bytes, offsets, lengths, len(staging))
+
+        def submit(k: int) -> tuple[Handle, np.ndarray]:
+            offsets, lengths, dest = chunks.extents(k)
+            return self.submit(f, offsets, lengths, staging, dest), dest
+
+        pending = submit(0) if len(chunks) else None
+        try:
+            for k in range(len(chunks)):
+                handle, dest = pending
+                pending = submit(k + 1) if k + 1 < len(chunks) else None
+                handle.wait()
+                yield chunks.positions(k, dest)
+        finally:
+            if pending is not None:  # stopped early or failed: stop what is still queued
+                pending[0].cancel()
 
     # -- life cycle -------------------------------------------------------------------------
 

@@ -1,5 +1,7 @@
-"""The row reader: rows of a fixed-stride file (row r at r * row_bytes) read by page-aligned
-extents into a staging area and copied out in C.
+"""Rows of a fixed-stride file (row r at r * row_bytes) and the page-aligned extents that
+read them: which chunk of extents goes where in a staging area, where each row then sits
+in it, and the C copy that moves rows out. No I/O here: Engine.read_rows and iter_rows
+(engine.py) submit the chunks this module lays out.
 
 Which extents cover the rows (one per row, or merged runs) is the read planner's choice
 (gnnssd.sampler.readplan): the reader takes them as given. The extents are read in chunks
@@ -8,14 +10,20 @@ chunk's rows are copied out.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import Any, Protocol
 
 import numpy as np
 
 from ._gnnssd_io import ffi, lib
 
-if TYPE_CHECKING:
-    from .engine import Engine, EngineFile, Handle
+
+class RowFile(Protocol):
+    """What the row layout needs of an open file (an EngineFile)."""
+
+    path: str
+    size: int
+    block_size: int
+    mem_align: int
 
 
 def _ptr(arr: np.ndarray | None, ctype: str = "int64_t[]") -> Any:
@@ -40,7 +48,8 @@ def copy_rows(src: np.ndarray, pos: np.ndarray, row_bytes: int, out: np.ndarray,
                       _ptr(dest, "uint8_t[]"))
 
 
-def _check_rows(f: EngineFile, rows: Any, row_bytes: int) -> np.ndarray:
+def check_rows(f: RowFile, rows: Any, row_bytes: int) -> np.ndarray:
+    """`rows` as a contiguous int64 array, refused unless 1-D integers inside the file."""
     rows = np.asarray(rows)
     if rows.ndim != 1:
         raise ValueError(f"rows must be a 1-D array, got shape {rows.shape}")
@@ -59,7 +68,8 @@ def _check_rows(f: EngineFile, rows: Any, row_bytes: int) -> np.ndarray:
     return rows
 
 
-def _check_out(out: np.ndarray | None, n: int, row_bytes: int) -> np.ndarray:
+def check_out(out: np.ndarray | None, n: int, row_bytes: int) -> np.ndarray:
+    """`out`, or a new (n, row_bytes) uint8 array, refused unless it fits."""
     if out is None:
         return np.empty((n, row_bytes), dtype=np.uint8)
     if (out.shape != (n, row_bytes) or out.dtype != np.uint8 or not out.flags.c_contiguous
@@ -69,78 +79,59 @@ def _check_out(out: np.ndarray | None, n: int, row_bytes: int) -> np.ndarray:
     return out
 
 
-def iter_rows(engine: Engine, f: EngineFile, rows: np.ndarray, row_bytes: int,
-              offsets: np.ndarray, lengths: np.ndarray,
-              staging: np.ndarray) -> Iterator[tuple[int, int, np.ndarray]]:
-    """Read the sorted extents covering sorted `rows` chunk by chunk into the two halves
-    of `staging` (from Engine.alloc), the next chunk's reads in flight while the caller
-    uses the current one.
+class RowChunks:
+    """The sorted extents covering sorted int64 `rows` of `f`, cut into chunks of at most half
+    a staging area of `staging_bytes` (chunks alternate halves: the next chunk is read while
+    the current one's rows are copied out): where each chunk's extents go in the staging
+    area, and where its rows then sit."""
 
-    Yields (lo, hi, pos) per chunk: rows[lo:hi] now sit at staging[pos[k]:+row_bytes]."""
-    unit = max(f.block_size, f.mem_align, 1)
-    half = len(staging) // 2 // unit * unit
-    if len(lengths) and lengths.max() > half:
-        raise ValueError(f"extent of {lengths.max()} bytes exceeds half the staging area ({half})")
-    # a last page may run past EOF: read up to the end of the file's last block only
-    limit = -(-f.size // f.block_size) * f.block_size
-    lengths = np.minimum(offsets + lengths, limit) - offsets
-    ends = np.cumsum(lengths)
-    chunks, a = [], 0
-    while a < len(offsets):  # extents a..b-1 fill at most half the staging area
-        b = int(np.searchsorted(ends, ends[a] - lengths[a] + half, "right"))
-        chunks.append((a, b))
-        a = b
-    starts = rows * row_bytes
+    def __init__(self, f: RowFile, rows: np.ndarray, row_bytes: int, offsets: np.ndarray,
+                 lengths: np.ndarray, staging_bytes: int):
+        unit = max(f.block_size, f.mem_align, 1)
+        self.half = half = staging_bytes // 2 // unit * unit
+        if len(lengths) and lengths.max() > half:
+            raise ValueError(f"extent of {lengths.max()} bytes exceeds half the staging area ({half})")
+        # a last page may run past EOF: read up to the end of the file's last block only
+        limit = -(-f.size // f.block_size) * f.block_size
+        self.offsets, self.lengths = offsets, np.minimum(offsets + lengths, limit) - offsets
+        self.ends = ends = np.cumsum(self.lengths)
+        self.bounds: list[tuple[int, int]] = []
+        a = 0
+        while a < len(offsets):  # extents a..b-1 fill at most half the staging area
+            b = int(np.searchsorted(ends, ends[a] - self.lengths[a] + half, "right"))
+            self.bounds.append((a, b))
+            a = b
+        if len(rows) and not self.bounds:
+            raise ValueError(f"no extents given to read {len(rows)} rows of {f.path}")
+        self.f, self.rows, self.row_bytes = f, rows, row_bytes
+        self.starts = rows * row_bytes
 
-    def submit(k: int) -> tuple[Handle, np.ndarray]:
-        a, b = chunks[k]
-        dest = (k % 2) * half + ends[a:b] - lengths[a:b] - (ends[a] - lengths[a])
-        return engine.submit(f, offsets[a:b], lengths[a:b], staging, dest), dest
+    def __len__(self) -> int:
+        return len(self.bounds)
 
-    if len(rows) and not chunks:
-        raise ValueError(f"no extents given to read {len(rows)} rows of {f.path}")
-    pending = submit(0) if chunks else None
-    try:
-        for k, (a, b) in enumerate(chunks):
-            handle, dest = pending
-            pending = submit(k + 1) if k + 1 < len(chunks) else None
-            handle.wait()
-            # A chunk's rows start before the next chunk's first extent: a row starting on
-            # a page two extents share belongs to the later one.
-            lo = int(np.searchsorted(starts, offsets[a])) if k else 0
-            hi = int(np.searchsorted(starts, offsets[b])) if b < len(offsets) else len(starts)
-            e = np.searchsorted(offsets[a:b], starts[lo:hi], "right") - 1
-            if len(e) and e[0] < 0:  # (e is sorted) a row before the chunk's first extent
-                raise _uncovered(f, rows[lo])
-            into = starts[lo:hi] - offsets[a:b][e]  # each row's place in its extent
-            bad = into + row_bytes > lengths[a:b][e]
-            if bad.any():
-                raise _uncovered(f, rows[lo + int(np.argmax(bad))])
-            yield lo, hi, dest[e] + into
-    finally:
-        if pending is not None:  # stopped early or failed: stop what is still queued
-            pending[0].cancel()
+    def extents(self, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Chunk k's (offsets, lengths, places in the staging area)."""
+        a, b = self.bounds[k]
+        ends, lengths = self.ends[a:b], self.lengths[a:b]
+        return self.offsets[a:b], lengths, (k % 2) * self.half + ends - lengths - (ends[0] - lengths[0])
 
+    def positions(self, k: int, dest: np.ndarray) -> tuple[int, int, np.ndarray]:
+        """Once chunk k is read to `dest` (its places): (lo, hi, pos), rows[lo:hi] at
+        staging[pos[i]:+row_bytes]."""
+        a, b = self.bounds[k]
+        offsets, lengths, starts = self.offsets, self.lengths, self.starts
+        # A chunk's rows start before the next chunk's first extent: a row starting on
+        # a page two extents share belongs to the later one.
+        lo = int(np.searchsorted(starts, offsets[a])) if k else 0
+        hi = int(np.searchsorted(starts, offsets[b])) if b < len(offsets) else len(starts)
+        e = np.searchsorted(offsets[a:b], starts[lo:hi], "right") - 1
+        if len(e) and e[0] < 0:  # (e is sorted) a row before the chunk's first extent
+            raise self._uncovered(self.rows[lo])
+        into = starts[lo:hi] - offsets[a:b][e]  # each row's place in its extent
+        bad = into + self.row_bytes > lengths[a:b][e]
+        if bad.any():
+            raise self._uncovered(self.rows[lo + int(np.argmax(bad))])
+        return lo, hi, dest[e] + into
 
-def _uncovered(f: EngineFile, row: int) -> ValueError:
-    return ValueError(f"row {row} of {f.path} lies outside the extents given to read it")
-
-
-def read_rows(engine: Engine, f: EngineFile, rows: Any, row_bytes: int, offsets: Any,
-              lengths: Any, out: np.ndarray | None, staging: np.ndarray | None) -> np.ndarray:
-    """out[i] = bytes of row rows[i] (any order, repeats allowed), read by the given
-    extents, which must cover every row."""
-    rows = _check_rows(f, rows, row_bytes)
-    out = _check_out(out, len(rows), row_bytes)
-    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
-    lengths = np.ascontiguousarray(lengths, dtype=np.int64)
-    if len(rows) == 0:
-        return out
-    order = None if np.all(rows[1:] >= rows[:-1]) else np.argsort(rows, kind="stable")
-    ordered = rows if order is None else rows[order]
-    if staging is None:
-        staging = engine.alloc(max(2 * engine.chunk_bytes, 2 * int(lengths.max(initial=0))))
-    for lo, hi, pos in iter_rows(engine, f, ordered, row_bytes, offsets, lengths, staging):
-        copy_rows(staging, pos, row_bytes, out if order is not None else out[lo:hi],
-                  None if order is None else order[lo:hi])
-    return out
+    def _uncovered(self, row: int) -> ValueError:
+        return ValueError(f"row {row} of {self.f.path} lies outside the extents given to read it")

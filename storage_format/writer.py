@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 import errno
 import fcntl
+import importlib.metadata
 import json
 import logging
 import os
@@ -317,8 +318,12 @@ def spare_memory(limit: int) -> int:
 
 
 def _version() -> str:
-    from gnnssd import __version__
-    return __version__
+    """The installed gnnssd's version (gnnssd.__version__), from its package metadata: the
+    store layer does not import the gnnssd package above it."""
+    try:
+        return importlib.metadata.version("gnnssd")
+    except importlib.metadata.PackageNotFoundError:  # a source tree never installed
+        return "unknown"
 
 
 # --- the destination: its checks, its lock, running out of space -----------------------

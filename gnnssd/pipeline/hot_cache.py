@@ -15,7 +15,7 @@ import numpy as np
 from gnnssd.sampler import HotRows, hotness
 from gnnssd.storage_format import Store
 
-from .loader import FeatureFile
+from .feature_file import FeatureFile
 
 # store orders that put the hottest rows first: the cache is then the front of the file
 HOT_FIRST_ORDERS = ("degree", "locality")

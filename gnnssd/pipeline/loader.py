@@ -9,20 +9,16 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numba as nb
 import numpy as np
 
 from gnnssd.io_engine.rows import copy_rows
 from gnnssd.sampler.plan import MegaBatchPlan
-from gnnssd.sampler.readplan import CostModel, plan_extents
 
-from .direct_io import DirectIO
+from .feature_file import FeatureFile  # noqa: F401 - also importable from here, its former home
+from .hot_cache import HotCache
 from .repack import block_path
-
-if TYPE_CHECKING:
-    from .hot_cache import HotCache
 
 BUFFERS = 2  # mega-batch buffers: the one gathered from and the one being filled
 
@@ -84,29 +80,6 @@ def _rows(a: np.ndarray, row_bytes: int, words: bool) -> np.ndarray:
     """Rows of `a` (row-contiguous, row_bytes each) as 8-byte words, or as bytes."""
     a = a.view(np.uint8).reshape(len(a), row_bytes)
     return a.view(np.uint64) if words else a
-
-
-class FeatureFile:
-    """The SSD reader: rows of a features file read through the engine (O_DIRECT, page
-    checksums where the DirectIO has them) by the read planner's extents, one staging
-    area reused by every read (callers read from one thread at a time)."""
-
-    def __init__(self, io: DirectIO, path: str | Path, feat_dim: int, dtype: np.dtype,
-                 model: CostModel | None = None, staging_bytes: int = 32 << 20):
-        self.io, self.model = io, model or CostModel.default()
-        self.dtype, self.feat_dim = np.dtype(dtype), feat_dim
-        self.row_bytes = feat_dim * self.dtype.itemsize
-        self.file = io.open(path)
-        self.staging = io.alloc(max(staging_bytes, 2 * self.model.max_extent(self.row_bytes)))
-
-    def read(self, rows: np.ndarray, out: np.ndarray, extents: tuple[np.ndarray, np.ndarray] | None = None) -> None:
-        """out[k] = row rows[k] (out: at least len(rows) rows of row_bytes), read by `extents`
-        (rows then in any order) or by extents planned here (rows sorted)."""
-        offsets, lengths = extents if extents is not None else plan_extents(rows, self.row_bytes, self.model)[:2]
-        self.io.read_rows(self.file, rows, self.row_bytes, offsets, lengths, out[: len(rows)], self.staging)
-
-    def close(self) -> None:
-        self.io.close(self.file)
 
 
 class Recycler:
