@@ -2,9 +2,9 @@
 
 Policy (in this order, because each part can give way less than the next):
 
-1. Mega-batch buffers: `prefetch_depth + 1` buffers of `buffer_rows` rows each (the one
-   being trained on plus the ones being filled ahead). Training cannot run without them,
-   so they are taken first, in full.
+1. Mega-batch buffers: `buffers` buffers of `buffer_rows` rows each (the caller's count:
+   the ssd loader's is pipeline.loader.BUFFERS, the one being trained on plus the one being
+   filled). Training cannot run without them, so they are taken first, in full.
 2. Queue slack: `queue_bytes` for everything else in flight (the I/O staging area and the
    queues of planned mini-batches). Also taken in full.
 3. Hot cache: what is left, up to the `hot_rows` wanted. It is an optimisation: a smaller
@@ -71,21 +71,20 @@ class MemoryBudget:
     hot_rows: int           # rows the hot cache gets (may be fewer than wanted)
     hot_rows_wanted: int
     buffer_rows: int        # rows per mega-batch buffer
-    buffers: int            # prefetch_depth + 1
+    buffers: int            # mega-batch buffers
     queue_bytes: int
 
     @classmethod
-    def split(cls, total: int | str, row_bytes: int, hot_rows: int, buffer_rows: int,
-              prefetch_depth: int = 1, queue_bytes: int = DEFAULT_QUEUE_BYTES) -> MemoryBudget:
+    def split(cls, total: int | str, row_bytes: int, hot_rows: int, buffer_rows: int, buffers: int,
+              queue_bytes: int = DEFAULT_QUEUE_BYTES) -> MemoryBudget:
         """Split `total` (bytes, or a size string) or raise a ValueError saying what fits."""
         total = parse_bytes(total)
         for name, value, least in (("row_bytes", row_bytes, 1), ("hot_rows", hot_rows, 0),
                                    ("buffer_rows", buffer_rows, 1),
-                                   ("prefetch_depth", prefetch_depth, 0),
+                                   ("buffers", buffers, 1),
                                    ("queue_bytes", queue_bytes, 0)):
             if value < least:
                 raise ValueError(f"{name} = {value}; expected at least {least}")
-        buffers = prefetch_depth + 1
         needed = buffers * buffer_rows * row_bytes + queue_bytes
         if needed > total:
             largest = max(0, (total - queue_bytes) // (buffers * row_bytes))
@@ -93,8 +92,8 @@ class MemoryBudget:
                 f"memory_budget {format_bytes(total)} cannot hold {buffers} mega-batch buffers "
                 f"of {buffer_rows:,} rows x {row_bytes} B ({format_bytes(buffers * buffer_rows * row_bytes)}) "
                 f"plus {format_bytes(queue_bytes)} of queues: the largest mega-batch buffer that "
-                f"fits is {largest:,} rows (use fewer mini-batches per mega-batch or a lower "
-                f"prefetch depth), or raise memory_budget to at least {format_bytes(needed)} "
+                f"fits is {largest:,} rows (use fewer mini-batches per mega-batch), or raise "
+                f"memory_budget to at least {format_bytes(needed)} "
                 f"({needed} bytes)")
         granted = min(hot_rows, (total - needed) // row_bytes)
         return cls(total, row_bytes, granted, hot_rows, buffer_rows, buffers, queue_bytes)

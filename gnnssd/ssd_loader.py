@@ -5,7 +5,8 @@ Four stages overlap, three threads with bounded hand-offs and the caller:
           reads;
   repack  (with a block budget) write compact blocks for a window of plans;
   read    fill the next mega-batch buffer through the io_engine while the current one
-          trains (two buffers: the one trained on, the one being filled);
+          trains (pipeline.loader.BUFFERS buffers: the one trained on, the one being
+          filled);
   caller  gather each mini-batch's rows from [hot cache | buffer], build DGL blocks.
 The hot cache (pipeline.hot_cache) holds the rows sampling reaches most often for the
 whole run; the planner consults its membership, the gather its rows.
@@ -89,25 +90,25 @@ class SSDLoader:
             queue_bytes += (self.staging_bytes + self.writer_bytes
                             + 2 * (self.block_budget // 2 // row_bytes) * 8)
         usable = max(total - queue_bytes, 0)
-        # Buffers hold cold rows only (hot rows are gathered from the hot cache). Two take
-        # (1 - hot_fraction) of what is left, or more when the sampled mini-batches' cold rows
-        # (with a margin) need more and fit; a mini-batch larger than a buffer is streamed in
-        # pieces (Planner), so the least that works is two buffers of MIN_BUFFER_BYTES.
+        # Buffers hold cold rows only (hot rows are gathered from the hot cache). The BUFFERS
+        # take (1 - hot_fraction) of what is left, or more when the sampled mini-batches' cold
+        # rows (with a margin) need more and fit; a mini-batch larger than a buffer is streamed
+        # in pieces (Planner), so the least that works is BUFFERS buffers of MIN_BUFFER_BYTES.
         least_rows = max(1, MIN_BUFFER_BYTES // row_bytes)
-        if 2 * least_rows * row_bytes > usable:
-            least = 2 * least_rows * row_bytes + queue_bytes
+        if BUFFERS * least_rows * row_bytes > usable:
+            least = BUFFERS * least_rows * row_bytes + queue_bytes
             raise ConfigError(
                 f"ssd.memory_budget: {format_bytes(total)} is too small: {format_bytes(queue_bytes)} of "
-                f"queues and staging plus two buffers of at least {least_rows:,} rows of {row_bytes} B "
+                f"queues and staging plus {BUFFERS} buffers of at least {least_rows:,} rows of {row_bytes} B "
                 f"need at least {format_bytes(least)} ({least} bytes); raise memory_budget")
-        share = max(int(usable * (1 - ssd.hot_fraction)) // (2 * row_bytes), least_rows)
+        share = max(int(usable * (1 - ssd.hot_fraction)) // (BUFFERS * row_bytes), least_rows)
         ranking = HotRanking(store, sampling.fanouts)
-        hot_guess = ranking.top(min(store.num_nodes, usable // row_bytes - 2 * share))
+        hot_guess = ranking.top(min(store.num_nodes, usable // row_bytes - BUFFERS * share))
         needed = int(MINIBATCH_MARGIN * self._cold_rows_per_minibatch(hot_guess))
-        buffer_rows = needed if share < needed <= usable // (2 * row_bytes) else share
+        buffer_rows = needed if share < needed <= usable // (BUFFERS * row_bytes) else share
         try:
             self.budget = MemoryBudget.split(total, row_bytes, hot_rows=min(store.num_nodes, usable // row_bytes),
-                                             buffer_rows=buffer_rows, prefetch_depth=1,
+                                             buffer_rows=buffer_rows, buffers=BUFFERS,
                                              queue_bytes=queue_bytes)
         except ValueError as exc:
             raise ConfigError(f"ssd.memory_budget: {exc}") from None

@@ -32,7 +32,7 @@ def test_format_bytes() -> None:
 
 def test_split_gives_buffers_and_queues_first_then_hot_cache() -> None:
     b = MemoryBudget.split("1GiB", row_bytes=512, hot_rows=10**7, buffer_rows=100_000,
-                           prefetch_depth=2, queue_bytes=64 * MiB)
+                           buffers=3, queue_bytes=64 * MiB)
     assert b.buffers == 3 and b.buffer_bytes == 3 * 100_000 * 512
     assert b.queue_bytes == 64 * MiB
     assert b.hot_rows == (GiB - b.buffer_bytes - 64 * MiB) // 512 < 10**7
@@ -42,7 +42,7 @@ def test_split_gives_buffers_and_queues_first_then_hot_cache() -> None:
 
 
 def test_split_leaves_spare_when_hot_cache_wants_less() -> None:
-    b = MemoryBudget.split(GiB, row_bytes=512, hot_rows=1000, buffer_rows=1000)
+    b = MemoryBudget.split(GiB, row_bytes=512, hot_rows=1000, buffer_rows=1000, buffers=2)
     assert b.hot_rows == 1000 and b.buffers == 2
     assert b.spare_bytes == GiB - 1000 * 512 - 2 * 1000 * 512 - b.queue_bytes
     assert "wanted" not in b.describe()
@@ -51,20 +51,20 @@ def test_split_leaves_spare_when_hot_cache_wants_less() -> None:
 def test_split_refusal_names_largest_buffer_and_smallest_budget() -> None:
     with pytest.raises(ValueError) as err:
         MemoryBudget.split("256MiB", row_bytes=512, hot_rows=0, buffer_rows=400_000,
-                           prefetch_depth=1, queue_bytes=64 * MiB)
+                           buffers=2, queue_bytes=64 * MiB)
     message = str(err.value)
     largest = (256 * MiB - 64 * MiB) // (2 * 512)
     assert f"largest mega-batch buffer that fits is {largest:,} rows" in message
     assert f"at least {format_bytes(2 * 400_000 * 512 + 64 * MiB)}" in message
     # the largest buffer it names does fit
-    MemoryBudget.split("256MiB", row_bytes=512, hot_rows=0, buffer_rows=largest, queue_bytes=64 * MiB)
+    MemoryBudget.split("256MiB", row_bytes=512, hot_rows=0, buffer_rows=largest, buffers=2, queue_bytes=64 * MiB)
 
 
 @pytest.mark.parametrize("key, kwargs", [("row_bytes", {"row_bytes": 0}),
                                          ("buffer_rows", {"buffer_rows": 0}),
-                                         ("prefetch_depth", {"prefetch_depth": -1})])
+                                         ("buffers", {"buffers": 0})])
 def test_split_rejects_nonsense(key: str, kwargs: dict) -> None:
-    args = {"row_bytes": 512, "hot_rows": 0, "buffer_rows": 10, **kwargs}
+    args = {"row_bytes": 512, "hot_rows": 0, "buffer_rows": 10, "buffers": 2, **kwargs}
     with pytest.raises(ValueError, match=key):
         MemoryBudget.split(GiB, **args)
 

@@ -127,7 +127,7 @@ def test_budget_below_two_minibatches_streams_pieces(small_store, tmp_path, capl
 
 def test_impossible_budget_is_refused(small_store, tmp_path):
     with pytest.raises(ConfigError, match=r"ssd.memory_budget: 13 MiB is too small: 12 MiB of queues and "
-                                          r"staging plus two buffers of at least 4,096 rows of 256 B "
+                                          r"staging plus 2 buffers of at least 4,096 rows of 256 B "
                                           r"need at least 14 MiB"):
         Trainer(_config(small_store, tmp_path / "run", memory_budget="13MiB"))
 

@@ -3,7 +3,8 @@
 Memory is the hot cache plus BUFFERS mega-batch buffers (the one being trained on and the
 one being filled, which also lets carried rows be copied from the previous buffer) plus a
 bounded staging area for page reads. The read stage that fills them must run at most
-BUFFERS plans ahead of the caller (PlanWorker depth BUFFERS): the count is one constant.
+BUFFERS plans ahead of the caller (PlanWorker depth BUFFERS), and the memory budget
+(gnnssd.budget) counts BUFFERS buffers: the count is this one constant.
 """
 from __future__ import annotations
 
