@@ -12,12 +12,19 @@ PAGE = lib.GIO_CRC_PAGE  # one CRC32C per PAGE bytes of a checked file (defined 
 
 
 class ChecksumError(OSError):
-    """A page read from a file did not match its checksum: the file is corrupt."""
+    """A page read from a file did not match its checksum: the file is corrupt.
+
+    Not a StoreError: the store's own error for a bad page, storage_format's
+    PageChecksumError, lives in a layer the engine may not import (nor it the engine's: both
+    are bottom layers, and the store checks its pages without the engine's C code), and no
+    layer below both could hold a shared base class. A caller reading a store both ways
+    catches (StoreError, ChecksumError), both exported by gnnssd."""
 
 
 def checksum_error(path: str, page: int, got: int, expected: int) -> ChecksumError:
-    """The error for page `page` of `path` whose CRC32C is `got`, not `expected` (the
-    same wording as the store's own PageChecksumError, storage_format/page_crc.py)."""
+    """The error for page `page` of `path` whose CRC32C is `got`, not `expected`: the
+    wording of the store's page_checksum_error (storage_format/page_crc.py), which this
+    layer cannot call; tests/faults/test_store.py holds the two to one message."""
     return ChecksumError(
         errno.EBADMSG,
         f"{path}: page {page} (bytes {page * PAGE}..{(page + 1) * PAGE - 1}) has CRC32C "

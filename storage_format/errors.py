@@ -10,4 +10,9 @@ class DatasetError(ValueError):
 
 
 class PageChecksumError(StoreError):
-    """A page of features.bin does not match features.crc32c: the store is corrupt."""
+    """A page of features.bin does not match features.crc32c: the store is corrupt.
+
+    Raised where the store itself checks pages (Store.verify, reads of the features in
+    memory). Pages read through the I/O engine raise its ChecksumError (an OSError) instead,
+    with the same message: the two bottom layers import nothing of each other, so the classes
+    share no base (see gnnssd.io_engine.crc.ChecksumError)."""

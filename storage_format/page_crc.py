@@ -87,8 +87,9 @@ def first_bad_page(data: Any, offset: int, checksums: np.ndarray) -> tuple[int, 
 
 
 def page_checksum_error(path: str, page: int, got: int, expected: int) -> PageChecksumError:
-    """The error for page `page` of `path` whose CRC32C is `got`, not `expected` (the
-    same wording as the I/O engine's ChecksumError for a page it reads)."""
+    """The error for page `page` of `path` whose CRC32C is `got`, not `expected`; the I/O
+    engine's checksum_error (io_engine/crc.py) words a page it reads the same, as
+    tests/faults/test_store.py checks (neither layer may import the other)."""
     return PageChecksumError(
         f"{path}: page {page} (bytes {page * PAGE}..{(page + 1) * PAGE - 1}) has CRC32C "
         f"{got:#010x}, its checksum file says {expected:#010x}: the file is corrupt; run "
