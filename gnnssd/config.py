@@ -104,8 +104,10 @@ def _fanouts(value: list[int]) -> bool:
 FANOUTS_EXPECTED = "a non-empty list of positive fanouts (-1 = all neighbours)"
 
 
-#: Above this many edges the default evaluation samples like training (SamplerConfig.evaluation).
-FULL_NEIGHBOUR_EVAL_EDGES = 100_000_000
+#: Above this many edges the default evaluation samples like training (SamplerConfig.evaluation):
+#: on papers-mini (2.2M nodes, 47M edges) one all-neighbour mini-batch of 2,220 validation seeds
+#: reached 97% of the nodes in three hops, and the process was killed at 16 GiB.
+FULL_NEIGHBOUR_EVAL_EDGES = 10_000_000
 
 
 @dataclass

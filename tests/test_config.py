@@ -59,7 +59,7 @@ def test_overrides_are_validated(tmp_path):
         load_config(tmp_path / "c.yaml", {"train.epoch": 3})
 
 
-def test_default_evaluation_is_all_neighbours_except_on_a_graph_of_more_than_1e8_edges():
+def test_default_evaluation_is_all_neighbours_except_on_a_graph_of_more_than_1e7_edges():
     from gnnssd.config import FULL_NEIGHBOUR_EVAL_EDGES, SamplerConfig
 
     default = SamplerConfig(fanouts=[15, 10, 5], batch_size=1024)
