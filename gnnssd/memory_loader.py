@@ -23,7 +23,7 @@ import torch
 
 from gnnssd.sampler.sampling import csc_edge_ids
 from gnnssd.storage_format import Store
-from gnnssd.storage_format.mapping import release_pages
+from gnnssd.storage_format.mapping import released_chunks
 
 from .budget import format_bytes
 from .config import ConfigError, SamplerConfig, SSDConfig
@@ -133,9 +133,8 @@ class Labels:
 
     def __init__(self, store: Store):
         self.values = np.empty(store.num_nodes, self.dtype(store.num_classes))
-        for lo in range(0, store.num_nodes, LABEL_CHUNK):
-            self.values[lo:lo + LABEL_CHUNK] = store.labels[lo:lo + LABEL_CHUNK]
-            release_pages(store.labels)
+        for part in released_chunks(store.num_nodes, LABEL_CHUNK, store.labels):
+            self.values[part] = store.labels[part]
 
     @staticmethod
     def dtype(num_classes: int) -> np.dtype:

@@ -11,7 +11,7 @@ from typing import Iterator
 import numpy as np
 
 from .errors import StoreError
-from .mapping import release_pages
+from .mapping import released_chunks
 
 CHUNK = 1 << 22  # elements per pass of a full check (32 MiB of int64): bounded memory
 
@@ -31,12 +31,7 @@ def check_integer_array(file: Path, array: np.ndarray, ndim: int) -> None:
 
 
 def _chunks(length: int, *mapped: np.ndarray) -> Iterator[slice]:
-    """Slices of CHUNK elements; after each one the `mapped` arrays' pages are released, so
-    a pass over a store larger than memory does not leave it all in the process's RSS."""
-    for lo in range(0, length, CHUNK):
-        yield slice(lo, min(lo + CHUNK, length))
-        for array in mapped:
-            release_pages(array)
+    return released_chunks(length, CHUNK, *mapped)
 
 
 def max_of(array: np.ndarray) -> int:

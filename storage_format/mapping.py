@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import mmap
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -21,6 +22,15 @@ def release_pages(array: np.ndarray) -> None:
     raw = getattr(base, "_mmap", None)
     if raw is not None:
         raw.madvise(mmap.MADV_DONTNEED)
+
+
+def released_chunks(length: int, chunk: int, *mapped: np.ndarray) -> Iterator[slice]:
+    """Slices of `chunk` elements over `length`; after each one the `mapped` arrays' pages
+    are released, so a pass over a file larger than memory does not stay in the RSS."""
+    for lo in range(0, length, chunk):
+        yield slice(lo, min(lo + chunk, length))
+        for array in mapped:
+            release_pages(array)
 
 
 def npy_header(dtype: np.dtype, length: int) -> bytes:

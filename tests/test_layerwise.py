@@ -157,14 +157,8 @@ def test_the_user_model_example_runs_layerwise_in_ssd_mode(store):
     np.testing.assert_allclose(logits, reference, rtol=1e-4, atol=1e-5)
 
 
-def test_layerwise_without_the_disk_for_its_layer_files_is_refused_before_computing(store, tmp_path, monkeypatch,
-                                                                                       capsys):
-    """embed and predict --layerwise in ssd mode refuse at once, with the numbers, when
-    the free disk cannot hold a layer's input and output files (and the output)."""
-    import shutil
-
-    from gnnssd import layerwise
-
+def _trained_ssd_run(store, tmp_path):
+    """The config file of a one-epoch ssd-mode run on `store`, trained (run in tmp_path/run)."""
     config_file = tmp_path / "c.yaml"
     config_file.write_text(
         f"store: {store.path}\nrun_dir: {tmp_path / 'run'}\nfeatures: ssd\n"
@@ -173,6 +167,18 @@ def test_layerwise_without_the_disk_for_its_layer_files_is_refused_before_comput
     trainer = Trainer(config_file)
     trainer.fit()
     trainer.close()
+    return config_file
+
+
+def test_layerwise_without_the_disk_for_its_layer_files_is_refused_before_computing(store, tmp_path, monkeypatch,
+                                                                                       capsys):
+    """embed and predict --layerwise in ssd mode refuse at once, with the numbers, when
+    the free disk cannot hold a layer's input and output files (and the output)."""
+    import shutil
+
+    from gnnssd import layerwise
+
+    config_file = _trained_ssd_run(store, tmp_path)
     real = shutil.disk_usage
     monkeypatch.setattr(layerwise.shutil, "disk_usage", lambda path: real(path)._replace(free=4096))
     computed = []
@@ -194,14 +200,7 @@ def test_layer_files_fall_back_to_float16_when_float32_ones_would_not_fit(store,
 
     from gnnssd import layerwise
 
-    config_file = tmp_path / "c.yaml"
-    config_file.write_text(
-        f"store: {store.path}\nrun_dir: {tmp_path / 'run'}\nfeatures: ssd\n"
-        "model: {name: sage, hidden: 8, layers: 2}\nsampler: {fanouts: [5, 5], batch_size: 64}\n"
-        "train: {epochs: 1, progress: false}\nssd: {memory_budget: 16MiB}\n")
-    trainer = Trainer(config_file)
-    trainer.fit()
-    trainer.close()
+    config_file = _trained_ssd_run(store, tmp_path)
     config = load_config(config_file)
     full = layerwise.predict_layerwise(config)
     real = shutil.disk_usage
