@@ -19,7 +19,8 @@ from gnnssd.storage_format import Store
 
 from . import distributed
 from .budget import format_bytes, parse_bytes
-from .checkpoint import CHECKPOINT, CheckpointError, MetricsLog, load_checkpoint, save_checkpoint
+from .checkpoint import (CHECKPOINT, CheckpointError, MetricsLog, check_store, load_checkpoint,
+                         save_checkpoint)
 from .config import Config, ConfigError, load_config
 from .models import build_model
 from .rundir import RunLock, Scratch, prepare_run_dir, write_run_file
@@ -373,15 +374,10 @@ class Trainer:
         path = self.run_dir / CHECKPOINT
         try:
             saved = json.loads(checkpoint["config"])
-            fingerprint = checkpoint["store"]
             keys, pos, has_gauss, gauss = checkpoint["rng"]["numpy"]
         except (KeyError, TypeError, ValueError) as exc:
             raise CheckpointError(f"{path}: not a checkpoint of this gnnssd ({exc!r})") from None
-        if fingerprint != self.store.fingerprint:
-            raise ConfigError(f"store: {self.config.store_path()} is not the store the checkpoint in "
-                              f"{self.run_dir} was trained on (manifest sha256 {self.store.fingerprint[:12]}, "
-                              f"checkpoint {str(fingerprint)[:12]}): it was preprocessed again since; "
-                              "pick another run_dir")
+        check_store(checkpoint, self.store, self.run_dir)
         current = self.config.to_dict()
         for key in RESUME_KEYS:
             if saved[key] != current[key]:

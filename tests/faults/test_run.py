@@ -358,6 +358,19 @@ def test_resume_on_a_store_preprocessed_again_is_refused(tmp_path):
         _train(store, run_dir, resume=True, train={"epochs": 2})
 
 
+@pytest.mark.parametrize("command", [["predict"], ["predict", "--layerwise"], ["embed"]])
+def test_inference_against_another_store_of_the_same_dim_is_refused(store, tmp_path, capsys, command):
+    """eval/predict compare the checkpoint's store fingerprint; layer-wise predict and embed
+    must too (the other store has the same feature dim and classes: the weights would load)."""
+    run_dir, other = tmp_path / "run", _store(tmp_path / "other", seed=1)
+    _train(store, run_dir)
+    config = _config_file(other, run_dir)
+    code, err = _cli(capsys, *command, "--config", str(config), "--out", str(tmp_path / "out.npy"))
+    _assert_one_line_error(code, err, f"store: {other} is not the store the checkpoint in {run_dir} "
+                                      "was trained on")
+    assert not (tmp_path / "out.npy").exists()
+
+
 def test_users_config_yaml_in_run_dir_is_not_overwritten(store, tmp_path, capsys):
     run_dir = tmp_path / "run"
     config = run_dir / "config.yaml"
