@@ -296,6 +296,16 @@ def test_model_too_big_for_memory_is_refused(store, tmp_path):
         Trainer(config_from_dict(_data(store, tmp_path / "run", model={"hidden": 100_000_000})))
 
 
+@pytest.mark.parametrize("heads, hidden", [(100_000_000, 16), (10**15, 16), (17, 16),
+                                           (1_000_000, 1_000_000)])
+def test_bad_gat_heads_are_blamed_on_model_heads(store, tmp_path, heads, hidden):
+    """GAT splits model.hidden across its heads and its output layer has `heads` heads: a
+    huge heads value is a model.heads error, not a model.hidden one."""
+    with pytest.raises(ConfigError, match=rf"model\.heads: {heads} "):
+        Trainer(config_from_dict(_data(store, tmp_path / "run",
+                                       model={"name": "gat", "heads": heads, "hidden": hidden})))
+
+
 def test_memory_budget_above_available_memory_is_refused(store, tmp_path):
     with pytest.raises(ConfigError, match=r"ssd.memory_budget: 100 TiB is more than the "
                                           r"available memory \(.*iB\)"):
