@@ -16,7 +16,10 @@ from typing import Any
 
 import torch
 
+from gnnssd.storage_format import Store
 from gnnssd.storage_format.atomic import fsync_dir
+
+from .config import ConfigError
 
 CHECKPOINT = "checkpoint.pt"
 METRICS = "metrics.jsonl"
@@ -46,9 +49,10 @@ def save_checkpoint(run_dir: Path, state: dict[str, Any]) -> None:
     fsync_dir(run_dir)
 
 
-def load_checkpoint(run_dir: Path) -> dict[str, Any] | None:
+def load_checkpoint(run_dir: Path, store: Store | None = None) -> dict[str, Any] | None:
     """The state saved in `run_dir`, or None; never unpickles anything but tensors and
-    plain types, and refuses a file whose payload does not match its checksum."""
+    plain types, and refuses a file whose payload does not match its checksum, and (given
+    `store`) one trained on another store (`check_store`)."""
     path = run_dir / CHECKPOINT
     if not path.exists():
         return None
@@ -65,7 +69,23 @@ def load_checkpoint(run_dir: Path) -> dict[str, Any] | None:
     state = _safe_load(io.BytesIO(payload), path)
     if not isinstance(state, dict):
         raise CheckpointError(f"{path}: the payload is {type(state).__name__}, expected a dict")
+    if store is not None:
+        check_store(state, store, run_dir)
     return state
+
+
+def check_store(checkpoint: dict[str, Any], store: Store, run_dir: Path) -> None:
+    """Refuse a checkpoint of `run_dir` trained on another store than `store` (or on this
+    one before it was preprocessed again): their manifest digests differ."""
+    fingerprint = checkpoint.get("store")
+    if not isinstance(fingerprint, str):
+        raise CheckpointError(f"{run_dir / CHECKPOINT}: not a checkpoint of this gnnssd (no "
+                              "store fingerprint)")
+    if fingerprint != store.fingerprint:
+        raise ConfigError(f"store: {store.path} is not the store the checkpoint in {run_dir} was "
+                          f"trained on (manifest sha256 {store.fingerprint[:12]}, checkpoint "
+                          f"{fingerprint[:12]}): another store, or preprocessed again since; "
+                          "pick another run_dir")
 
 
 def _safe_load(source: Path | io.BytesIO, path: Path) -> Any:

@@ -127,8 +127,8 @@ class EdgeLoader(SourceLoader):
     def __iter__(self) -> Iterator[EdgeBatch]:
         groups = edge_groups(self.store_edges, self.batch_size, self.negatives, self.store.num_nodes,
                              self.seed, self.epoch, self.shuffle)[:len(self)]
-        batches = self.source.backend.minibatches([g.seeds for g in groups], self.fanouts, self.epoch,
-                                                  exclude=[g.pos_edges for g in groups])
+        batches = self.backend.minibatches([g.seeds for g in groups], self.fanouts, self.epoch,
+                                           exclude=[g.pos_edges for g in groups])
         try:  # closed here, not when collected: a caller's break stops the I/O threads now
             for group, batch in zip(groups, batches):
                 batch = self.source.with_original_ids(batch)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import tempfile
+import weakref
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterator, Protocol
@@ -71,7 +72,9 @@ class FeatureSource:
     `ssd` (an SSDConfig, whole) bounds the ssd backend's memory; `sampling` sizes its
     buffers for the training and evaluation fanouts and batch sizes the loaders will ask
     for. `seed` seeds the neighbour draws; `scratch_dir` holds compact blocks (default: a
-    private temporary directory, removed by `close`).
+    private temporary directory, removed by `close`, or when the source is garbage
+    collected or the interpreter exits if `close` was forgotten). A closed source refuses
+    to be used (RuntimeError).
     """
 
     def __init__(self, store: Store | str | Path, features: str = "memory", ssd: SSDConfig | None = None,
@@ -87,17 +90,27 @@ class FeatureSource:
         self.device = device if isinstance(device, torch.device) else select_device(device)
         self.timer = StageTimer()
         self._perms: dict[torch.device, torch.Tensor] = {}
-        self._scratch = None
+        self._closed = False
+        scratch = self._scratch = None  # the private scratch directory, if any
         if scratch_dir is None and BACKENDS[features].OUT_OF_CORE:
-            scratch_dir = self._scratch = Path(tempfile.mkdtemp(prefix="gnnssd-scratch-"))
+            scratch_dir = scratch = self._scratch = Path(tempfile.mkdtemp(prefix="gnnssd-scratch-"))
         try:
-            self.backend: FeatureBackend = BACKENDS[features].open(
+            self._backend: FeatureBackend = BACKENDS[features].open(
                 self.store, self.ssd, self.sampling, self.seed, self.device, self.timer,
                 None if scratch_dir is None else Path(scratch_dir))
         except BaseException:
-            self._remove_scratch()
+            _release(None, scratch)
             raise
-        self._closed = False
+        # what close() does, also done when the source is collected or at exit without it
+        self._release = weakref.finalize(self, _release, self._backend, scratch)
+
+    @property
+    def backend(self) -> FeatureBackend:
+        """The feature backend (memory, ssd, ...); refused once the source is closed."""
+        if self._closed:
+            raise RuntimeError(f"this FeatureSource ({self.features} features of {self.store.path}) "
+                               "is closed; open a new one")
+        return self._backend
 
     @classmethod
     def from_options(cls, store: Store | str | Path, *, features: str = "memory", seed: int = 0,
@@ -161,17 +174,8 @@ class FeatureSource:
 
     def close(self) -> None:
         """Release files, buffers, I/O threads and the private scratch directory."""
-        if not self._closed:
-            self._closed = True
-            try:
-                self.backend.close()
-            finally:
-                self._remove_scratch()
-
-    def _remove_scratch(self) -> None:
-        if self._scratch is not None:
-            shutil.rmtree(self._scratch, ignore_errors=True)
-            self._scratch = None
+        self._closed = True
+        self._release()  # once: a finalizer runs its function at most once
 
     def __enter__(self) -> FeatureSource:
         return self
@@ -180,13 +184,25 @@ class FeatureSource:
         self.close()
 
 
+def _release(backend: FeatureBackend | None, scratch: Path | None) -> None:
+    """Close `backend`, then remove the private `scratch` directory (if any)."""
+    try:
+        if backend is not None:
+            backend.close()
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
 class SourceLoader:
     """What NodeLoader and EdgeLoader share: iterating over a FeatureSource, their own
     (opened from a Store and closed with them) or shared (closing them releases nothing);
     the epoch; and this loader's own view of the disk counters and stage times."""
 
     def __init__(self, source: FeatureSource, owns_source: bool):
+        source.backend  # refuses a closed source
         self.source, self._owns_source = source, owns_source
+        self._closed = False
         self.epoch = 0
         self._io_seen: dict[str, int] = {}
 
@@ -204,7 +220,10 @@ class SourceLoader:
 
     @property
     def backend(self) -> FeatureBackend:
-        """The feature backend this loader drives."""
+        """The feature backend this loader drives; refused once the loader (or its
+        source) is closed."""
+        if self._closed:
+            raise RuntimeError(f"this {type(self).__name__} is closed; make a new one to iterate again")
         return self.source.backend
 
     def set_epoch(self, epoch: int) -> None:
@@ -227,7 +246,9 @@ class SourceLoader:
 
     def close(self) -> None:
         """Release the source's files, buffers, I/O threads and private scratch directory
-        if this loader opened it; a loader over a shared source releases nothing."""
+        if this loader opened it; a loader over a shared source releases nothing. The
+        loader refuses to iterate afterwards."""
+        self._closed = True
         if self._owns_source:
             self.source.close()
 

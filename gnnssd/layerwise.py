@@ -242,7 +242,7 @@ def trained_model(config: Config) -> nn.Module:
     store = Store.open(config.store_path())
     task = trainer_class(config.task)
     model = build_model(config.model, store.feat_dim, task.output_dim(config, store))
-    checkpoint = load_checkpoint(config.run_path())
+    checkpoint = load_checkpoint(config.run_path(), store)
     if checkpoint is None:
         raise RuntimeError(f"{config.run_path()}: no checkpoint; train first")
     state = checkpoint["best"]["state"] or checkpoint["model"]

@@ -1,6 +1,7 @@
 """The Trainer: fit, evaluate and predict from a store, with checkpoints and resume."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -19,8 +20,9 @@ from gnnssd.storage_format import Store
 
 from . import distributed
 from .budget import format_bytes, parse_bytes
-from .checkpoint import CHECKPOINT, CheckpointError, MetricsLog, load_checkpoint, save_checkpoint
-from .config import Config, ConfigError, load_config
+from .checkpoint import (CHECKPOINT, CheckpointError, MetricsLog, check_store, load_checkpoint,
+                         save_checkpoint)
+from .config import Config, ConfigError, ModelConfig, load_config
 from .models import build_model
 from .rundir import RunLock, Scratch, prepare_run_dir, write_run_file
 from .config import SamplerConfig
@@ -373,15 +375,10 @@ class Trainer:
         path = self.run_dir / CHECKPOINT
         try:
             saved = json.loads(checkpoint["config"])
-            fingerprint = checkpoint["store"]
             keys, pos, has_gauss, gauss = checkpoint["rng"]["numpy"]
         except (KeyError, TypeError, ValueError) as exc:
             raise CheckpointError(f"{path}: not a checkpoint of this gnnssd ({exc!r})") from None
-        if fingerprint != self.store.fingerprint:
-            raise ConfigError(f"store: {self.config.store_path()} is not the store the checkpoint in "
-                              f"{self.run_dir} was trained on (manifest sha256 {self.store.fingerprint[:12]}, "
-                              f"checkpoint {str(fingerprint)[:12]}): it was preprocessed again since; "
-                              "pick another run_dir")
+        check_store(checkpoint, self.store, self.run_dir)
         current = self.config.to_dict()
         for key in RESUME_KEYS:
             if saved[key] != current[key]:
@@ -403,17 +400,32 @@ def _as_config(config: Config | str | Path, overrides: dict[str, Any] | None) ->
 def _check_memory(cfg: Config, store: Store, output_dim: int) -> None:
     """Refuse a model or an ssd budget that cannot fit in the memory available now."""
     available = psutil.virtual_memory().available
-    with torch.device("meta"):  # shapes only: nothing allocated
-        model = build_model(cfg.model, store.feat_dim, output_dim)
-    params = sum(p.numel() for p in model.parameters())
+    params = _parameters(cfg.model, store.feat_dim, output_dim)
     need = params * TRAINING_BYTES_PER_PARAMETER
     if need > available:
-        raise ConfigError(f"model.hidden: {cfg.model.hidden} gives {params:,} parameters, ~{format_bytes(need)} "
-                          f"with gradients and Adam state; available memory is {format_bytes(available)}")
+        # GAT's widths grow with its heads too: blame them when one head would fit
+        single_head = dataclasses.replace(cfg.model, heads=1)
+        if cfg.model.name == "gat" and cfg.model.heads > 1 and \
+                _parameters(single_head, store.feat_dim, output_dim) * TRAINING_BYTES_PER_PARAMETER <= available:
+            key = f"model.heads: {cfg.model.heads} (model.hidden {cfg.model.hidden})"
+        else:
+            key = f"model.hidden: {cfg.model.hidden}"
+        size = (f"{params:,} parameters, ~{format_bytes(need)} with gradients and Adam state"
+                if math.isfinite(params) else "more parameters than torch can size")
+        raise ConfigError(f"{key} gives {size}; available memory is {format_bytes(available)}")
     budget = parse_bytes(cfg.ssd.memory_budget)
     if BACKENDS[cfg.features].OUT_OF_CORE and budget > available:
         raise ConfigError(f"ssd.memory_budget: {format_bytes(budget)} is more than the available "
                           f"memory ({format_bytes(available)})")
+
+
+def _parameters(model: ModelConfig, in_dim: int, output_dim: int) -> int | float:
+    """How many parameters the model of `model` has (inf past what torch can size)."""
+    try:
+        with torch.device("meta"):  # shapes only: nothing allocated
+            return sum(p.numel() for p in build_model(model, in_dim, output_dim).parameters())
+    except RuntimeError:  # "Storage size calculation overflowed"
+        return math.inf
 
 
 def _format_record(r: dict[str, Any], epochs: int) -> str:

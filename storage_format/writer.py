@@ -3,7 +3,8 @@
 The store is built in a hidden sibling directory `.NAME.partial`, which is swapped
 into place only once complete (manifest last). A preprocess that dies leaves any
 previous store untouched; rerun with the same inputs and it resumes the feature
-copy from the last chunk that reached the disk.
+copy from the last chunk that reached the disk. Only folders carrying preprocess's
+marker file (OWNER_MARKER) are resumed, moved or deleted.
 """
 from __future__ import annotations
 
@@ -52,6 +53,10 @@ CHUNK_EDGES = 1 << 20
 MIN_BUCKET_EDGES = 1 << 16
 #: Memory preprocess needs besides its arrays (interpreter, libraries, edge chunks in flight).
 RUNTIME_BYTES = 512 << 20
+#: The marker file of the folders preprocess makes beside --out (.NAME.partial, .NAME.old),
+#: naming gnnssd and --out: a folder of those names without it is the user's, never touched.
+OWNER_MARKER = ".gnnssd-preprocess.json"
+MADE_BY = "gnnssd preprocess"
 #: The default --memory-limit: this fraction of the memory available when preprocess starts.
 DEFAULT_MEMORY_FRACTION = 0.5
 
@@ -390,7 +395,10 @@ def _check_no_overlap(out: Path, inputs: list[Path]) -> None:
 
 
 def _check_destination(out: Path) -> None:
-    """Replace only what preprocess made: a store, or an empty folder."""
+    """Replace only what preprocess made: a store, or an empty folder; reuse or delete
+    only a .NAME.partial beside it that preprocess made."""
+    if os.path.lexists(_partial_dir(out)):
+        _check_ours(_partial_dir(out), out)
     if out.is_symlink() or (out.exists() and not out.is_dir()):
         raise StoreError(f"--out {out}: exists and is not a directory; refusing to replace "
                          "it (choose another --out)")
@@ -456,8 +464,29 @@ def _old_dir(out: Path) -> Path:
     return out.parent / f".{out.name}.old"
 
 
+def _mark(folder: Path, out: Path) -> None:
+    """Sign `folder` (.NAME.partial, or the store about to become .NAME.old) as preprocess's."""
+    with _writing(folder / OWNER_MARKER, "the preprocess marker"):
+        atomic_write_json(folder / OWNER_MARKER, {"made_by": MADE_BY, "target": out.name})
+
+
+def _check_ours(folder: Path, out: Path) -> None:
+    """Refuse `folder` (.NAME.partial or .NAME.old beside `out`) unless preprocess made it:
+    only then may it be deleted, resumed or moved into place."""
+    marker = None
+    if folder.is_dir() and not folder.is_symlink():
+        with suppress(OSError, ValueError):
+            marker = json.loads((folder / OWNER_MARKER).read_text())
+    if not (isinstance(marker, dict) and marker.get("made_by") == MADE_BY
+            and marker.get("target") == out.name):
+        raise StoreError(f"{folder}: not made by gnnssd preprocess (no {OWNER_MARKER} naming "
+                         f"--out {out.name}); refusing to delete or reuse it (move it away or "
+                         "choose another --out)")
+
+
 def _open_partial_dir(out: Path, params: dict[str, Any]) -> Path:
-    """Reuse a partial directory left by an identical interrupted run, else start afresh."""
+    """Reuse a partial directory left by an identical interrupted run, else start afresh
+    (the folder is preprocess's: _check_destination checked its marker)."""
     partial = _partial_dir(out)
     progress_file = partial / PROGRESS
     if partial.exists():
@@ -470,6 +499,7 @@ def _open_partial_dir(out: Path, params: dict[str, Any]) -> Path:
             return partial
         shutil.rmtree(partial)
     partial.mkdir()
+    _mark(partial, out)
     with _writing(progress_file, "the preprocess progress record"):
         atomic_write_json(progress_file, {"params": params, "files": {}})
     return partial
@@ -478,19 +508,23 @@ def _open_partial_dir(out: Path, params: dict[str, Any]) -> Path:
 def _restore_interrupted_swap(out: Path) -> None:
     """A crash between the two renames of the swap leaves the old store at .NAME.old."""
     old = _old_dir(out)
-    if old.exists():
+    if os.path.lexists(old):
+        _check_ours(old, out)
         if out.exists():
             shutil.rmtree(old)
         else:
             os.rename(old, out)
+            (out / OWNER_MARKER).unlink(missing_ok=True)
 
 
 def _swap_into_place(partial: Path, out: Path) -> None:
     old = _old_dir(out)
     if out.exists():
+        _mark(out, out)  # a store or an empty folder (_check_destination), soon .NAME.old
         os.rename(out, old)
     os.rename(partial, out)
     fsync_dir(out.parent)
+    (out / OWNER_MARKER).unlink(missing_ok=True)
     if old.exists():
         shutil.rmtree(old)
 

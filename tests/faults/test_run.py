@@ -193,6 +193,73 @@ def test_user_blocks_folder_survives_ssd_training(store, tmp_path):
     assert not (run_dir / ".gnnssd-scratch").exists()  # the stale scratch and its own
 
 
+FORGOTTEN_CLOSE = """
+import gc, glob, os, sys, tempfile
+import numpy as np
+from gnnssd import EdgeLoader, FeatureSource, NodeLoader
+from gnnssd.storage_format import Store
+store, kind, end = Store.open(sys.argv[1]), sys.argv[2], sys.argv[3]
+ids = np.asarray(store.train_idx)
+if kind == "NodeLoader":
+    kept = NodeLoader(store, ids, fanouts=[3, 3], batch_size=32, features="ssd", memory_budget="32MiB")
+    next(iter(kept))
+elif kind == "EdgeLoader":
+    kept = EdgeLoader(store, np.stack([ids[:40], ids[40:80]], 1), fanouts=[3, 3], batch_size=16,
+                      features="ssd", memory_budget="32MiB")
+    next(iter(kept))
+else:
+    kept = FeatureSource(store, "ssd")
+print("scratch", len(glob.glob(os.path.join(tempfile.gettempdir(), "gnnssd-scratch-*"))), flush=True)
+if end == "collected":
+    del kept
+    gc.collect()
+    print("after collection", len(glob.glob(os.path.join(tempfile.gettempdir(), "gnnssd-scratch-*"))))
+"""
+
+
+@pytest.mark.parametrize("end", ["exit", "collected"])
+@pytest.mark.parametrize("kind", ["NodeLoader", "EdgeLoader", "FeatureSource"])
+def test_forgotten_close_leaves_no_scratch_in_the_temp_dir(store, tmp_path, kind, end):
+    """An ssd-mode loader or source never closed: its private scratch directory goes when it
+    is garbage collected, or at the latest when the interpreter exits."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    run = subprocess.run([sys.executable, "-c", FORGOTTEN_CLOSE, str(store), kind, end], cwd=REPO,
+                         env={**os.environ, "TMPDIR": str(temp)}, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "scratch 1" in run.stdout, run.stdout  # it had one while open
+    if end == "collected":
+        assert "after collection 0" in run.stdout, run.stdout
+    assert list(temp.glob("gnnssd-scratch-*")) == []
+    assert "Traceback" not in run.stderr, run.stderr[-3000:]
+
+
+@pytest.mark.parametrize("features", ["memory", "ssd"])
+def test_iterating_a_closed_loader_is_refused(store, features):
+    from gnnssd import EdgeLoader, FeatureSource, NodeLoader
+    from gnnssd.storage_format import Store
+
+    opened = Store.open(store)
+    ids = np.asarray(opened.train_idx)
+    options = {"fanouts": [3, 3], "features": features, "memory_budget": "32MiB"}
+    loaders = [NodeLoader(opened, ids, batch_size=32, **options),
+               EdgeLoader(opened, np.stack([ids[:40], ids[40:80]], 1), batch_size=16, **options)]
+    for loader in loaders:
+        next(iter(loader))
+        loader.close()
+        with pytest.raises(RuntimeError, match=rf"this {type(loader).__name__} is closed"):
+            next(iter(loader))
+    source = FeatureSource(opened, features)
+    view = NodeLoader(source, ids, fanouts=[3, 3], batch_size=32)
+    next(iter(view))
+    source.close()
+    with pytest.raises(RuntimeError, match=rf"this FeatureSource \({features} features of .*\) is closed"):
+        next(iter(view))
+    with pytest.raises(RuntimeError, match=r"FeatureSource .* is closed"):
+        NodeLoader(source, ids, fanouts=[3, 3], batch_size=32)
+
+
 # --- 8. stores training must still handle ---------------------------------------------------
 
 @pytest.mark.parametrize("features", ["memory", "ssd"])
@@ -296,6 +363,16 @@ def test_model_too_big_for_memory_is_refused(store, tmp_path):
         Trainer(config_from_dict(_data(store, tmp_path / "run", model={"hidden": 100_000_000})))
 
 
+@pytest.mark.parametrize("heads, hidden", [(100_000_000, 16), (10**15, 16), (17, 16),
+                                           (1_000_000, 1_000_000)])
+def test_bad_gat_heads_are_blamed_on_model_heads(store, tmp_path, heads, hidden):
+    """GAT splits model.hidden across its heads and its output layer has `heads` heads: a
+    huge heads value is a model.heads error, not a model.hidden one."""
+    with pytest.raises(ConfigError, match=rf"model\.heads: {heads} "):
+        Trainer(config_from_dict(_data(store, tmp_path / "run",
+                                       model={"name": "gat", "heads": heads, "hidden": hidden})))
+
+
 def test_memory_budget_above_available_memory_is_refused(store, tmp_path):
     with pytest.raises(ConfigError, match=r"ssd.memory_budget: 100 TiB is more than the "
                                           r"available memory \(.*iB\)"):
@@ -356,6 +433,19 @@ def test_resume_on_a_store_preprocessed_again_is_refused(tmp_path):
     _store(store, seed=1)  # another dataset of the same shape into the same path
     with pytest.raises(ConfigError, match="is not the store the checkpoint .* was trained on"):
         _train(store, run_dir, resume=True, train={"epochs": 2})
+
+
+@pytest.mark.parametrize("command", [["predict"], ["predict", "--layerwise"], ["embed"]])
+def test_inference_against_another_store_of_the_same_dim_is_refused(store, tmp_path, capsys, command):
+    """eval/predict compare the checkpoint's store fingerprint; layer-wise predict and embed
+    must too (the other store has the same feature dim and classes: the weights would load)."""
+    run_dir, other = tmp_path / "run", _store(tmp_path / "other", seed=1)
+    _train(store, run_dir)
+    config = _config_file(other, run_dir)
+    code, err = _cli(capsys, *command, "--config", str(config), "--out", str(tmp_path / "out.npy"))
+    _assert_one_line_error(code, err, f"store: {other} is not the store the checkpoint in {run_dir} "
+                                      "was trained on")
+    assert not (tmp_path / "out.npy").exists()
 
 
 def test_users_config_yaml_in_run_dir_is_not_overwritten(store, tmp_path, capsys):

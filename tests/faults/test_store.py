@@ -99,6 +99,52 @@ def test_out_naming_a_regular_file_is_refused_not_moved(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
 
 
+@pytest.mark.parametrize("store_exists", [False, True])
+@pytest.mark.parametrize("suffix", ["partial", "old"])
+def test_user_folder_named_like_preprocess_scratch_is_refused_untouched(tmp_path, suffix, store_exists):
+    """A folder `.NAME.partial` / `.NAME.old` beside --out that preprocess did not make
+    (no marker file of gnnssd's) is neither deleted, moved nor written into."""
+    if store_exists:
+        _small_store(tmp_path / "store")
+    folder = tmp_path / f".store.{suffix}"
+    folder.mkdir()
+    (folder / "thesis.tex").write_text("precious")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    with pytest.raises(StoreError, match=rf"\.store\.{suffix}: not made by gnnssd preprocess \(no "
+                                         r"\S+ naming --out store\); refusing to delete or reuse it"):
+        _small_store(tmp_path / "store", seed=1)
+    assert [p.name for p in folder.iterdir()] == ["thesis.tex"]
+    assert (folder / "thesis.tex").read_text() == "precious"
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    if store_exists:
+        Store.open(tmp_path / "store", verify=True)
+
+
+def test_swap_interrupted_between_its_renames_is_restored(tmp_path, monkeypatch):
+    """A crash after the old store moved to `.NAME.old` and before the new one moved in:
+    the next preprocess puts the old store back, then resumes and replaces it."""
+    from gnnssd.storage_format import writer
+
+    out = _small_store(tmp_path / "store")
+    renames, rename = [], os.rename
+
+    def crash_on_the_second_rename(src, dst):
+        renames.append(dst)
+        if len(renames) == 2:
+            raise Interrupted
+        rename(src, dst)
+
+    monkeypatch.setattr(writer.os, "rename", crash_on_the_second_rename)
+    with pytest.raises(Interrupted):
+        write_store(out, ArraySource(**random_graph_arrays(seed=1)))
+    monkeypatch.undo()
+    assert not out.exists() and (tmp_path / ".store.old").is_dir()
+    write_store(out, ArraySource(**random_graph_arrays(seed=1)))
+    np.testing.assert_array_equal(Store.open(out, verify=True).features_memmap(),
+                                  random_graph_arrays(seed=1)["features"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["store"]
+
+
 def test_out_naming_an_empty_folder_or_a_store_is_written(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
