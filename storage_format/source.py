@@ -5,6 +5,8 @@ from typing import Any, Iterator, Protocol
 
 import numpy as np
 
+from .schema import GraphSchema
+
 
 class DatasetSource(Protocol):
     """A node-classification dataset in its original node IDs.
@@ -38,6 +40,27 @@ class DatasetSource(Protocol):
 
     # Optional: `input_paths() -> list[Path]`, the files or folders the source reads.
     # Preprocess keys its resume on their identity and never writes a store inside them.
+
+
+class TypedSource(DatasetSource, Protocol):
+    """A heterogeneous dataset: a DatasetSource whose nodes are typed by `schema` (node IDs
+    global: type t's node i is `schema.offsets[t] + i`) and whose edges come per relation.
+
+    `num_nodes` is `schema.num_nodes`; `feature_chunks` yields the rows of the featured
+    types only (`schema.feature_rows` rows, all of dim `feat_dim`); `load_labels` covers
+    every node (-1 outside the target type) and the splits hold global IDs of target
+    nodes. `load_edges` is not used.
+    """
+
+    schema: GraphSchema
+
+    def load_relation_edges(self, relation: int) -> tuple[np.ndarray, np.ndarray]:
+        """(src, dst) global node IDs of the edges of `schema.relations[relation]`."""
+
+
+def schema_of(source: DatasetSource) -> GraphSchema:
+    """The source's schema; a plain DatasetSource is one node type and one relation."""
+    return getattr(source, "schema", None) or GraphSchema.homogeneous(source.num_nodes)
 
 
 def edge_count(source: DatasetSource) -> int | None:

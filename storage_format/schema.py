@@ -1,0 +1,140 @@
+"""The typed shape of a graph: node types, relations, and where each type's nodes live.
+
+A store numbers all nodes in one ID space, each node type a contiguous range in the order
+the schema lists them, and keeps one CSC over all of them with the relation of every edge
+beside it (`etypes.npy`, the in-edges of each node sorted by relation, then source). This
+is GraphBolt's fused CSC: one topology, one sampler and one feature file for any number of
+types. Types with features come first, so the feature rows are the prefix of the ID space
+[0, feature_rows): one file, one I/O engine, one hot cache for all of them.
+
+A homogeneous graph is the one-type, one-relation case (`GraphSchema.homogeneous`); its
+manifest has no "schema" key and no etypes file.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .errors import DatasetError
+
+DEFAULT_NODE_TYPE = "_N"
+DEFAULT_RELATION = "_E"
+
+
+@dataclass(frozen=True)
+class NodeType:
+    name: str
+    count: int
+    #: Whether this type's nodes have feature rows (all featured types share dim and dtype).
+    features: bool
+
+
+@dataclass(frozen=True)
+class GraphSchema:
+    node_types: tuple[NodeType, ...]
+    #: Canonical relations (source type, relation name, destination type), indexed by edge type ID.
+    relations: tuple[tuple[str, str, str], ...]
+    #: The node type that has labels and splits.
+    target: str
+
+    def __post_init__(self) -> None:
+        names = [t.name for t in self.node_types]
+        if not names:
+            raise DatasetError("graph schema: no node types")
+        if len(set(names)) != len(names):
+            raise DatasetError(f"graph schema: node type names repeat: {names}")
+        for t in self.node_types:
+            if not isinstance(t.count, int) or t.count < 0:
+                raise DatasetError(f"graph schema: node type {t.name!r} has count {t.count!r}, "
+                                   "expected an integer >= 0")
+        featured = [t.features for t in self.node_types]
+        if featured != sorted(featured, reverse=True):
+            raise DatasetError(f"graph schema: node types with features must come first, got "
+                               f"{[(t.name, t.features) for t in self.node_types]}")
+        if not self.relations:
+            raise DatasetError("graph schema: no relations")
+        if len(set(self.relations)) != len(self.relations):
+            raise DatasetError(f"graph schema: relations repeat: {list(self.relations)}")
+        if len({r for _, r, _ in self.relations}) != len(self.relations):
+            raise DatasetError(f"graph schema: relation names must be distinct (DGL addresses a "
+                               f"relation by its name): {list(self.relations)}")
+        for rel in self.relations:
+            if len(rel) != 3 or rel[0] not in names or rel[2] not in names:
+                raise DatasetError(f"graph schema: relation {list(rel)} must be [source type, "
+                                   f"name, destination type] with types among {names}")
+        if self.target not in names:
+            raise DatasetError(f"graph schema: target type {self.target!r} is not among {names}")
+        if len(self.relations) > 2**15:
+            raise DatasetError(f"graph schema: {len(self.relations)} relations; at most 2^15")
+
+    @classmethod
+    def homogeneous(cls, num_nodes: int) -> "GraphSchema":
+        return cls((NodeType(DEFAULT_NODE_TYPE, int(num_nodes), True),),
+                   ((DEFAULT_NODE_TYPE, DEFAULT_RELATION, DEFAULT_NODE_TYPE),), DEFAULT_NODE_TYPE)
+
+    @property
+    def is_homogeneous(self) -> bool:
+        return len(self.node_types) == 1 and len(self.relations) == 1
+
+    @property
+    def type_names(self) -> list[str]:
+        return [t.name for t in self.node_types]
+
+    @property
+    def num_nodes(self) -> int:
+        return sum(t.count for t in self.node_types)
+
+    @property
+    def offsets(self) -> np.ndarray:
+        """int64 (T+1,): type t's nodes are the IDs offsets[t] .. offsets[t+1]-1."""
+        return np.concatenate([[0], np.cumsum([t.count for t in self.node_types])]).astype(np.int64)
+
+    @property
+    def feature_rows(self) -> int:
+        """Rows of the feature file: the nodes of the featured types, a prefix of the IDs."""
+        return sum(t.count for t in self.node_types if t.features)
+
+    def type_id(self, name: str) -> int:
+        try:
+            return self.type_names.index(name)
+        except ValueError:
+            raise KeyError(f"node type {name!r}: expected one of {self.type_names}") from None
+
+    def type_of(self, ids: np.ndarray) -> np.ndarray:
+        """The type ID of each node ID."""
+        return (np.searchsorted(self.offsets, ids, side="right") - 1).astype(np.int64)
+
+    def etype_dtype(self) -> np.dtype:
+        return np.dtype(np.int8) if len(self.relations) <= 127 else np.dtype(np.int16)
+
+    def relation_fanouts(self, fanout: int | dict[str, int]) -> np.ndarray:
+        """int64 (R,) fanout per relation from one number (all relations) or a dict by
+        relation name (relations it leaves out take no neighbours)."""
+        if not isinstance(fanout, dict):
+            return np.full(len(self.relations), int(fanout), np.int64)
+        names = [r for _, r, _ in self.relations]
+        unknown = sorted(set(fanout) - set(names))
+        if unknown:
+            raise ValueError(f"fanouts name relations {unknown}; the graph's relations are {names}")
+        return np.array([int(fanout.get(name, 0)) for name in names], np.int64)
+
+    def to_manifest(self) -> dict[str, Any]:
+        return {"node_types": [{"name": t.name, "count": t.count, "features": t.features}
+                               for t in self.node_types],
+                "relations": [list(r) for r in self.relations], "target": self.target}
+
+    @classmethod
+    def from_manifest(cls, entry: Any, where: str) -> "GraphSchema":
+        """The schema of a manifest's "schema" entry; errors name `where` and the key."""
+        try:
+            types = tuple(NodeType(str(t["name"]), t["count"], bool(t["features"]))
+                          for t in entry["node_types"])
+            relations = tuple(tuple(str(p) for p in r) for r in entry["relations"])
+            return cls(types, relations, str(entry["target"]))  # type: ignore[arg-type]
+        except (KeyError, TypeError) as exc:
+            raise DatasetError(f"{where}: schema is malformed ({exc!r}); expected node_types "
+                               "[{name, count, features}], relations [[src, name, dst]], target") from None
+        except DatasetError as exc:
+            raise DatasetError(f"{where}: {exc}") from None
