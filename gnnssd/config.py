@@ -97,11 +97,15 @@ class ModelConfig:
     compile: bool = True
 
 
-def _fanouts(value: list[int]) -> bool:
-    return len(value) > 0 and all(f == -1 or f > 0 for f in value)
+def _fanouts(value: list[int | dict[str, int]]) -> bool:
+    """Per layer a fanout (-1: all), or on a heterogeneous store a dict by relation name
+    (0: none of that relation)."""
+    return len(value) > 0 and all(f == -1 or f > 0 if isinstance(f, int)
+                                  else len(f) > 0 and all(k >= -1 for k in f.values()) for f in value)
 
 
-FANOUTS_EXPECTED = "a non-empty list of positive fanouts (-1 = all neighbours)"
+FANOUTS_EXPECTED = ("a non-empty list of positive fanouts (-1 = all neighbours), one per layer; on a "
+                    "heterogeneous store a layer may be a dict of fanouts by relation name")
 
 
 #: Above this many edges the default evaluation samples like training (SamplerConfig.evaluation):
@@ -112,12 +116,12 @@ FULL_NEIGHBOUR_EVAL_EDGES = 10_000_000
 
 @dataclass
 class SamplerConfig:
-    fanouts: list[int] = field(default_factory=lambda: [10, 10],
+    fanouts: list[int | dict[str, int]] = field(default_factory=lambda: [10, 10],
                                metadata=_check(_fanouts, FANOUTS_EXPECTED))
     batch_size: int = field(default=1024, metadata=_check(_positive, "a positive integer"))
     #: Fanouts for evaluation and prediction; default: all neighbours, or on a graph of more
     #: than FULL_NEIGHBOUR_EVAL_EDGES edges the training fanouts (see `evaluation`).
-    eval_fanouts: list[int] | None = field(default=None, metadata=_check(_fanouts, FANOUTS_EXPECTED))
+    eval_fanouts: list[int | dict[str, int]] | None = field(default=None, metadata=_check(_fanouts, FANOUTS_EXPECTED))
     eval_batch_size: int = field(default=4096, metadata=_check(_positive, "a positive integer"))
     #: Training seed order per epoch: "random" (uniform shuffle) or "proximity" (runs of
     #: `seed_window` consecutive store IDs, visited in random order, shuffled inside; with a
@@ -341,6 +345,10 @@ def _convert(hint: Any, value: Any, key: str) -> Any:
         if value not in args:
             raise ConfigError(f"{key}: {_shown(value)} is invalid; expected one of {list(args)}")
         return value
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: {_shown(value)} is invalid; expected a mapping")
+        return {_convert(args[0], k, key): _convert(args[1], v, f"{key}.{k}") for k, v in value.items()}
     if origin is list:
         if not isinstance(value, list):
             raise ConfigError(f"{key}: {_shown(value)} is invalid; expected a list")

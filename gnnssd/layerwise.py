@@ -240,6 +240,10 @@ def trained_model(config: Config) -> nn.Module:
     """The config's built-in model with the best weights of its run directory's checkpoint
     (a link run's encoder)."""
     store = Store.open(config.store_path())
+    if not store.schema.is_homogeneous:
+        raise ConfigError(f"store {config.store}: layer-wise inference (embed, predict --layerwise) "
+                          "does not support heterogeneous stores yet; use `gnnssd predict` without "
+                          "--layerwise (sampled with sampler.eval_fanouts)")
     task = trainer_class(config.task)
     model = build_model(config.model, store.feat_dim, task.output_dim(config, store))
     checkpoint = load_checkpoint(config.run_path(), store)

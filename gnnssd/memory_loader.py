@@ -28,6 +28,7 @@ from gnnssd.storage_format.mapping import released_chunks
 from .budget import format_bytes
 from .config import ConfigError, SamplerConfig, SSDConfig
 from .runtime import epoch_seed
+from .typed import dgl_fanouts, global_ids, layer_fanouts, seeds_by_type, split_features, typed_graph
 from .timing import StageTimer
 
 LABEL_CHUNK = 1 << 22  # labels copied per pass (32 MiB of the int64 file)
@@ -37,18 +38,28 @@ LABEL_CHUNK = 1 << 22  # labels copied per pass (32 MiB of the int64 file)
 class MiniBatch:
     """One mini-batch, all on the loader's device: `x` holds the float32 features of
     `input_nodes`, `y` the labels of `output_nodes` (store IDs both; -1: unlabelled, see
-    `labelled`). As DGL's DataLoader does, `blocks[0].srcdata["feat"]` is `x` and
+    `labelled`). On a heterogeneous store input_nodes, output_nodes and x are dicts by
+    node type (x: the types with features), as DGL's DataLoader gives them for a
+    heterograph; y stays one tensor (the seeds are of one type). As DGL's DataLoader does, `blocks[0].srcdata["feat"]` is `x` and
     `blocks[-1].dstdata["label"]` is `y`, and a mini-batch unpacks as DGL's tuple:
     `for input_nodes, output_nodes, blocks in loader`."""
 
-    input_nodes: torch.Tensor
-    output_nodes: torch.Tensor
+    input_nodes: torch.Tensor | dict[str, torch.Tensor]
+    output_nodes: torch.Tensor | dict[str, torch.Tensor]
     blocks: list[dgl.DGLGraph]
-    x: torch.Tensor
+    x: torch.Tensor | dict[str, torch.Tensor]
     y: torch.Tensor
 
     def __post_init__(self) -> None:
-        if self.blocks:
+        if not self.blocks:
+            return
+        if isinstance(self.x, dict):  # per type (DGL's dict assignment to a block's dstdata is off)
+            for name, x in self.x.items():
+                self.blocks[0].srcnodes[name].data["feat"] = x
+            for name, ids in self.output_nodes.items():
+                if len(ids):
+                    self.blocks[-1].dstnodes[name].data["label"] = self.y
+        else:
             self.blocks[0].srcdata["feat"] = self.x
             self.blocks[-1].dstdata["label"] = self.y
 
@@ -63,7 +74,7 @@ class MiniBatch:
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> MiniBatch:
         """This mini-batch with every tensor and block on `device` (itself if there already)."""
-        if self.x.device == torch.device(device):
+        if self.y.device == torch.device(device):
             return self
         moved = {f.name: _to(getattr(self, f.name), device, non_blocking) for f in fields(self)}
         return type(self)(**moved)
@@ -72,6 +83,8 @@ class MiniBatch:
 def _to(value: Any, device: torch.device | str, non_blocking: bool) -> Any:
     if isinstance(value, list):
         return [b.to(device) for b in value]
+    if isinstance(value, dict):
+        return {k: v.to(device, non_blocking=non_blocking) for k, v in value.items()}
     return value.to(device, non_blocking=non_blocking)
 
 
@@ -168,7 +181,7 @@ class SampledLoader:
     def __init__(self, store: Store, device: torch.device, timer: StageTimer, seed: int = 0):
         self.store, self.seed = store, seed
         check_memory(store, self.NAME, self._memory_needs(store))
-        self.graph = store_graph(store)
+        self.graph = store_graph(store) if store.schema.is_homogeneous else typed_graph(store)
         self.labels = Labels(store)
         self.device = device
         self.timer = timer
@@ -182,6 +195,12 @@ class SampledLoader:
         `reuse_epochs` changes nothing here: the same epoch draws the same neighbours again."""
         if exclude is not None and len(exclude) != len(batches):
             raise ValueError(f"exclude lists {len(exclude)} edge sets for {len(batches)} mini-batches")
+        schema = self.store.schema
+        if not schema.is_homogeneous:
+            if exclude is not None:
+                raise ValueError("excluding edges (link prediction) is not supported on a typed graph yet")
+            yield from self._typed_minibatches(batches, fanouts, epoch)
+            return
         sampler = dgl.dataloading.NeighborSampler(fanouts)
         dgl.seed(epoch_seed(self.seed, epoch))
         for b, seeds in enumerate(batches):
@@ -193,6 +212,24 @@ class SampledLoader:
             x = self._inputs(input_nodes.numpy())
             with self.timer.stage("transfer"):
                 batch = MiniBatch(input_nodes, output_nodes, blocks, x, self.labels[output_nodes])
+                batch = batch.to(self.device, non_blocking=True)
+            yield batch
+
+    def _typed_minibatches(self, batches: list[np.ndarray], fanouts: list[Any], epoch: int) -> Iterator[MiniBatch]:
+        """DGL's sampler on the store's heterograph (per-relation fanouts); x of the
+        featured types gathered by this loader's `_inputs` from their global rows."""
+        schema = self.store.schema
+        sampler = dgl.dataloading.NeighborSampler([dgl_fanouts(schema, f) for f in layer_fanouts(schema, fanouts)])
+        dgl.seed(epoch_seed(self.seed, epoch))
+        featured = [t.name for t in schema.node_types if t.features]
+        for seeds in batches:
+            with self.timer.stage("sample"):
+                input_nodes, output_nodes, blocks = sampler.sample(self.graph, seeds_by_type(schema, seeds))
+            rows = global_ids(schema, {name: input_nodes[name] for name in featured})
+            x = split_features(schema, input_nodes, self._inputs(rows))
+            with self.timer.stage("transfer"):
+                batch = MiniBatch(input_nodes, output_nodes, blocks, x,
+                                  self.labels[torch.from_numpy(global_ids(schema, output_nodes))])
                 batch = batch.to(self.device, non_blocking=True)
             yield batch
 
@@ -227,14 +264,14 @@ class MemoryLoader(SampledLoader):
 
     def _memory_needs(self, store: Store) -> dict[str, int]:
         raw = store.manifest["files"]["features.bin"]["size"]  # read whole, then converted
-        float32 = 4 * store.num_nodes * store.feat_dim
+        float32 = 4 * store.feature_rows * store.feat_dim
         return {**super()._memory_needs(store),
                 "features as float32": float32 + (raw if store.feat_dtype != np.float32 else 0)}
 
     def __init__(self, store: Store, device: torch.device, timer: StageTimer, seed: int = 0):
         super().__init__(store, device, timer, seed)
         self.features = load_features(store)
-        self.io.add(bytes_read=store.num_nodes * store.row_bytes)
+        self.io.add(bytes_read=store.feature_bytes)
 
     def _inputs(self, rows: np.ndarray) -> torch.Tensor:
         with self.timer.stage("gather"):

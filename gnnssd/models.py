@@ -6,6 +6,8 @@ import dgl.nn as dglnn
 import torch
 from torch import nn
 
+from gnnssd.storage_format import Store
+
 from .compiler import GATConvUDF, GraphConvUDF, SAGEConvUDF
 from .compiler import compile as compile_layer
 from .config import ModelConfig
@@ -90,3 +92,13 @@ def build_model(cfg: ModelConfig, in_dim: int, num_classes: int) -> BlockGNN:
             d_in = d_in if i == 0 else max(1, cfg.hidden // cfg.heads) * cfg.heads
         convs.append(_conv(cfg.name, cfg.compile, d_in, d_out, cfg.heads))
     return BlockGNN(convs, cfg.dropout)
+
+
+def store_model(cfg: ModelConfig, store: Store, num_classes: int) -> nn.Module:
+    """The built-in model for `store`: a relational GNN over a heterogeneous store's node
+    types and relations (gnnssd.hetero_models), else a BlockGNN."""
+    if store.schema.is_homogeneous:
+        return build_model(cfg, store.feat_dim, num_classes)
+    from .hetero_models import build_hetero_model
+
+    return build_hetero_model(cfg, store.schema, store.feat_dim, num_classes)

@@ -26,6 +26,7 @@ import torch
 
 from gnnssd.sampler import seed_batches
 from gnnssd.storage_format import Store
+from gnnssd.storage_format.schema import GraphSchema
 
 from .config import SamplerConfig
 from .feature_source import FeatureSource, SourceLoader
@@ -35,14 +36,23 @@ from .runtime import run_seed
 SEED_ORDERS = ("random", "proximity")
 
 
-def check_fanouts(fanouts: Any) -> list[int]:
-    """A non-empty list of positive fanouts or -1 (all neighbours), or a clear error."""
+def _count(f: Any) -> bool:
+    return isinstance(f, (int, np.integer)) and not isinstance(f, bool)
+
+
+def check_fanouts(fanouts: Any) -> list[Any]:
+    """A non-empty list of positive fanouts or -1 (all neighbours), one per layer; on a
+    heterogeneous store a layer may be a dict of fanouts by relation name (0: none of
+    that relation), or a clear error."""
     values = list(fanouts) if isinstance(fanouts, (list, tuple)) else None
-    if not values or not all(isinstance(f, (int, np.integer)) and not isinstance(f, bool)
-                             and (f == -1 or f > 0) for f in values):
+    if not values or not all((_count(f) and (f == -1 or f > 0))
+                             or (isinstance(f, dict) and f and all(isinstance(k, str) and _count(v) and v >= -1
+                                                                   for k, v in f.items()))
+                             for f in values):
         raise ValueError(f"fanouts: {fanouts!r}; expected a non-empty list of positive integers "
-                         "(one per layer; -1 = all neighbours)")
-    return [int(f) for f in values]
+                         "(one per layer; -1 = all neighbours), or per layer a dict of them by "
+                         "relation name")
+    return [dict(f) if isinstance(f, dict) else int(f) for f in values]
 
 
 def check_nodes(nodes: Any, num_nodes: int, what: str = "seeds") -> np.ndarray:
@@ -65,6 +75,23 @@ def check_nodes(nodes: Any, num_nodes: int, what: str = "seeds") -> np.ndarray:
     if bad.size:
         raise ValueError(f"{what}: node {bad[0]} outside 0..{num_nodes - 1}")
     return array.astype(np.int64)  # a copy: store arrays are read-only
+
+
+def check_seeds(seeds: Any, schema: GraphSchema) -> np.ndarray:
+    """Seeds as node IDs of the store's ID space. On a heterogeneous store: a dict of one
+    node type's IDs ({"paper": ids}, as DGL takes them), or the target type's IDs."""
+    if schema.is_homogeneous:
+        return check_nodes(seeds, schema.num_nodes)
+    name = schema.target
+    if isinstance(seeds, dict):
+        if len(seeds) != 1:
+            raise ValueError(f"seeds: node types {sorted(seeds)}; a loader takes the seeds of one "
+                             f"node type (the store's are {schema.type_names})")
+        (name, seeds), = seeds.items()
+        if name not in schema.type_names:
+            raise ValueError(f"seeds: node type {name!r}; expected one of {schema.type_names}")
+    t = schema.type_id(name)
+    return check_nodes(seeds, schema.node_types[t].count, f"seeds[{name!r}]") + schema.offsets[t]
 
 
 class NodeLoader(SourceLoader):
@@ -119,7 +146,7 @@ class NodeLoader(SourceLoader):
                             "is already open; pass them to it, or pass a Store to open one here")
         super().__init__(source, self._owns_source)
         try:
-            self.seeds = check_nodes(seeds, source.store.num_nodes)
+            self.seeds = check_seeds(seeds, source.store.schema)
         except BaseException:
             self.close()
             raise

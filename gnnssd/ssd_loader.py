@@ -18,7 +18,7 @@ import shutil
 import time
 from functools import partial
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 import torch
@@ -36,6 +36,7 @@ from .pipeline.kept import KeptSamples, delete, samples_key
 from .pipeline.loader import BUFFERS
 from .pipeline.repack import RepackReport
 from .timing import StageTimer
+from .typed import layer_fanouts, typed_batch_parts
 
 log = logging.getLogger("gnnssd.ssd")
 
@@ -102,7 +103,7 @@ class SSDLoader:
                 f"queues and staging plus {BUFFERS} buffers of at least {least_rows:,} rows of {row_bytes} B "
                 f"need at least {format_bytes(least)} ({least} bytes); raise memory_budget")
         share = max(int(usable * (1 - ssd.hot_fraction)) // (BUFFERS * row_bytes), least_rows)
-        ranking = HotRanking(store, sampling.fanouts)
+        ranking = HotRanking(store, layer_fanouts(store.schema, sampling.fanouts))
         hot_guess = ranking.top(min(store.num_nodes, usable // row_bytes - BUFFERS * share))
         needed = int(MINIBATCH_MARGIN * self._cold_rows_per_minibatch(hot_guess))
         buffer_rows = needed if share < needed <= usable // (BUFFERS * row_bytes) else share
@@ -139,15 +140,23 @@ class SSDLoader:
         rng = np.random.default_rng(self.seed)
         most = 0
         for fanouts, batch_size in settings:
-            sampler = NeighborSampler(self.store.indptr, self.store.indices, fanouts)
+            sampler = NeighborSampler(self.store.indptr, self.store.indices,
+                                      layer_fanouts(self.store.schema, fanouts), **self._typing())
             splits = [np.asarray(s) for s in (self.store.train_store_ids, self.store.valid_store_ids,
                                               self.store.test_store_ids)]
             # a link store has no node splits: its seeds (edge endpoints) are any nodes
             for nodes in [s for s in splits if len(s)] or [np.arange(self.store.num_nodes)]:
                 seeds = np.sort(rng.choice(nodes, min(len(nodes), batch_size), replace=False))
-                inputs = np.asarray(sampler.sample(seeds, self.seed).input_nodes)
+                inputs = np.asarray(sampler.sample(seeds, self.seed).input_rows)
                 most = max(most, int(np.count_nonzero(~is_hot[inputs])))
         return most
+
+    def _typing(self) -> dict[str, Any]:
+        """The sampler's options for a typed store (none for a homogeneous one)."""
+        if self.store.etypes is None:
+            return {}
+        return {"etypes": self.store.etypes, "num_relations": len(self.store.schema.relations),
+                "feature_rows": self.store.feature_rows}
 
     def minibatches(self, batches: list[np.ndarray], fanouts: list[int], epoch: int = 0,
                     exclude: list[np.ndarray] | None = None, reuse_epochs: int = 1) -> Iterator[MiniBatch]:
@@ -165,6 +174,7 @@ class SSDLoader:
         stops the other's stages, and the other, when next advanced, plans again from its
         next mini-batch with the same neighbour draws. Every interleaving therefore yields
         what each iteration yields alone, at the cost of re-reading a mega-batch per switch."""
+        fanouts = layer_fanouts(self.store.schema, fanouts)
         done = 0
         while done < len(batches):
             stream = self._stream(batches, fanouts, epoch, exclude, reuse_epochs, done)
@@ -202,7 +212,7 @@ class SSDLoader:
         cfg = PlanConfig(batch_size=max(map(len, batches), default=1), fanouts=tuple(fanouts),
                          mega_batch=self.mega_batch, seed=self.seed)
         planner = Planner(self.store.indptr, self.store.indices, np.empty(0, np.int64), cfg, self.hot.members,
-                          max_rows=self.budget.buffer_rows)
+                          max_rows=self.budget.buffer_rows, **self._typing())
         directory.mkdir(parents=True, exist_ok=True)
         spill = directory if self.block_budget or reuse else None
         rest = None if exclude is None else exclude[first:]
@@ -310,15 +320,17 @@ class SSDLoader:
 
     def _minibatch(self, mfgs: MFGs, features: np.ndarray) -> MiniBatch:
         with self.timer.stage("gather"):
-            x = torch.from_numpy(self.store.as_float32(features, mfgs.input_nodes))
-            blocks = to_dgl_blocks(mfgs)
-            input_nodes = torch.from_numpy(mfgs.input_nodes)
-            output_nodes = torch.from_numpy(mfgs.seeds)
-            y = self.labels[output_nodes]
-        with self.timer.stage("transfer"):
+            x = torch.from_numpy(self.store.as_float32(features, mfgs.input_rows))
             if self.device.type == "cuda":
                 x = x.pin_memory()
-            return MiniBatch(input_nodes, output_nodes, blocks, x, y).to(self.device, non_blocking=True)
+            y = self.labels[torch.from_numpy(mfgs.seeds)]
+            if self.store.schema.is_homogeneous:
+                parts = {"input_nodes": torch.from_numpy(mfgs.input_nodes),
+                         "output_nodes": torch.from_numpy(mfgs.seeds), "blocks": to_dgl_blocks(mfgs), "x": x}
+            else:
+                parts = typed_batch_parts(mfgs, self.store.schema, x)
+        with self.timer.stage("transfer"):
+            return MiniBatch(**parts, y=y).to(self.device, non_blocking=True)
 
     def io_stats(self) -> dict[str, int]:
         return self.io.as_dict()

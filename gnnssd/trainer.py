@@ -23,7 +23,7 @@ from .budget import format_bytes, parse_bytes
 from .checkpoint import (CHECKPOINT, CheckpointError, MetricsLog, check_store, load_checkpoint,
                          save_checkpoint)
 from .config import Config, ConfigError, ModelConfig, load_config
-from .models import build_model
+from .models import store_model
 from .rundir import RunLock, Scratch, prepare_run_dir, write_run_file
 from .config import SamplerConfig
 from .feature_source import BACKENDS, FeatureSource
@@ -128,8 +128,7 @@ class Trainer:
         return self.config.sampler.batch_size
 
     def _build_model(self, model: torch.nn.Module | None) -> torch.nn.Module:
-        return model if model is not None else build_model(self.config.model, self.store.feat_dim,
-                                                           self._output_dim())
+        return model if model is not None else store_model(self.config.model, self.store, self._output_dim())
 
     def _open_source(self) -> FeatureSource:
         """The store's features, shared by the training loader and evaluation: a rank's
@@ -317,7 +316,7 @@ class Trainer:
             self.model.eval()
             for batch in self.loader.with_seeds(nodes, fanouts=fanouts, batch_size=batch_size):
                 outputs.append(self.model(batch.blocks, batch.x).cpu())
-                order.append(batch.output_nodes.cpu())
+                order.append(_target_ids(batch.output_nodes).cpu())
                 labels.append(batch.y.cpu())
         return torch.cat(outputs), torch.cat(order), torch.cat(labels)
 
@@ -336,11 +335,11 @@ class Trainer:
     def predict(self, nodes: np.ndarray | None = None) -> np.ndarray:
         """Predicted class of each of `nodes` (the dataset's IDs; all nodes by default: the
         result is then indexed by node ID)."""
-        nodes = np.arange(self.store.num_nodes) if nodes is None else check_nodes(nodes, self.store.num_nodes,
-                                                                                  "nodes")
+        count = self.store.schema.node_types[self.store.schema.type_id(self.store.schema.target)].count
+        nodes = np.arange(count) if nodes is None else check_nodes(nodes, count, "nodes")
         logits, order, _ = self._logits(self.ranks.split(nodes))
         order, classes = distributed.gather_arrays((order.numpy(), logits.argmax(1).numpy()), self.ranks)
-        by_node = np.empty(self.store.num_nodes, dtype=np.int64)
+        by_node = np.empty(count, dtype=np.int64)
         by_node[order] = classes
         return by_node[nodes]
 
@@ -400,13 +399,13 @@ def _as_config(config: Config | str | Path, overrides: dict[str, Any] | None) ->
 def _check_memory(cfg: Config, store: Store, output_dim: int) -> None:
     """Refuse a model or an ssd budget that cannot fit in the memory available now."""
     available = psutil.virtual_memory().available
-    params = _parameters(cfg.model, store.feat_dim, output_dim)
+    params = _parameters(cfg.model, store, output_dim)
     need = params * TRAINING_BYTES_PER_PARAMETER
     if need > available:
         # GAT's widths grow with its heads too: blame them when one head would fit
         single_head = dataclasses.replace(cfg.model, heads=1)
         if cfg.model.name == "gat" and cfg.model.heads > 1 and \
-                _parameters(single_head, store.feat_dim, output_dim) * TRAINING_BYTES_PER_PARAMETER <= available:
+                _parameters(single_head, store, output_dim) * TRAINING_BYTES_PER_PARAMETER <= available:
             key = f"model.heads: {cfg.model.heads} (model.hidden {cfg.model.hidden})"
         else:
             key = f"model.hidden: {cfg.model.hidden}"
@@ -419,11 +418,19 @@ def _check_memory(cfg: Config, store: Store, output_dim: int) -> None:
                           f"memory ({format_bytes(available)})")
 
 
-def _parameters(model: ModelConfig, in_dim: int, output_dim: int) -> int | float:
-    """How many parameters the model of `model` has (inf past what torch can size)."""
+def _target_ids(output_nodes: torch.Tensor | dict[str, torch.Tensor]) -> torch.Tensor:
+    """The output node IDs of a mini-batch (of the one type of its seeds on a typed store)."""
+    if isinstance(output_nodes, dict):
+        return next(ids for ids in output_nodes.values() if len(ids))
+    return output_nodes
+
+
+def _parameters(model: ModelConfig, store: Store, output_dim: int) -> int | float:
+    """How many parameters the model of `model` has (inf past what torch can size),
+    embedding tables of featureless node types included."""
     try:
         with torch.device("meta"):  # shapes only: nothing allocated
-            return sum(p.numel() for p in build_model(model, in_dim, output_dim).parameters())
+            return sum(p.numel() for p in store_model(model, store, output_dim).parameters())
     except RuntimeError:  # "Storage size calculation overflowed"
         return math.inf
 

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gnnssd.storage_format.schema import GraphSchema
+
 
 @dataclass(frozen=True)
 class MFGs:
@@ -22,6 +24,10 @@ class MFGs:
     edge_ptr: np.ndarray  # int64 (L+1,): block i's edges are edge_*[edge_ptr[i]:edge_ptr[i+1]]
     edge_src: np.ndarray  # int32 local source index
     edge_dst: np.ndarray  # int32 local destination index
+    #: Typed graphs: the relation of every edge (int8/int16), see storage_format.schema.
+    edge_type: np.ndarray | None = None
+    #: Nodes 0..feature_rows-1 have feature rows (-1: all nodes do).
+    feature_rows: int = -1
 
     @property
     def num_layers(self) -> int:
@@ -37,23 +43,33 @@ class MFGs:
         """Source nodes of the first block: the feature rows this mini-batch reads."""
         return self.nodes[: self.num_src[0]]
 
+    @property
+    def input_rows(self) -> np.ndarray:
+        """The input nodes that have feature rows, in input order: the rows this
+        mini-batch reads (all input nodes unless some node types have no features)."""
+        nodes = self.input_nodes
+        return nodes if self.feature_rows < 0 else nodes[nodes < self.feature_rows]
+
     def edges(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         """Local (source, destination) indices of block i's edges."""
         a, b = self.edge_ptr[i], self.edge_ptr[i + 1]
         return self.edge_src[a:b], self.edge_dst[a:b]
 
     def equals(self, other: "MFGs") -> bool:
-        return all(
+        return self.feature_rows == other.feature_rows and all(
             np.array_equal(getattr(self, f), getattr(other, f))
-            for f in ("nodes", "num_src", "num_dst", "edge_ptr", "edge_src", "edge_dst")
+            for f in ("nodes", "num_src", "num_dst", "edge_ptr", "edge_src", "edge_dst", "edge_type")
         )
 
 
-def to_dgl_blocks(mfgs: MFGs, device: str = "cpu") -> list:
-    """DGLBlocks for `mfgs` (no re-sampling); srcdata/dstdata[dgl.NID] hold node IDs."""
+def to_dgl_blocks(mfgs: MFGs, device: str = "cpu", schema: GraphSchema | None = None) -> list:
+    """DGLBlocks for `mfgs` (no re-sampling); srcdata/dstdata[dgl.NID] hold node IDs.
+    With the `schema` of a typed graph, heterogeneous blocks (see typed_dgl_blocks)."""
     import dgl
     import torch
 
+    if schema is not None and not schema.is_homogeneous:
+        return typed_dgl_blocks(mfgs, schema, device)
     nodes = torch.from_numpy(mfgs.nodes)
     blocks = []
     for i in range(mfgs.num_layers):
@@ -67,5 +83,47 @@ def to_dgl_blocks(mfgs: MFGs, device: str = "cpu") -> list:
         )
         block.srcdata[dgl.NID] = nodes[:ns].to(device)
         block.dstdata[dgl.NID] = nodes[:nd].to(device)
+        blocks.append(block)
+    return blocks
+
+
+def typed_local_ids(nodes: np.ndarray, schema: GraphSchema) -> tuple[np.ndarray, np.ndarray]:
+    """(type ID, index among the nodes of its type in `nodes`) of every node: the node's
+    position in its type's srcdata, since every prefix of `nodes` keeps each type in order."""
+    types = schema.type_of(nodes)
+    local = np.empty(len(nodes), np.int64)
+    for t in range(len(schema.node_types)):
+        at = np.flatnonzero(types == t)
+        local[at] = np.arange(len(at))
+    return types, local
+
+
+def typed_dgl_blocks(mfgs: MFGs, schema: GraphSchema, device: str = "cpu") -> list:
+    """Heterogeneous DGLBlocks: every node type and relation of the schema in every block
+    (empty ones included, as DGL's own sampler gives them); srcnodes[type].data[dgl.NID]
+    holds the dataset's IDs within that type (node ID - the type's offset)."""
+    import dgl
+    import torch
+
+    types, local = typed_local_ids(mfgs.nodes, schema)
+    offsets = schema.offsets
+    names = schema.type_names
+    blocks = []
+    for i in range(mfgs.num_layers):
+        src, dst = mfgs.edges(i)
+        rel = mfgs.edge_type[mfgs.edge_ptr[i]:mfgs.edge_ptr[i + 1]]
+        ns, nd = int(mfgs.num_src[i]), int(mfgs.num_dst[i])
+        data = {}
+        for r, relation in enumerate(schema.relations):
+            mine = rel == r
+            data[relation] = (torch.from_numpy(local[src[mine]]), torch.from_numpy(local[dst[mine]]))
+        src_counts = np.bincount(types[:ns], minlength=len(names))
+        dst_counts = np.bincount(types[:nd], minlength=len(names))
+        block = dgl.create_block(data, num_src_nodes=dict(zip(names, src_counts.tolist())),
+                                 num_dst_nodes=dict(zip(names, dst_counts.tolist())), device=device)
+        for t, name in enumerate(names):
+            ids = torch.from_numpy(mfgs.nodes[:ns][types[:ns] == t] - offsets[t]).to(device)
+            block.srcnodes[name].data[dgl.NID] = ids
+            block.dstnodes[name].data[dgl.NID] = ids[: dst_counts[t]]
         blocks.append(block)
     return blocks

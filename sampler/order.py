@@ -40,7 +40,9 @@ def hotness(indptr: np.ndarray, indices: np.ndarray, fanouts: Sequence[int], see
         frontier[:] = 1.0 / n
     else:
         frontier[np.asarray(seeds)] = 1.0 / len(seeds)
-    for fanout in reversed(list(fanouts)):
+    for layer in reversed(list(fanouts)):
+        # per-relation fanouts (typed graphs) count as their sum over all in-edges
+        fanout = -1 if (np.asarray(layer) < 0).any() else int(np.sum(layer))
         take = np.ones(n) if fanout < 0 else np.minimum(1.0, fanout / np.maximum(deg, 1.0))
         reached = np.zeros(n)
         _spread(indptr, indices, frontier * take, reached)

@@ -243,7 +243,7 @@ class RowUnion:
 
     def add(self, mfgs: MFGs, limit: int) -> bool:
         """Add a mini-batch unless the cold rows would exceed `limit`."""
-        nodes = np.asarray(mfgs.input_nodes, np.int64)
+        nodes = np.asarray(mfgs.input_rows, np.int64)
         if len(self.uniq) < self.state[0] + len(nodes):
             grown = np.empty(max(2 * len(self.uniq), self.state[0] + len(nodes)), np.int64)
             grown[: self.state[0]] = self.uniq[: self.state[0]]
@@ -279,7 +279,7 @@ class RowUnion:
 
         prev_rows: the previous mega-batch's buffer rows in slot order, two sorted runs
         split at prev_num_read (or None)."""
-        mfgs, inputs = self.members, [np.asarray(m.input_nodes, np.int64) for m in self.members]
+        mfgs, inputs = self.members, [np.asarray(m.input_rows, np.int64) for m in self.members]
         uniq = self.uniq[: self.state[0]]
         # each unique row's index in [hot cache | buffer], in uniq order (hot rows here,
         # cold rows below once the carried ones are known)
@@ -334,7 +334,7 @@ class RowUnion:
         "piece" k. Pieces carry nothing over: each buffer holds only its own rows."""
         if self.members:
             raise ValueError("pieces are planned from an empty union")
-        nodes = np.asarray(mfgs.input_nodes, np.int64)  # distinct within a mini-batch
+        nodes = np.asarray(mfgs.input_rows, np.int64)  # distinct within a mini-batch
         self.slot[nodes] = np.arange(len(nodes), dtype=np.int32)
         try:
             value, cold_pos = self._split(nodes)
@@ -383,6 +383,9 @@ class Planner:
         config: PlanConfig,
         hot_rows: HotRows | np.ndarray | None = None,
         max_rows: int | None = None,
+        etypes: np.ndarray | None = None,
+        num_relations: int = 1,
+        feature_rows: int = -1,
     ):
         self.config = config
         self.train_idx = np.asarray(train_idx, dtype=np.int64)
@@ -391,7 +394,7 @@ class Planner:
             np.empty(0, np.int64) if hot_rows is None else hot_rows, num_rows)
         self.hot = hot
         self.union = RowUnion(num_rows, hot)
-        self.sampler = NeighborSampler(indptr, indices, config.fanouts)
+        self.sampler = NeighborSampler(indptr, indices, config.fanouts, etypes, num_relations, feature_rows)
         self.max_rows = np.iinfo(np.int64).max if max_rows is None else max_rows
         self._prev: MegaBatchPlan | None = None  # the last plan made: its buffer is carried from
 
@@ -474,6 +477,7 @@ def _plan_arrays(plan: MegaBatchPlan) -> dict[str, np.ndarray]:
         "edge_ptr": np.stack([m.edge_ptr for m in mb]),
         "edge_src": np.concatenate([m.edge_src for m in mb]),
         "edge_dst": np.concatenate([m.edge_dst for m in mb]),
+        "feature_rows": np.array([m.feature_rows for m in mb], np.int64),
         "gather": np.concatenate(plan.gather),
         "rows": plan.rows,
         "carry_src": plan.carry_src,
@@ -484,6 +488,8 @@ def _plan_arrays(plan: MegaBatchPlan) -> dict[str, np.ndarray]:
             np.uint8,
         ),
     }
+    if mb[0].edge_type is not None:
+        arrays["edge_type"] = np.concatenate([m.edge_type for m in mb])
     if plan.read is not None:
         arrays.update({f"read_{k}": v for k, v in plan.read.to_arrays().items()})
     return arrays
@@ -501,10 +507,12 @@ def _plan_from_arrays(a: dict[str, np.ndarray]) -> MegaBatchPlan:
             edge_ptr=a["edge_ptr"][i],
             edge_src=a["edge_src"][edge_off[i] : edge_off[i + 1]],
             edge_dst=a["edge_dst"][edge_off[i] : edge_off[i + 1]],
+            edge_type=a["edge_type"][edge_off[i] : edge_off[i + 1]] if "edge_type" in a else None,
+            feature_rows=int(a["feature_rows"][i]),
         )
         for i in range(len(a["node_len"]))
     ]
-    gather = np.split(a["gather"], np.cumsum([m.num_src[0] for m in mfgs])[:-1])
+    gather = np.split(a["gather"], np.cumsum([len(m.input_rows) for m in mfgs])[:-1])
     read = {k[5:]: v for k, v in a.items() if k.startswith("read_")}
     return MegaBatchPlan(
         epoch=meta["epoch"],

@@ -9,7 +9,7 @@ at 10^8 nodes).
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import numba as nb
 import numpy as np
@@ -109,26 +109,78 @@ def _sample_hop(indptr, indices, dst, dst_batch, fanout, seed, layer, dst_local,
             for j in range(d):
                 out[o + j] = cand[start + j]
             continue
-        state = _stream(seed, dst_batch[i], layer, v)
-        if k <= _FLOYD_MAX:  # Floyd's algorithm: k draws, each position chosen once
-            for j in range(d - k, d):
-                t = _below(state, j, j + 1)
-                q = o + j - (d - k)
-                for s in range(o, q):
-                    if out[s] == t:
-                        t = j
-                        break
-                out[q] = t
-        else:  # reservoir sampling (algorithm R)
-            for j in range(k):
-                out[o + j] = j
-            for j in range(k, d):
-                t = _below(state, j, j + 1)
-                if t < k:
-                    out[o + t] = j
+        _draw_positions(_stream(seed, dst_batch[i], layer, v), d, k, out, o)
         for j in range(o, o + k):
             out[j] = cand[start + out[j]]
     return ptr, out
+
+
+@nb.njit(inline="always")
+def _draw_positions(state, d, k, out, o):
+    """k distinct positions in [0, d) drawn from stream `state`, into out[o:o+k]."""
+    if k <= _FLOYD_MAX:  # Floyd's algorithm: k draws, each position chosen once
+        for j in range(d - k, d):
+            t = _below(state, j, j + 1)
+            q = o + j - (d - k)
+            for s in range(o, q):
+                if out[s] == t:
+                    t = j
+                    break
+            out[q] = t
+    else:  # reservoir sampling (algorithm R)
+        for j in range(k):
+            out[o + j] = j
+        for j in range(k, d):
+            t = _below(state, j, j + 1)
+            if t < k:
+                out[o + t] = j
+
+
+@nb.njit(parallel=True, cache=True, nogil=True)
+def _sample_hop_typed(indptr, indices, etypes, dst, dst_batch, fanouts, seed, layer):
+    """Per relation r, up to fanouts[r] in-neighbours of every node in `dst` over the
+    edges of relation r (a node's in-edges are grouped by relation: etypes, sorted within
+    each node); returns (ptr, sampled node IDs, their relations). Relation r of node v
+    draws from its own stream, so fanouts of other relations do not change its sample."""
+    n = dst.shape[0]
+    num_rel = fanouts.shape[0]
+    runs = np.empty((n, num_rel + 1), np.int64)
+    take = np.empty((n, num_rel), np.int64)
+    for i in nb.prange(n):
+        v = dst[i]
+        a, b = indptr[v], indptr[v + 1]
+        for r in range(num_rel + 1):
+            runs[i, r] = a + np.searchsorted(etypes[a:b], r)
+        for r in range(num_rel):
+            d = runs[i, r + 1] - runs[i, r]
+            f = fanouts[r]
+            take[i, r] = d if f < 0 or f >= d else f
+    flat = np.empty(n * num_rel + 1, np.int64)
+    flat[0] = 0
+    for i in range(n):
+        for r in range(num_rel):
+            flat[i * num_rel + r + 1] = flat[i * num_rel + r] + take[i, r]
+    out = np.empty(flat[n * num_rel], np.int64)
+    out_rel = np.empty(flat[n * num_rel], etypes.dtype)
+    for i in nb.prange(n):
+        v = dst[i]
+        base = _stream(seed, dst_batch[i], layer, v)
+        for r in range(num_rel):
+            o = flat[i * num_rel + r]
+            k, start = take[i, r], runs[i, r]
+            d = runs[i, r + 1] - start
+            if k < d:
+                _draw_positions(_mix(base ^ np.uint64(r + 1)), d, k, out, o)
+            else:
+                for j in range(k):
+                    out[o + j] = j
+            for j in range(o, o + k):
+                out[j] = indices[start + out[j]]
+                out_rel[j] = r
+    ptr = np.empty(n + 1, np.int64)
+    for i in range(n + 1):
+        ptr[i] = flat[i * num_rel]
+    return ptr, out, out_rel
 
 
 @nb.njit(inline="always")
@@ -286,15 +338,29 @@ class NeighborSampler:
 
     fanouts[i] is the fanout of block i (input layer first, as in DGL); -1 takes all
     in-neighbours. Holds nothing node-sized besides the graph it is given.
+
+    A typed graph (`etypes`: the relation of every edge, see storage_format.schema) takes
+    a fanout per relation: fanouts[i] is then an (R,) array (one number: all relations),
+    and the blocks record each edge's relation. `feature_rows`: nodes 0..feature_rows-1
+    have feature rows (the blocks' `input_rows`); default all.
     """
 
-    def __init__(self, indptr: np.ndarray, indices: np.ndarray, fanouts: Sequence[int]):
+    def __init__(self, indptr: np.ndarray, indices: np.ndarray, fanouts: Sequence[Any],
+                 etypes: np.ndarray | None = None, num_relations: int = 1, feature_rows: int = -1):
         self.indptr = np.ascontiguousarray(indptr, dtype=np.int64)
         self.indices = np.ascontiguousarray(indices)
-        self.fanouts = tuple(int(f) for f in fanouts)
-        if any(f < -1 for f in self.fanouts):
-            raise ValueError(f"fanouts {list(self.fanouts)}: expected -1 (all neighbours) or a "
-                             "count >= 0 per layer")
+        self.etypes = None if etypes is None else np.ascontiguousarray(etypes)
+        self.feature_rows = int(feature_rows)
+        if self.etypes is None:
+            self.fanouts = tuple(int(f) for f in fanouts)
+            low = min(self.fanouts, default=0)
+        else:
+            self.fanouts = tuple(np.broadcast_to(np.asarray(f, np.int64), (num_relations,)).copy()
+                                 for f in fanouts)
+            low = min((int(f.min()) for f in self.fanouts), default=0)
+        if low < -1:
+            raise ValueError(f"fanouts {[np.asarray(f).tolist() for f in self.fanouts]}: expected "
+                             "-1 (all neighbours) or a count >= 0 per layer")
 
     def sample(self, seeds: np.ndarray, seed: int, batch_id: int = 0,
                exclude: np.ndarray | None = None) -> MFGs:
@@ -313,6 +379,8 @@ class NeighborSampler:
         node_ptr = np.asarray(batch_ptr, dtype=np.int64)
         nbatch = len(node_ptr) - 1
         batch_ids = np.arange(first_batch_id, first_batch_id + nbatch, dtype=np.int64)
+        if exclude is not None and self.etypes is not None:
+            raise ValueError("excluding edges (link prediction) is not supported on a typed graph yet")
         ex_ptr, ex_keys = exclusion_keys(exclude, len(self.indptr) - 1, nbatch)
         hops = []  # output layer first
         for layer in reversed(range(len(self.fanouts))):
@@ -320,24 +388,32 @@ class NeighborSampler:
             dst_batch = np.repeat(batch_ids, counts)
             dst_local = np.repeat(np.arange(nbatch, dtype=np.int64), counts)
             _check_destinations(self.indptr, self.indices, nodes)
-            eptr, nbrs = _sample_hop(self.indptr, self.indices, nodes, dst_batch, self.fanouts[layer], seed, layer,
-                                     dst_local, ex_ptr, ex_keys)
+            if self.etypes is None:
+                eptr, nbrs = _sample_hop(self.indptr, self.indices, nodes, dst_batch, self.fanouts[layer], seed,
+                                         layer, dst_local, ex_ptr, ex_keys)
+                rels = None
+            else:
+                eptr, nbrs, rels = _sample_hop_typed(self.indptr, self.indices, self.etypes, nodes, dst_batch,
+                                                     self.fanouts[layer], seed, layer)
             _check_sources(nbrs, len(self.indptr) - 1)
             new_ptr, new_nodes, esrc, edst = _relabel(nodes, node_ptr, eptr, nbrs)
-            hops.append((node_ptr, new_ptr, eptr[node_ptr], esrc, edst))
+            hops.append((node_ptr, new_ptr, eptr[node_ptr], esrc, edst, rels))
             nodes, node_ptr = new_nodes, new_ptr
         hops.reverse()
         out = []
         for b in range(nbatch):
-            edges = [(esrc[e[b] : e[b + 1]], edst[e[b] : e[b + 1]]) for _, _, e, esrc, edst in hops]
+            edges = [(esrc[e[b] : e[b + 1]], edst[e[b] : e[b + 1]]) for _, _, e, esrc, edst, _ in hops]
             out.append(
                 MFGs(
                     nodes=nodes[node_ptr[b] : node_ptr[b + 1]].copy(),
-                    num_src=np.array([sp[b + 1] - sp[b] for _, sp, _, _, _ in hops], np.int64),
-                    num_dst=np.array([dp[b + 1] - dp[b] for dp, _, _, _, _ in hops], np.int64),
+                    num_src=np.array([sp[b + 1] - sp[b] for _, sp, _, _, _, _ in hops], np.int64),
+                    num_dst=np.array([dp[b + 1] - dp[b] for dp, _, _, _, _, _ in hops], np.int64),
                     edge_ptr=np.concatenate([[0], np.cumsum([len(s) for s, _ in edges])]).astype(np.int64),
                     edge_src=np.concatenate([s for s, _ in edges]),
                     edge_dst=np.concatenate([d for _, d in edges]),
+                    edge_type=None if self.etypes is None else np.concatenate(
+                        [rels[e[b] : e[b + 1]] for _, _, e, _, _, rels in hops]),
+                    feature_rows=self.feature_rows,
                 )
             )
         return out

@@ -8,10 +8,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterator
 
+import numba
 import numpy as np
 
 from .errors import StoreError
 from .mapping import released_chunks
+from .schema import GraphSchema
 
 CHUNK = 1 << 22  # elements per pass of a full check (32 MiB of int64): bounded memory
 
@@ -90,3 +92,36 @@ def check_finite(file: Path, values: np.ndarray) -> None:
     if bad.size:
         raise content_error(file, f"row {int(bad[0])} holds {values[bad[0]].tolist()}, expected "
                                   "finite scale and offset")
+
+
+@numba.njit(cache=True)
+def _first_mistyped_edge(indptr, indices, etypes, offsets, rel_src, rel_dst):
+    """(edge, why) of the first edge out of its relation's order (why 0) or whose source
+    (1) or destination (2) is not of its relation's type; (-1, 0) if none."""
+    for v in range(indptr.shape[0] - 1):
+        for e in range(indptr[v], indptr[v + 1]):
+            r = etypes[e]
+            if e > indptr[v] and etypes[e - 1] > r:
+                return e, 0
+            u = indices[e]
+            if u < offsets[rel_src[r]] or u >= offsets[rel_src[r] + 1]:
+                return e, 1
+            if v < offsets[rel_dst[r]] or v >= offsets[rel_dst[r] + 1]:
+                return e, 2
+    return -1, 0
+
+
+def check_typed_edges(file: Path, indptr: np.ndarray, indices: np.ndarray, etypes: np.ndarray,
+                      schema: GraphSchema) -> None:
+    """Every node's in-edges grouped by relation in order, and each edge's ends of its
+    relation's source and destination types (what the typed sampler relies on)."""
+    rel_src = np.array([schema.type_id(s) for s, _, _ in schema.relations], np.int64)
+    rel_dst = np.array([schema.type_id(d) for _, _, d in schema.relations], np.int64)
+    edge, why = _first_mistyped_edge(np.asarray(indptr), np.asarray(indices), np.asarray(etypes),
+                                     schema.offsets, rel_src, rel_dst)
+    if edge < 0:
+        return
+    relation = schema.relations[int(etypes[edge])]
+    what = ("is out of relation order in its node's in-edges", "has a source of another type",
+            "has a destination of another type")[why]
+    raise content_error(file, f"edge {edge} (relation {'-'.join(relation)}) {what}")

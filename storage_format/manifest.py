@@ -19,6 +19,8 @@ FEATURE_DTYPES = ("float32", "float16", "int8")
 
 # The store's files other than features.bin, all NumPy .npy.
 ARRAY_FILES = ("indptr", "indices", "labels", "perm", "inv", "train_idx", "valid_idx", "test_idx")
+# A heterogeneous store (manifest section "schema") also holds the relation of every edge.
+ETYPES = "etypes"
 # A store with a link split (manifest section "link") also holds these.
 LINK_FILES = ("link_train", "link_valid", "link_test", "link_valid_neg", "link_test_neg")
 REQUIRED_KEYS = ("format", "format_version", "num_nodes", "num_edges", "num_classes",

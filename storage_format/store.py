@@ -10,12 +10,13 @@ import numpy as np
 
 from .atomic import CHUNK_BYTES, crc32_of_file
 from .content import (check_distinct, check_finite, check_indptr_ends, check_indptr_monotone,
-                      check_integer_array, check_inverse, check_range, max_of)
-from .errors import StoreError
-from .manifest import (FEATURE_DTYPES, FEATURES, MANIFEST, PAGE, PAGE_CHECKSUMS, ROW_SCALES,
+                      check_integer_array, check_inverse, check_range, check_typed_edges, max_of)
+from .errors import DatasetError, StoreError
+from .manifest import (ETYPES, FEATURE_DTYPES, FEATURES, MANIFEST, PAGE, PAGE_CHECKSUMS, ROW_SCALES,
                        manifest_checksum, read_manifest)
 from .page_crc import first_bad_page, page_checksum_error
 from .quantize import dequantize_rows
+from .schema import GraphSchema
 
 
 def _array_file(name: str, doc: str) -> cached_property:
@@ -92,18 +93,23 @@ class Store:
                 f"features.dim {dim} x features.dtype {dtype} ({np.dtype(dtype).itemsize} B) = "
                 f"{dim * np.dtype(dtype).itemsize} B per row, but features.row_bytes is "
                 f"{row_bytes!r}")
-        padded = -(-self.num_nodes * row_bytes // PAGE) * PAGE
+        rows = self.schema.feature_rows
+        counted = "num_nodes" if self.schema.is_homogeneous else "the featured node types' count"
+        padded = -(-rows * row_bytes // PAGE) * PAGE
         sizes = [(FEATURES, padded), (PAGE_CHECKSUMS, padded // PAGE * 4)]
         if dtype == "int8":
             if ROW_SCALES not in self.manifest["files"]:
                 raise self._manifest_error(f"features.dtype int8 without files.{ROW_SCALES} (the row scales)")
-            sizes.append((ROW_SCALES, self.num_nodes * 8))
+            sizes.append((ROW_SCALES, rows * 8))
         for name, size in sizes:
             if self.manifest["files"][name]["size"] != size:
                 raise self._manifest_error(
                     f"files.{name}.size is {self.manifest['files'][name]['size']}, but "
-                    f"num_nodes {self.num_nodes} x row_bytes {row_bytes} (padded to {PAGE}) "
+                    f"{counted} {rows} x row_bytes {row_bytes} (padded to {PAGE}) "
                     f"needs {size}")
+        if feats.get("rows", rows) != rows:
+            raise self._manifest_error(f"features.rows {feats['rows']!r}, but the node types with "
+                                       f"features hold {rows} nodes")
 
     def _check_arrays(self) -> None:
         """Array lengths match num_nodes/num_edges, and labels fit num_classes."""
@@ -127,6 +133,44 @@ class Store:
             check_range(self.path / f"{name}.npy", self._stored(name), 0, n, "a node ID")
         if self.has_link_split:
             self._check_link_arrays()
+        self._check_etypes()
+
+    @cached_property
+    def schema(self) -> GraphSchema:
+        """Node types and relations (one of each for a homogeneous store)."""
+        if "schema" not in self.manifest:
+            return GraphSchema.homogeneous(self.num_nodes)
+        try:
+            schema = GraphSchema.from_manifest(self.manifest["schema"], "schema")
+        except DatasetError as exc:
+            raise self._manifest_error(str(exc)) from None
+        if schema.num_nodes != self.num_nodes:
+            raise self._manifest_error(f"the schema's node types hold {schema.num_nodes} nodes, "
+                                       f"num_nodes is {self.num_nodes}")
+        return schema
+
+    @cached_property
+    def etypes(self) -> np.ndarray | None:
+        """The relation (index into schema.relations) of every edge, aligned with indices;
+        None for a homogeneous store."""
+        if self.schema.is_homogeneous:
+            return None
+        return np.load(self.path / f"{ETYPES}.npy", mmap_mode="r")
+
+    def _check_etypes(self) -> None:
+        """A typed store has etypes.npy listed and as long as indices, its values relations."""
+        if self.schema.is_homogeneous:
+            return
+        path = self.path / f"{ETYPES}.npy"
+        if f"{ETYPES}.npy" not in self.manifest["files"]:
+            raise self._manifest_error(f"a schema without files.{ETYPES}.npy")
+        if self.etypes.dtype not in (np.int8, np.int16) or self.etypes.ndim != 1:
+            raise StoreError(f"{path}: dtype {self.etypes.dtype} shape {self.etypes.shape}, "
+                             "expected a 1-D int8 or int16 array")
+        if len(self.etypes) != self.num_edges:
+            raise self._manifest_error(f"{ETYPES}.npy holds {len(self.etypes)} entries, but "
+                                       f"num_edges {self.num_edges} needs {self.num_edges}")
+        check_range(path, self.etypes, 0, len(self.schema.relations), "a relation")
 
     def _stored(self, name: str) -> np.ndarray:
         """The array of `{name}.npy` as stored (the splits in store IDs)."""
@@ -159,6 +203,9 @@ class Store:
             check_distinct(self.path / f"{name}.npy", self._stored(name))
         if self.row_scales is not None:
             check_finite(self.path / ROW_SCALES, self.row_scales)
+        if self.etypes is not None:
+            check_typed_edges(self.path / f"{ETYPES}.npy", self.indptr, self.indices,
+                              self.etypes, self.schema)
 
     def _check_own_checksum(self) -> None:
         stored, actual = self.manifest["checksum"], manifest_checksum(self.manifest)
@@ -214,8 +261,12 @@ class Store:
         return self.original_ids(self.test_store_ids)
 
     def original_ids(self, store_ids: np.ndarray) -> np.ndarray:
-        """The dataset's IDs of store rows `store_ids` (perm[store_id])."""
-        return np.asarray(self.perm)[np.asarray(store_ids, dtype=np.int64)]
+        """The dataset's IDs of store rows `store_ids` (perm[store_id]); on a heterogeneous
+        store the splits' IDs within the target type (as DGL numbers a heterograph's nodes)."""
+        ids = np.asarray(self.perm)[np.asarray(store_ids, dtype=np.int64)]
+        if self.schema.is_homogeneous:
+            return ids
+        return ids - self.schema.offsets[self.schema.type_id(self.schema.target)]
 
     @property
     def has_link_split(self) -> bool:
@@ -279,7 +330,12 @@ class Store:
     @property
     def feature_bytes(self) -> int:
         """Bytes of feature rows (without the page padding at the end of the file)."""
-        return self.num_nodes * self.row_bytes
+        return self.feature_rows * self.row_bytes
+
+    @property
+    def feature_rows(self) -> int:
+        """Rows of features.bin: the nodes of the types with features, IDs 0..rows-1."""
+        return self.schema.feature_rows
 
     @cached_property
     def _page_checksums(self) -> np.ndarray:
@@ -300,7 +356,7 @@ class Store:
             return None
         self._check_crc(ROW_SCALES)
         scales = np.fromfile(self.path / ROW_SCALES, dtype="<f4").astype(np.float32, copy=False)
-        return scales.reshape(self.num_nodes, 2)
+        return scales.reshape(self.feature_rows, 2)
 
     def as_float32(self, raw: np.ndarray, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
         """Feature rows of store nodes `rows` as stored (`raw`, in the store's dtype) as
@@ -315,7 +371,7 @@ class Store:
         against its checksum as it arrives (unless verify=False)."""
         data = np.empty(self.manifest["files"][FEATURES]["size"], dtype=np.uint8)
         self._read_pages(data, verify)
-        return data[:self.feature_bytes].view(self.feat_dtype).reshape(self.num_nodes, self.feat_dim)
+        return data[:self.feature_bytes].view(self.feat_dtype).reshape(self.feature_rows, self.feat_dim)
 
     def _read_pages(self, out: np.ndarray | None, verify: bool) -> None:
         """Read features.bin in chunks into `out` (the whole file), or with out=None into
@@ -349,7 +405,7 @@ class Store:
     def features_memmap(self) -> np.memmap:
         """The feature matrix (num_nodes, dim), memory-mapped: pages load on access."""
         return np.memmap(self.features_path, dtype=self.feat_dtype, mode="r",
-                         shape=(self.num_nodes, self.feat_dim))
+                         shape=(self.feature_rows, self.feat_dim))
 
     def summary(self) -> str:
         m = self.manifest
@@ -360,6 +416,10 @@ class Store:
             f"edges        {self.num_edges:,} (in-edges, CSC; indices {self.indices.dtype})",
             f"features     {self.feat_dim} x {self.feat_dtype} = {self.row_bytes} B/row, "
             f"{self.feature_bytes / 2**20:,.1f} MiB",
+            *([f"node types   " + ", ".join(f"{t.name} {t.count:,}" + ("" if t.features else " (no features)")
+                                            for t in self.schema.node_types),
+               f"relations    " + ", ".join("-".join(r) for r in self.schema.relations),
+               f"target type  {self.schema.target}"] if not self.schema.is_homogeneous else []),
             f"classes      {self.num_classes}",
             f"splits       train {len(self.train_idx):,} / valid {len(self.valid_idx):,} / "
             f"test {len(self.test_idx):,}",

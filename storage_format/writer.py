@@ -30,14 +30,16 @@ from .csc import csc_from_edges, index_dtype, renumber_csc_to_file
 from .csc_external import BUCKET_IDS_PER_EDGE, external_csc
 from .errors import DatasetError, StoreError
 from .link_split import LinkSplit, checked_link_split, held_out_mask, random_link_split
-from .manifest import (ARRAY_FILES, FEATURE_DTYPES, FEATURES, FORMAT_NAME, FORMAT_VERSION,
+from .manifest import (ARRAY_FILES, ETYPES, FEATURE_DTYPES, FEATURES, FORMAT_NAME, FORMAT_VERSION,
                        MANIFEST, PAGE, PAGE_CHECKSUMS, ROW_SCALES, is_store_manifest, manifest_checksum)
 from .order import NodeOrder, order_name, resolve_order
 from .page_crc import page_crc32c
 from .progress import PROGRESS, record, state_of
 from .quantize import quantize_rows
 from .reorder import reordered_features
-from .source import DatasetSource, edge_chunks, edge_count
+from .schema import GraphSchema
+from .source import DatasetSource, edge_chunks, edge_count, schema_of
+from .typed_csc import typed_csc
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +86,7 @@ def write_store(out: str | Path, source: DatasetSource, order: str | NodeOrder =
     if source.feat_dim < 1:
         raise DatasetError(f"{source.name}: feature dim {source.feat_dim}; every node needs at "
                            "least one feature")
+    _check_typed_options(source, order, edge_split)
     inputs = [Path(p).resolve() for p in getattr(source, "input_paths", list)()]
     _check_no_overlap(out, inputs)
     with _destination_lock(out):
@@ -113,6 +116,20 @@ def write_store(out: str | Path, source: DatasetSource, order: str | NodeOrder =
     return out
 
 
+def _check_typed_options(source: DatasetSource, order: str | NodeOrder,
+                         edge_split: tuple[float, float, float] | None) -> None:
+    """What a heterogeneous store cannot have yet: a node order other than the source's
+    (a renumbering must keep each type's IDs contiguous) and a link split."""
+    if schema_of(source).is_homogeneous:
+        return
+    if order_name(order) != "original":
+        raise DatasetError(f"{source.name}: --order {order_name(order)}: a heterogeneous graph "
+                           "keeps its own node order for now; use --order original")
+    if edge_split is not None or hasattr(source, "load_link_split"):
+        raise DatasetError(f"{source.name}: link splits of heterogeneous graphs are not "
+                           "supported yet; drop --edge-split")
+
+
 def _write_partial(partial: Path, source: DatasetSource, order: str | NodeOrder, dtype: str,
                    params: dict[str, Any], progress: Callable[[str, int, int], None] | None,
                    topology: dict[str, int], limit: int,
@@ -126,6 +143,8 @@ def _write_partial(partial: Path, source: DatasetSource, order: str | NodeOrder,
     labels = _checked_labels(source)
     has_link = edge_split is not None or hasattr(source, "load_link_split")
     splits = _checked_splits(source, labels, needs_train=not has_link)
+    schema = schema_of(source)
+    _check_splits_in_target(source, schema, splits)
     num_classes = int(labels.max()) + 1 if (labels >= 0).any() else 0
     link = _link_split(source, edge_split, params.get("edge_split", {}))
     order, perm, inv, indptr, indices = _store_topology(partial, source, order, splits["train"],
@@ -144,7 +163,7 @@ def _write_partial(partial: Path, source: DatasetSource, order: str | NodeOrder,
                 _window_rows(spare_memory(limit), row_bytes), notify)
     if dtype == "int8":
         with _step(steps, "quantize"):
-            files.update(_quantize_features(partial, source.num_nodes, source.feat_dim, notify))
+            files.update(_quantize_features(partial, schema.feature_rows, source.feat_dim, notify))
     with _step(steps, "page checksums"):
         files[PAGE_CHECKSUMS] = _write_page_checksums(partial, notify)
     row_bytes = source.feat_dim * np.dtype(dtype).itemsize
@@ -153,6 +172,8 @@ def _write_partial(partial: Path, source: DatasetSource, order: str | NodeOrder,
               "perm": perm, "inv": inv,
               **{f"{k}_idx": np.sort(inv[v]) for k, v in splits.items()}}
     assert set(arrays) == set(ARRAY_FILES)
+    if not schema.is_homogeneous:
+        arrays[ETYPES] = np.load(partial / f"{ETYPES}.npy", mmap_mode="r")
     if link is not None:
         arrays.update(link.renumbered(inv).arrays())
     with _step(steps, "arrays"):
@@ -167,7 +188,7 @@ def _write_partial(partial: Path, source: DatasetSource, order: str | NodeOrder,
         "num_edges": int(indices.shape[0]),
         "num_classes": num_classes,
         "features": {"file": FEATURES, "dim": source.feat_dim, "dtype": dtype,
-                     "row_bytes": row_bytes, "offset": 0, "alignment": PAGE,
+                     "row_bytes": row_bytes, "rows": schema.feature_rows, "offset": 0, "alignment": PAGE,
                      "page_checksums": PAGE_CHECKSUMS, **({"row_scales": ROW_SCALES} if dtype == "int8" else {})},
         "order": order,
         "files": files,
@@ -176,6 +197,8 @@ def _write_partial(partial: Path, source: DatasetSource, order: str | NodeOrder,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "gnnssd_version": _version(),
     }
+    if not schema.is_homogeneous:
+        manifest["schema"] = schema.to_manifest()
     if link is not None:
         manifest["link"] = {"split": params.get("edge_split", "dataset"),
                             "edges": {k: len(v) for k, v in link.edges.items()},
@@ -268,7 +291,11 @@ def _resumable_csc(partial: Path, source: DatasetSource, link: LinkSplit | None,
                    notify: Callable[[str, int, int], None]) -> tuple[np.ndarray, np.ndarray]:
     """The CSC in the source's node order (indices mapped from the partial folder)."""
     if not state_of(partial, "csc")["done"]:
-        if link is None:
+        if not schema_of(source).is_homogeneous:
+            indptr, indices, etypes = typed_csc(source, notify)
+            _save_array(partial / f"{ETYPES}.npy", etypes)
+            del etypes
+        elif link is None:
             indptr, indices = _checked_csc(source, limit, partial, notify)
         else:
             indptr, indices = _csc_without_held_out(source, link)
@@ -597,6 +624,18 @@ def _checked_splits(source: DatasetSource, labels: np.ndarray,
     return splits
 
 
+def _check_splits_in_target(source: DatasetSource, schema: GraphSchema,
+                            splits: dict[str, np.ndarray]) -> None:
+    """Splits of a heterogeneous graph name nodes of its target type."""
+    t = schema.type_id(schema.target)
+    lo, hi = schema.offsets[t], schema.offsets[t + 1]
+    for name, ids in splits.items():
+        outside = ids[(ids < lo) | (ids >= hi)]
+        if outside.size:
+            raise DatasetError(f"{source.name}: split {name!r} holds node {outside[0]}, not a "
+                               f"node of the target type {schema.target!r} ({lo}..{hi - 1})")
+
+
 def _link_split(source: DatasetSource, edge_split: tuple[float, float, float] | None,
                 request: dict[str, Any]) -> LinkSplit | None:
     """The edge split: the source's own, drawn from the edges (`request`: the seed and
@@ -758,17 +797,17 @@ def _write_rows_resumably(partial: Path, name: str, blocks_from: Callable[[int],
 def _checked_feature_rows(source: DatasetSource, dtype: str) -> Callable[[int], Iterator[np.ndarray]]:
     """rows_from(first_row): the source's feature rows from `first_row` on, checked and
     converted to `dtype`, CHUNK_BYTES at a time."""
-    n = source.num_nodes
+    n = schema_of(source).feature_rows
     chunk_rows = _chunk_rows(source.feat_dim * np.dtype(dtype).itemsize)
 
     def rows_from(row: int) -> Iterator[np.ndarray]:
         for chunk in source.feature_chunks(row, chunk_rows):
             if row + len(chunk) > n:
-                raise DatasetError(f"{source.name}: more feature rows than the {n} nodes")
+                raise DatasetError(f"{source.name}: more feature rows than the {n} nodes with features")
             yield _checked_chunk(source, np.asarray(chunk), row, dtype)
             row += len(chunk)
         if row != n:
-            raise DatasetError(f"{source.name}: {row} feature rows for {n} nodes")
+            raise DatasetError(f"{source.name}: {row} feature rows for {n} nodes with features")
 
     return rows_from
 
@@ -776,7 +815,7 @@ def _checked_feature_rows(source: DatasetSource, dtype: str) -> Callable[[int], 
 def _stream_features(partial: Path, name: str, source: DatasetSource, dtype: str,
                      notify: Callable[[str, int, int], None]) -> dict[str, int]:
     return _write_rows_resumably(partial, name, _checked_feature_rows(source, dtype),
-                                 source.num_nodes, "features", notify)
+                                 schema_of(source).feature_rows, "features", notify)
 
 
 def _maps(array: np.ndarray, path: Path) -> bool:

@@ -35,11 +35,13 @@ class HotRanking:
             return None
         train = np.asarray(self.store.train_store_ids)  # empty in a link store: seeds are anywhere
         heat = hotness(self.store.indptr, self.store.indices, self.fanouts, train if len(train) else None)
-        return np.argsort(-heat, kind="stable")
+        # only the featured node types have rows (a prefix of the IDs): rank those
+        return np.argsort(-heat[:self.store.feature_rows], kind="stable")
 
     def top(self, count: int) -> np.ndarray:
         """The `count` hottest rows, sorted; the front of the file when the store's order
         already put the hottest rows first (one sequential read)."""
+        count = min(count, self.store.feature_rows)
         if count == 0:
             return np.empty(0, np.int64)
         if self._order is None:

@@ -1,0 +1,97 @@
+"""Heterogeneous graphs on the loaders' side: the per-type views of one global ID space.
+
+A typed store numbers all nodes globally, each type a contiguous range (see
+storage_format.schema); users and DGL speak per-type IDs. These helpers convert between
+the two at the loaders' edges: seeds in, `MiniBatch` out (input_nodes, output_nodes and
+x as dicts by node type, as DGL's DataLoader gives them for a heterograph).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import dgl
+import numpy as np
+import torch
+
+from gnnssd.sampler import MFGs
+from gnnssd.sampler.blocks import typed_dgl_blocks
+from gnnssd.storage_format import Store
+from gnnssd.storage_format.schema import GraphSchema
+
+
+def layer_fanouts(schema: GraphSchema, fanouts: list[Any]) -> list[Any]:
+    """Fanouts as the sampler takes them: ints for a homogeneous store; for a typed one a
+    tuple per layer with a fanout per relation (from one number, or a dict by relation
+    name whose missing relations take none)."""
+    if schema.is_homogeneous:
+        if any(isinstance(f, dict) for f in fanouts):
+            raise ValueError(f"fanouts {fanouts}: per-relation fanouts need a heterogeneous store; "
+                             "this one has one node type and one relation")
+        return list(fanouts)
+    return [tuple(schema.relation_fanouts(f).tolist()) for f in fanouts]
+
+
+def dgl_fanouts(schema: GraphSchema, layer: Any) -> Any:
+    """One layer's fanout as DGL's NeighborSampler takes it on a heterograph."""
+    if isinstance(layer, (int, np.integer)):
+        return int(layer)
+    return {relation: int(k) for relation, k in zip(schema.relations, layer)}
+
+
+def typed_graph(store: Store) -> dgl.DGLGraph:
+    """The store's graph as a DGLHeteroGraph in per-type IDs (int64), one relation per
+    canonical edge type, built from the CSC and its edge types."""
+    schema = store.schema
+    offsets = schema.offsets
+    indptr = np.asarray(store.indptr)
+    dst = np.repeat(np.arange(schema.num_nodes, dtype=np.int64), np.diff(indptr))
+    src = np.asarray(store.indices, dtype=np.int64)
+    etypes = np.asarray(store.etypes)
+    data = {}
+    for r, (s, name, d) in enumerate(schema.relations):
+        mine = etypes == r
+        data[(s, name, d)] = (torch.from_numpy(src[mine] - offsets[schema.type_id(s)]),
+                              torch.from_numpy(dst[mine] - offsets[schema.type_id(d)]))
+    return dgl.heterograph(data, num_nodes_dict={t.name: t.count for t in schema.node_types})
+
+
+def seeds_by_type(schema: GraphSchema, store_ids: np.ndarray) -> dict[str, torch.Tensor]:
+    """Global seed IDs as DGL's per-type seed dict."""
+    types = schema.type_of(store_ids)
+    offsets = schema.offsets
+    return {schema.type_names[t]: torch.from_numpy(store_ids[types == t] - offsets[t])
+            for t in np.unique(types)}
+
+
+def global_ids(schema: GraphSchema, nodes: dict[str, torch.Tensor]) -> np.ndarray:
+    """Per-type IDs (a dict by type) as global IDs, types in the schema's order."""
+    offsets = schema.offsets
+    return np.concatenate([np.asarray(nodes[name]) + offsets[t] for t, name in enumerate(schema.type_names)
+                           if name in nodes] or [np.empty(0, np.int64)]).astype(np.int64)
+
+
+def split_features(schema: GraphSchema, nodes: dict[str, torch.Tensor],
+                   rows: torch.Tensor) -> dict[str, torch.Tensor]:
+    """x of the featured types, from `rows`: the features of their nodes in
+    `global_ids(nodes)` order (featured types first)."""
+    x, at = {}, 0
+    for t in schema.node_types:
+        if t.features and t.name in nodes:
+            count = len(nodes[t.name])
+            x[t.name] = rows[at:at + count]
+            at += count
+    return x
+
+
+def typed_batch_parts(mfgs: MFGs, schema: GraphSchema, rows: torch.Tensor) -> dict[str, Any]:
+    """input_nodes, output_nodes, blocks and x of the sampled `mfgs` (rows: the float32
+    features of mfgs.input_rows), for a MiniBatch."""
+    blocks = typed_dgl_blocks(mfgs, schema)
+    inputs = {name: block_ids for name, block_ids in blocks[0].srcdata[dgl.NID].items()}
+    outputs = {name: ids for name, ids in blocks[-1].dstdata[dgl.NID].items() if len(ids)}
+    types = schema.type_of(mfgs.input_rows)
+    x = {}
+    for t, node_type in enumerate(schema.node_types):
+        if node_type.features:
+            x[node_type.name] = rows[torch.from_numpy(np.flatnonzero(types == t))]
+    return {"input_nodes": inputs, "output_nodes": outputs, "blocks": blocks, "x": x}

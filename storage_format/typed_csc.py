@@ -1,0 +1,81 @@
+"""The topology of a heterogeneous graph: one CSC over all node types plus the relation
+of every edge (see storage_format.schema).
+
+Each relation's edges become a CSC of their own (the homogeneous builder), checked against
+the relation's source and destination types; the per-relation CSCs are then interleaved
+node by node, so each node's in-edges are grouped by relation (in the schema's order) and
+sorted by source within a relation: the sampler finds a relation's neighbours of a node
+as one contiguous run.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numba
+import numpy as np
+
+from .csc import csc_from_edges, index_dtype
+from .errors import DatasetError
+from .schema import GraphSchema
+from .source import TypedSource
+
+Notify = Callable[[str, int, int], None]
+
+
+@numba.njit(cache=True)
+def _interleave(indptrs, cat, starts, out_indptr, out_indices, out_etypes):
+    """Node v's in-edges: relation 0's run, then relation 1's, ... (from `cat`, the
+    relations' indices concatenated, relation r's starting at starts[r])."""
+    num_rel = indptrs.shape[0]
+    for v in range(out_indptr.shape[0] - 1):
+        o = out_indptr[v]
+        for r in range(num_rel):
+            for e in range(indptrs[r, v], indptrs[r, v + 1]):
+                out_indices[o] = cat[starts[r] + e]
+                out_etypes[o] = r
+                o += 1
+
+
+def _relation_edges(source: TypedSource, schema: GraphSchema, r: int) -> tuple[np.ndarray, np.ndarray]:
+    """Relation r's (src, dst), checked: integer 1-D arrays of equal length whose ends
+    are nodes of the relation's source and destination types."""
+    offsets = schema.offsets
+    src_type, name, dst_type = schema.relations[r]
+    src, dst = (np.asarray(a) for a in source.load_relation_edges(r))
+    if src.shape != dst.shape or src.ndim != 1:
+        raise DatasetError(f"{source.name}: relation {name!r} has endpoint arrays of shapes "
+                           f"{src.shape} and {dst.shape}, expected two equal 1-D arrays")
+    for side, ends, ntype in (("source", src, src_type), ("destination", dst, dst_type)):
+        if ends.size and ends.dtype.kind not in "iu":
+            raise DatasetError(f"{source.name}: relation {name!r} edge {side}s have dtype "
+                               f"{ends.dtype}, expected integers")
+        t = schema.type_id(ntype)
+        lo, hi = offsets[t], offsets[t + 1]
+        bad = np.flatnonzero((ends < lo) | (ends >= hi))
+        if bad.size:
+            raise DatasetError(f"{source.name}: relation {name!r} edge {bad[0]} has {side} "
+                               f"{ends[bad[0]]}, not a {ntype!r} node ({lo}..{hi - 1})")
+    dtype = index_dtype(schema.num_nodes)
+    return src.astype(dtype, copy=False), dst.astype(dtype, copy=False)
+
+
+def typed_csc(source: TypedSource, notify: Notify) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(indptr, indices, etypes) of the source's graph in its own node IDs; repeated edges
+    of one relation are kept once, the same pair in two relations once per relation."""
+    schema = source.schema
+    n = schema.num_nodes
+    indptrs = np.zeros((len(schema.relations), n + 1), np.int64)
+    parts = []
+    for r in range(len(schema.relations)):
+        indptr, indices = csc_from_edges(*_relation_edges(source, schema, r), n)
+        indptrs[r] = indptr
+        parts.append(indices)
+        notify("relations", r + 1, len(schema.relations))
+    starts = np.concatenate([[0], np.cumsum([len(p) for p in parts])]).astype(np.int64)
+    cat = np.concatenate(parts) if parts else np.empty(0, index_dtype(n))
+    del parts
+    out_indptr = indptrs.sum(axis=0)
+    out_indices = np.empty(cat.shape[0], cat.dtype)
+    out_etypes = np.empty(cat.shape[0], schema.etype_dtype())
+    _interleave(indptrs, cat, starts, out_indptr, out_indices, out_etypes)
+    return out_indptr, out_indices, out_etypes
