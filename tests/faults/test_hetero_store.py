@@ -1,0 +1,103 @@
+"""Heterogeneous stores: bad typed input refused by preprocess naming the relation, split or
+option; a typed store whose checksums are valid but whose edge types are not refused by
+`open` (cheap checks) or `verify` (full ones), never sampled into wrong blocks."""
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+from gnnssd.sampler import node_order
+from gnnssd.storage_format import DatasetError, Store, StoreError, write_store
+from gnnssd.storage_format.schema import GraphSchema, NodeType
+from tests.faults.test_round2 import _array, _tamper
+from tests.hetero_graph import RELATIONS, ToyHeteroSource
+
+
+@pytest.fixture(scope="module")
+def typed_store(tmp_path_factory):
+    return write_store(tmp_path_factory.mktemp("hetero") / "store", ToyHeteroSource())
+
+
+@pytest.fixture
+def store_copy(typed_store, tmp_path):
+    return shutil.copytree(typed_store, tmp_path / "store")
+
+
+def test_relation_edge_of_the_wrong_node_type_is_refused_naming_the_relation(tmp_path):
+    source = ToyHeteroSource()
+    src, dst = source.edges[1]  # author -writes-> paper
+    source.edges[1] = (np.concatenate([src, [5]]), np.concatenate([dst, [7]]))  # 5 is a paper
+    with pytest.raises(DatasetError, match=r"relation 'writes' edge 900 has source 5, not a 'author' node \(300\.\.499\)"):
+        write_store(tmp_path / "out", source)
+    assert not (tmp_path / "out").exists()
+
+
+def test_split_outside_the_target_type_is_refused(tmp_path):
+    source = ToyHeteroSource()
+    source.labels[310] = 1
+    source.splits["test"] = np.concatenate([source.splits["test"], [310]])
+    with pytest.raises(DatasetError, match=r"split 'test' holds node 310, not a node of the target type 'paper'"):
+        write_store(tmp_path / "out", source)
+
+
+def test_node_order_and_link_split_are_refused_for_a_typed_graph(tmp_path):
+    with pytest.raises(DatasetError, match="--order degree: a heterogeneous graph keeps its own node order"):
+        write_store(tmp_path / "out", ToyHeteroSource(), order=node_order("degree"))
+    with pytest.raises(DatasetError, match="link splits of heterogeneous graphs"):
+        write_store(tmp_path / "out", ToyHeteroSource(), edge_split=(0.8, 0.1, 0.1))
+
+
+def test_schema_with_featureless_types_first_is_refused():
+    with pytest.raises(DatasetError, match="node types with features must come first"):
+        GraphSchema((NodeType("author", 3, False), NodeType("paper", 2, True)), RELATIONS[:1], "paper")
+    with pytest.raises(DatasetError, match="relation names must be distinct"):
+        GraphSchema((NodeType("paper", 2, True), NodeType("author", 3, False)),
+                    (("paper", "cites", "paper"), ("author", "cites", "paper")), "paper")
+
+
+def test_edge_type_out_of_range_is_refused_at_open(store_copy):
+    etypes = _array(store_copy, "etypes.npy")
+    etypes[17] = 9
+    _tamper(store_copy, "etypes.npy", etypes)
+    with pytest.raises(StoreError, match=r"etypes\.npy: entry 17 is 9, expected a relation in 0\.\.4"):
+        Store.open(store_copy)
+
+
+def test_edge_of_another_relations_types_is_refused_by_verify(store_copy):
+    store = Store.open(store_copy)
+    indptr = np.asarray(store.indptr)
+    etypes = _array(store_copy, "etypes.npy")
+    # a paper's in-edge from a paper ("cites") relabelled "writes" (author -> paper): in range
+    # for open, wrong for the relation's source type; and in relation order, so only the
+    # endpoint check can see it
+    paper = int(np.flatnonzero((np.diff(indptr) > 0)[:300])[0])
+    first = int(indptr[paper])
+    assert etypes[first] == 0
+    runs = etypes[first:indptr[paper + 1]]
+    etypes[first:first + int((runs == 0).sum())] = 1
+    _tamper(store_copy, "etypes.npy", etypes)
+    Store.open(store_copy)  # the cheap checks pass
+    with pytest.raises(StoreError, match=rf"edge {first} \(relation author-writes-paper\) has a source of another type"):
+        Store.open(store_copy).verify()
+
+
+def test_edges_out_of_relation_order_are_refused_by_verify(store_copy):
+    store = Store.open(store_copy)
+    indptr = np.asarray(store.indptr)
+    etypes = _array(store_copy, "etypes.npy")
+    node = next(v for v in range(300) if len(set(etypes[indptr[v]:indptr[v + 1]].tolist())) > 1)
+    lo, hi = int(indptr[node]), int(indptr[node + 1])
+    indices = _array(store_copy, "indices.npy")
+    etypes[lo:hi], indices[lo:hi] = etypes[lo:hi][::-1].copy(), indices[lo:hi][::-1].copy()
+    _tamper(store_copy, "etypes.npy", etypes)  # each edge keeps its own relation and source
+    _tamper(store_copy, "indices.npy", indices)
+    with pytest.raises(StoreError, match="is out of relation order"):
+        Store.open(store_copy).verify()
+
+
+def test_missing_etypes_in_a_typed_manifest_is_refused(store_copy):
+    (store_copy / "etypes.npy").unlink()
+    with pytest.raises(StoreError, match="etypes.npy: missing from the store"):
+        Store.open(store_copy)
