@@ -28,7 +28,7 @@ from gnnssd.storage_format.mapping import released_chunks
 from .budget import format_bytes
 from .config import ConfigError, SamplerConfig, SSDConfig
 from .runtime import epoch_seed
-from .typed import dgl_fanouts, global_ids, layer_fanouts, seeds_by_type, split_features, typed_graph
+from .typed import dgl_fanouts, global_ids, layer_fanouts, seeds_by_type, split_features
 from .timing import StageTimer
 
 LABEL_CHUNK = 1 << 22  # labels copied per pass (32 MiB of the int64 file)
@@ -181,7 +181,7 @@ class SampledLoader:
     def __init__(self, store: Store, device: torch.device, timer: StageTimer, seed: int = 0):
         self.store, self.seed = store, seed
         check_memory(store, self.NAME, self._memory_needs(store))
-        self.graph = store_graph(store) if store.schema.is_homogeneous else typed_graph(store)
+        self.graph = store_graph(store) if store.schema.is_homogeneous else store.graph()
         self.labels = Labels(store)
         self.device = device
         self.timer = timer

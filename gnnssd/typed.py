@@ -15,7 +15,6 @@ import torch
 
 from gnnssd.sampler import MFGs
 from gnnssd.sampler.blocks import typed_dgl_blocks
-from gnnssd.storage_format import Store
 from gnnssd.storage_format.schema import GraphSchema
 
 
@@ -36,23 +35,6 @@ def dgl_fanouts(schema: GraphSchema, layer: Any) -> Any:
     if isinstance(layer, (int, np.integer)):
         return int(layer)
     return {relation: int(k) for relation, k in zip(schema.relations, layer)}
-
-
-def typed_graph(store: Store) -> dgl.DGLGraph:
-    """The store's graph as a DGLHeteroGraph in per-type IDs (int64), one relation per
-    canonical edge type, built from the CSC and its edge types."""
-    schema = store.schema
-    offsets = schema.offsets
-    indptr = np.asarray(store.indptr)
-    dst = np.repeat(np.arange(schema.num_nodes, dtype=np.int64), np.diff(indptr))
-    src = np.asarray(store.indices, dtype=np.int64)
-    etypes = np.asarray(store.etypes)
-    data = {}
-    for r, (s, name, d) in enumerate(schema.relations):
-        mine = etypes == r
-        data[(s, name, d)] = (torch.from_numpy(src[mine] - offsets[schema.type_id(s)]),
-                              torch.from_numpy(dst[mine] - offsets[schema.type_id(d)]))
-    return dgl.heterograph(data, num_nodes_dict={t.name: t.count for t in schema.node_types})
 
 
 def seeds_by_type(schema: GraphSchema, store_ids: np.ndarray) -> dict[str, torch.Tensor]:

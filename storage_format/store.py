@@ -393,14 +393,34 @@ class Store:
 
     def graph(self) -> Any:
         """The topology as a DGLGraph in the dataset's node IDs (int64 IDs; no features:
-        they stay on disk). Needs DGL, which the store itself does not."""
+        they stay on disk); a heterogeneous store's as a DGLHeteroGraph in per-type IDs.
+        Needs DGL, which the store itself does not."""
         import dgl
         import torch
 
+        if not self.schema.is_homogeneous:
+            return self._typed_graph()
         perm = np.asarray(self.perm)
         dst = np.repeat(np.arange(self.num_nodes, dtype=np.int64), np.diff(np.asarray(self.indptr)))
         src = perm[np.asarray(self.indices, dtype=np.int64)]
         return dgl.graph((torch.from_numpy(src), torch.from_numpy(perm[dst])), num_nodes=self.num_nodes)
+
+    def _typed_graph(self) -> Any:
+        """One canonical edge type per relation, built from the CSC and its edge types."""
+        import dgl
+        import torch
+
+        schema, offsets = self.schema, self.schema.offsets
+        indptr = np.asarray(self.indptr)
+        dst = np.repeat(np.arange(schema.num_nodes, dtype=np.int64), np.diff(indptr))
+        src = np.asarray(self.indices, dtype=np.int64)
+        etypes = np.asarray(self.etypes)
+        data = {}
+        for r, (s, name, d) in enumerate(schema.relations):
+            mine = etypes == r
+            data[(s, name, d)] = (torch.from_numpy(src[mine] - offsets[schema.type_id(s)]),
+                                  torch.from_numpy(dst[mine] - offsets[schema.type_id(d)]))
+        return dgl.heterograph(data, num_nodes_dict={t.name: t.count for t in schema.node_types})
 
     def features_memmap(self) -> np.memmap:
         """The feature matrix (num_nodes, dim), memory-mapped: pages load on access."""

@@ -97,3 +97,13 @@ def test_featureless_types_read_no_rows(toy):
     mfgs = _sampler(store, [-1, -1]).sample(np.array([5, 6]), seed=0)
     assert (mfgs.input_nodes >= store.feature_rows).any()
     np.testing.assert_array_equal(mfgs.input_rows, mfgs.input_nodes[mfgs.input_nodes < 300])
+
+
+def test_store_graph_is_the_sources_heterograph(toy):
+    source, store = toy
+    ours, theirs = store.graph(), source.dgl_graph()
+    assert sorted(ours.canonical_etypes) == sorted(theirs.canonical_etypes)
+    for rel in theirs.canonical_etypes:
+        assert set(zip(*(t.tolist() for t in ours.edges(etype=rel)))) == \
+            set(zip(*(t.tolist() for t in theirs.edges(etype=rel))))
+    assert {t: ours.num_nodes(t) for t in ours.ntypes} == {t: theirs.num_nodes(t) for t in theirs.ntypes}
