@@ -66,12 +66,22 @@ def _progress_bar() -> Callable[[str, int, int], None]:
 
 
 def cmd_preprocess(args: argparse.Namespace) -> None:
+    from gnnssd.datasets.flatten import FlattenedSource
     from gnnssd.storage_format.link_split import parse_fractions
+    from gnnssd.storage_format.source import schema_of
 
     edge_split = parse_fractions(args.edge_split) if args.edge_split else None
     source = _source_from_args(args)
     dtype = args.dtype or getattr(source, "default_dtype", "float32")
+    typed = not schema_of(source).is_homogeneous
+    if args.flatten:
+        if not typed:
+            raise ConfigError("--flatten: the dataset has one node type and one relation already")
+        source, typed = FlattenedSource(source), False
     if args.self_loops:
+        if typed:
+            raise ConfigError("--self-loops: a heterogeneous graph has no relation for them; "
+                              "add a relation in the dataset, or --flatten it")
         from .self_loops import WithSelfLoops
 
         source = WithSelfLoops(source)
@@ -303,6 +313,9 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--split-seed", type=int, default=0, help="seed of the edge split and negatives")
         sub.add_argument("--eval-negatives", type=int, default=1000,
                          help="fixed negatives stored per valid/test edge")
+        sub.add_argument("--flatten", action="store_true",
+                         help="a heterogeneous dataset as one node type and one relation (featureless "
+                              "types get zero rows): the baseline that ignores relations")
         sub.add_argument("--self-loops", action="store_true",
                          help="add an edge v -> v to every node (as dgl.add_self_loop; a GAT's habit)")
         sub.set_defaults(func=cmd_preprocess)
