@@ -317,6 +317,43 @@ def check_same_store(store: Store, ranks: Ranks) -> None:
                          "the same preprocessed store")
 
 
+#: Config keys a rank may set its own way: where its files are, and how it shows progress.
+PER_RANK_KEYS = ("store", "run_dir", "base_dir", "train.progress")
+
+
+def _training_keys(config: Config) -> dict[str, Any]:
+    """The config as dotted keys, without the per-rank ones."""
+    flat: dict[str, Any] = {}
+
+    def walk(value: Any, prefix: str) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                walk(item, f"{prefix}{key}.")
+        else:
+            flat[prefix[:-1]] = value
+
+    walk(dataclasses.asdict(config), "")
+    return {k: v for k, v in flat.items() if k not in PER_RANK_KEYS}
+
+
+def check_same_config(config: Config, ranks: Ranks) -> None:
+    """Refuse to train when the ranks' configs differ beyond their paths: a different
+    batch size makes them run different numbers of collectives (gloo aborts), a different
+    learning rate trains diverging replicas."""
+    if not ranks.active:
+        return
+    seen: list[Any] = [None] * ranks.world_size
+    dist.all_gather_object(seen, _training_keys(config))
+    reference = seen[0]
+    for rank, keys in enumerate(seen):
+        differ = [f"{k} {keys.get(k)!r} (rank 0: {reference.get(k)!r})"
+                  for k in sorted(set(keys) | set(reference)) if keys.get(k) != reference.get(k)]
+        if differ:
+            raise ConfigError(f"the ranks' training configs differ: rank {rank} has {', '.join(differ)}; "
+                              "start every rank with the same config (only store, run_dir and "
+                              "train.progress may differ)")
+
+
 def from_rank0(load: Callable[[], Any], ranks: Ranks) -> Any:
     """`load()` run on rank 0 and its result (or its error) shared with every rank: the
     checkpoint is read once, and a bad one fails every rank the same way."""

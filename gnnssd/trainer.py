@@ -78,6 +78,7 @@ class Trainer:
         self.ranks = distributed.current()  # several when inside an initialised process group
         self.run_dir = cfg.run_path()
         self.store = Store.open(cfg.store_path())
+        distributed.check_same_config(cfg, self.ranks)
         distributed.check_same_store(self.store, self.ranks)
         self._check_store()
         _check_memory(distributed.share_budget(cfg, self.ranks), self.store, self._output_dim())

@@ -460,6 +460,38 @@ def test_users_config_yaml_in_run_dir_is_not_overwritten(store, tmp_path, capsys
     assert yaml.safe_load((run_dir / "run_config.yaml").read_text())["seed"] == 1
 
 
+# --- data parallel: ranks started with different configs -----------------------------------
+
+def test_ranks_with_different_batch_size_or_lr_are_refused_naming_them(store, tmp_path):
+    """Two torchrun-style ranks whose configs differ in sampler.batch_size (the ranks would
+    run different numbers of collectives) and train.lr (diverging replicas): both stop
+    before training naming the ranks and keys that differ. Their own paths may differ."""
+    from tests.test_distributed import _free_port
+
+    env = {"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(_free_port()), "GNNSSD_DIST_TIMEOUT": "10"}
+    ranks = []
+    for rank, (batch_size, lr) in enumerate([(64, 0.01), (32, 0.1)]):
+        config = _config_file(store, tmp_path / f"rank{rank}" / "run", sampler={"batch_size": batch_size},
+                              train={"lr": lr})
+        ranks.append(subprocess.Popen(
+            [sys.executable, "-m", "gnnssd", "train", "--config", str(config)], cwd=REPO,
+            env={**os.environ, **env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    try:
+        errors = [process.communicate(timeout=300)[1] for process in reversed(ranks)]
+    finally:
+        for process in ranks:
+            process.kill()
+            process.wait()
+    for process, stderr in zip(reversed(ranks), errors):
+        assert process.returncode == 2, stderr[-3000:]
+        assert "the ranks' training configs differ: rank 1 has sampler.batch_size 32 (rank 0: 64), " \
+               "train.lr 0.1 (rank 0: 0.01)" in stderr, stderr[-3000:]
+        assert "Traceback" not in stderr, stderr[-3000:]
+    assert not list(tmp_path.glob("rank*/run/metrics.jsonl"))
+
+
 # --- also found: I/O counters from several threads -------------------------------------------
 
 def test_io_counters_lose_no_counts_across_threads():
