@@ -33,18 +33,29 @@ class CheckpointError(RuntimeError):
 
 
 def save_checkpoint(run_dir: Path, state: dict[str, Any]) -> None:
-    """Write `state` (tensors and plain types only) atomically with its checksum."""
+    """Write `state` (tensors and plain types only) atomically with its checksum. Serialised
+    in memory first, so a full disk is a plain write error (torch's own writer reports it
+    as "unexpected pos"): the error names the file, the temporary file goes, and the
+    previous checkpoint stays."""
     buffer = io.BytesIO()
     torch.save(state, buffer)
     payload = buffer.getvalue()
     wrapped = {"format": FORMAT, "sha256": hashlib.sha256(payload).hexdigest(),
                "payload": torch.frombuffer(bytearray(payload), dtype=torch.uint8)}
+    data = io.BytesIO()
+    torch.save(wrapped, data)
     path = run_dir / CHECKPOINT
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        torch.save(wrapped, f)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data.getbuffer())
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise CheckpointError(f"{path}: cannot write the checkpoint ({exc.strerror or exc}; "
+                              f"{data.getbuffer().nbytes:,} bytes); the previous checkpoint is "
+                              "unchanged: free space and resume with --resume") from None
     os.replace(tmp, path)
     fsync_dir(run_dir)
 

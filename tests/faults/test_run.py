@@ -511,3 +511,33 @@ def test_io_counters_lose_no_counts_across_threads():
         sys.setswitchinterval(interval)
     assert counters.as_dict() == {"bytes_read": n * threads, "bytes_written": 0, "requests": 2 * n * threads,
                                   "useful_bytes": 0}
+
+
+# --- a checkpoint written to a full disk -----------------------------------------------------
+
+def test_checkpoint_on_a_full_disk_names_the_file_and_keeps_the_previous_one(tmp_path):
+    """The file-size limit (EFBIG, as ENOSPC on a full disk) hits the checkpoint's write: a
+    CheckpointError naming the file, no checkpoint.pt.tmp left, the previous checkpoint
+    still loads."""
+    from gnnssd.checkpoint import load_checkpoint, save_checkpoint
+
+    save_checkpoint(tmp_path, {"epoch": 1, "w": torch.ones(10)})
+    script = (
+        "import resource, signal, sys, torch\n"
+        "from pathlib import Path\n"
+        "from gnnssd.checkpoint import CheckpointError, save_checkpoint\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))\n"
+        "try:\n"
+        "    save_checkpoint(Path(sys.argv[1]), {'epoch': 2, 'w': torch.zeros(100_000)})\n"
+        "except CheckpointError as exc:\n"
+        "    print(exc)\n"
+        "    sys.exit(3)\n")
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 3, done.stderr[-2000:]
+    assert f"{tmp_path / 'checkpoint.pt'}: cannot write the checkpoint (File too large" in done.stdout
+    assert "the previous checkpoint is unchanged" in done.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.pt"]
+    state = load_checkpoint(tmp_path)
+    assert state["epoch"] == 1 and torch.equal(state["w"], torch.ones(10))
