@@ -36,10 +36,12 @@ class BlockWriter:
         chunk = min(max_chunk, memory_bytes // (len(paths) + SPARE_CHUNKS))
         self.chunk = max(chunk // PAGE, -(-2 * row_bytes // PAGE), 1) * PAGE
         self.direct = True
+        self.paths = {}  # fd -> its file, for the errors
         self.fds: list[int] = []
         try:
             for path in paths:
                 self.fds.append(self._open(path))
+                self.paths[self.fds[-1]] = path
         except OSError:
             for fd in self.fds:
                 os.close(fd)
@@ -113,6 +115,10 @@ class BlockWriter:
                     while len(view):
                         done = os.pwrite(fd, view, offset)
                         view, offset = view[done:], offset + done
+            except OSError as e:  # a full scratch disk, most likely: name the file and the way out
+                self._error = OSError(e.errno, f"{self.paths[fd]}: cannot write ({e.strerror}); free "
+                                      "space on its disk, or set ssd.block_budget: 0 (no compact "
+                                      "blocks: rows are read in place)")
             except BaseException as e:
                 self._error = e
             self._free.put(buf)

@@ -541,3 +541,29 @@ def test_checkpoint_on_a_full_disk_names_the_file_and_keeps_the_previous_one(tmp
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.pt"]
     state = load_checkpoint(tmp_path)
     assert state["epoch"] == 1 and torch.equal(state["w"], torch.ones(10))
+
+
+def test_scratch_disk_full_while_writing_compact_blocks_names_the_file_and_the_way_out(tmp_path):
+    """The compact-block writer meets a full scratch disk (the file-size limit's EFBIG here):
+    an OSError naming the block file and ssd.block_budget: 0, not a bare errno."""
+    script = (
+        "import resource, signal, sys\n"
+        "import numpy as np\n"
+        "from pathlib import Path\n"
+        "from gnnssd.io_engine import alloc\n"
+        "from gnnssd.pipeline.block_writer import BlockWriter\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (8192, 8192))\n"
+        "staging = alloc(1 << 16)\n"
+        "try:\n"
+        "    with BlockWriter([Path(sys.argv[1]) / 'block-0.bin'], 512, alloc, max_chunk=4096) as writer:\n"
+        "        for _ in range(8):\n"
+        "            writer.append(0, staging, np.arange(64) * 512)\n"
+        "except OSError as exc:\n"
+        "    print(exc)\n"
+        "    sys.exit(3)\n")
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 3, done.stderr[-2000:]
+    assert f"{tmp_path / 'block-0.bin'}: cannot write (File too large)" in done.stdout
+    assert "set ssd.block_budget: 0" in done.stdout
