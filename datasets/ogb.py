@@ -80,8 +80,17 @@ class OGBSource:
         try:
             reader = pd.read_csv(path, header=None, dtype=np.float32, chunksize=chunk_rows,
                                  skiprows=start_row)
+            row = start_row
             for frame in reader:
-                yield frame.to_numpy()
+                rows = frame.to_numpy()
+                missing = np.isnan(rows)
+                if missing.any():  # a short line's missing fields, an empty field or "nan"
+                    at, column = np.argwhere(missing)[0]
+                    raise DatasetError(
+                        f"{path}: line {row + at + 1} has no number in column {column + 1} (it has "
+                        f"{int((~missing[at]).sum())} of the {self.feat_dim} values a feature row needs)")
+                row += len(rows)
+                yield rows
         except (ValueError, OverflowError, OSError, EOFError, pd.errors.ParserError) as exc:
             raise DatasetError(f"{path}: cannot parse feature rows ({exc})") from exc
 

@@ -539,6 +539,15 @@ def test_ogb_label_that_is_not_a_class_is_named_with_its_line(tmp_path, value):
         OGBSource(root)
 
 
+def test_ogb_short_feature_row_is_named_with_its_line_not_as_nan(tmp_path):
+    from gnnssd.datasets import OGBSource
+    dim = random_graph_arrays(seed=7)["features"].shape[1]
+    root = _ogb_with(tmp_path, "raw/node-feat.csv.gz", 9, "0.5,0.25,1.0")
+    with pytest.raises(DatasetError, match=rf"node-feat\.csv\.gz: line 10 has no number in column 4 \(it "
+                                           rf"has 3 of the {dim} values a feature row needs\)"):
+        list(OGBSource(root).feature_chunks(0, 4))
+
+
 # --- input paths of every source: resume keys and the --out overlap check -----------------
 
 def _source_of(kind: str, root: Path):
