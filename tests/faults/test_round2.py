@@ -320,7 +320,9 @@ import numpy as np
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from gnnssd import NodeLoader
+from gnnssd.config import config_from_dict
 from gnnssd.storage_format import Store, StoreError
+from gnnssd.trainer import Trainer
 CLEAR = (StoreError, IndexError, ValueError)
 for path in sys.argv[1:]:
     print("store", path, flush=True)
@@ -343,6 +345,19 @@ for path in sys.argv[1:]:
             print(features, "loaded", flush=True)
         except CLEAR as exc:
             print(features, "refused:", type(exc).__name__, str(exc).splitlines()[0][:300], flush=True)
+    try:  # predict: every node through the evaluation loader and the model, indexed by node ID
+        config = config_from_dict({"store": path, "run_dir": path + "-run", "model": {"hidden": 8},
+                                   "sampler": {"fanouts": [3, 3], "batch_size": 64},
+                                   "train": {"epochs": 1, "progress": False}})
+        trainer = Trainer(config)
+        try:
+            predicted = trainer.predict()
+        finally:
+            trainer.close()
+        assert predicted.shape == (store.num_nodes,)
+        print("predict loaded", flush=True)
+    except CLEAR as exc:
+        print("predict refused:", type(exc).__name__, str(exc).splitlines()[0][:300], flush=True)
 print("done", flush=True)
 """
 
@@ -358,7 +373,7 @@ def _tampers(draw) -> list[tuple[str, int, int]]:
 @given(cases=st.lists(_tampers(), min_size=6, max_size=6))
 def test_fuzz_tampered_arrays_with_valid_checksums_never_crash(tmp_path, clean_store, cases):
     """Every tampered store is refused by open or verify with a StoreError, and whatever
-    open lets through makes the loaders stop with a clear error, not a crash (all in one
+    open lets through makes the loaders and predict stop with a clear error, not a crash (all in one
     subprocess per example: a segfault fails the test instead of killing pytest)."""
     root = tmp_path / f"fuzz-{len(list(tmp_path.iterdir()))}"
     stores = []
@@ -378,6 +393,8 @@ def test_fuzz_tampered_arrays_with_valid_checksums_never_crash(tmp_path, clean_s
     for block in run.stdout.split("store ")[1:]:
         path, *lines = block.strip().splitlines()
         assert lines, path
+        if not lines[0].startswith("open refused"):
+            assert any(line.startswith("predict ") for line in lines), block
         if lines[0].startswith("verify passed"):
             # content verify accepts is valid: the loaders must then work
             assert all(line.endswith("loaded") for line in lines[1:]), block
