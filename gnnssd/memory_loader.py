@@ -23,6 +23,7 @@ import torch
 
 from gnnssd.sampler.sampling import csc_edge_ids
 from gnnssd.storage_format import Store
+from gnnssd.storage_format.content import check_indptr_monotone, check_range
 from gnnssd.storage_format.mapping import released_chunks
 
 from .budget import format_bytes
@@ -130,8 +131,12 @@ def store_graph(store: Store) -> dgl.DGLGraph:
     """The store's topology as a DGL graph, built from its CSC arrays.
 
     The graph uses int64 IDs: with int32 IDs DGL 2.1's g-SpMM backward crashes
-    (segfault) on blocks sampled from a CSC-only graph.
+    (segfault) on blocks sampled from a CSC-only graph. indptr is checked monotone and
+    indices in range first (open checks only their ends; this copies them anyway): DGL
+    aborts the process on a decreasing indptr and raises its own error on a bad index.
     """
+    check_indptr_monotone(store.path / "indptr.npy", store.indptr)
+    check_range(store.path / "indices.npy", store.indices, 0, store.num_nodes, "a node ID")
     indptr = torch.from_numpy(np.array(store.indptr, dtype=np.int64))
     indices = torch.from_numpy(np.array(store.indices, dtype=np.int64))
     empty = torch.empty(0, dtype=torch.int64)

@@ -17,12 +17,22 @@ from gnnssd.storage_format.mapping import release_pages
 
 @nb.njit(cache=True)
 def _spread(indptr, indices, weight, out):
-    """out[u] += weight[v] for every in-neighbour u of every node v."""
-    for v in range(indptr.shape[0] - 1):
+    """out[u] += weight[v] for every in-neighbour u of every node v; returns the first node
+    whose in-edges are no range of `indices` or name no node of the graph (-1: none), and
+    writes nothing outside `out` (a tampered store must not corrupt memory)."""
+    n, m = indptr.shape[0] - 1, indices.shape[0]
+    for v in range(n):
         w = weight[v]
         if w != 0.0:
-            for e in range(indptr[v], indptr[v + 1]):
-                out[indices[e]] += w
+            a, b = indptr[v], indptr[v + 1]
+            if a < 0 or b < a or b > m:
+                return v
+            for e in range(a, b):
+                u = indices[e]
+                if u < 0 or u >= n:
+                    return v
+                out[u] += w
+    return -1
 
 
 def hotness(indptr: np.ndarray, indices: np.ndarray, fanouts: Sequence[int], seeds: np.ndarray | None = None) -> np.ndarray:
@@ -45,7 +55,10 @@ def hotness(indptr: np.ndarray, indices: np.ndarray, fanouts: Sequence[int], see
         fanout = -1 if (np.asarray(layer) < 0).any() else int(np.sum(layer))
         take = np.ones(n) if fanout < 0 else np.minimum(1.0, fanout / np.maximum(deg, 1.0))
         reached = np.zeros(n)
-        _spread(indptr, indices, frontier * take, reached)
+        bad = _spread(indptr, indices, frontier * take, reached)
+        if bad >= 0:
+            raise IndexError(f"node {bad}: its in-edges (indptr, indices) are not valid; the topology "
+                             "is invalid (`gnnssd verify` names the file)")
         frontier = frontier + reached
     return frontier
 
