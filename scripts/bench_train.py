@@ -46,7 +46,7 @@ import resource
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -59,7 +59,7 @@ from gnnssd.budget import format_bytes, parse_bytes
 from gnnssd.config import ModelConfig
 from gnnssd.datasets import synthetic_source
 from gnnssd.memory_loader import MiniBatch
-from gnnssd.models import build_model
+from gnnssd.models import store_model
 from gnnssd.runtime import seed_everything
 from gnnssd.sampler import ORDERS, node_order, seed_batches
 from gnnssd.storage_format import Store, write_store
@@ -74,6 +74,11 @@ REUSE = "gnnssd-reuse"  # gnnssd with sampler.reuse_epochs --reuse-epochs (lever
 PINNED = ("memory", "gnnssd")  # the systems --cores runs loader-only on 1..N cores
 REGIMES = ("end-to-end", "loader-only")
 MODEL = ModelConfig(name="sage", hidden=256, layers=3, dropout=0.5, compile=False)  # dgl.nn SAGEConv
+
+
+def model_for(store: Store) -> ModelConfig:
+    """MODEL, as R-GCN (SAGE per relation) on a heterogeneous store."""
+    return MODEL if store.schema.is_homogeneous else replace(MODEL, name="rgcn")
 FANOUTS = [15, 10, 5]
 BATCH_SIZE = 1024
 LR = 0.003
@@ -125,8 +130,8 @@ def whole_epochs(loader: NodeLoader, first: int, count: int) -> Iterator[MiniBat
 def make_step(regime: str, store: Store) -> Callable[[MiniBatch], None]:
     """What each mini-batch is for: a training step (end-to-end) or touching x."""
     if regime == "loader-only":
-        return lambda batch: float(batch.x.sum())
-    model = build_model(MODEL, store.feat_dim, store.num_classes)
+        return lambda batch: sum(float(x.sum()) for x in (batch.x.values() if isinstance(batch.x, dict) else [batch.x]))
+    model = store_model(model_for(store), store, store.num_classes)
     optimizer = torch.optim.Adam(model.parameters(), lr=LR)
 
     def train(batch: MiniBatch) -> None:
@@ -504,7 +509,7 @@ def main() -> int:
             "batches": args.batches, "seed": args.seed, "fanouts": FANOUTS, "batch_size": BATCH_SIZE,
             "block_budget": args.block_budget, "seed_order": args.seed_order, "seed_window": args.seed_window,
             "reuse_epochs": args.reuse_epochs,
-            "model": asdict(MODEL), "limit_page_cache": args.limit_page_cache,
+            "model": asdict(model_for(store)), "limit_page_cache": args.limit_page_cache,
             "headroom_bytes": args.headroom, "kernel": platform.release(), "cpus": os.cpu_count(),
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     args.json.parent.mkdir(parents=True, exist_ok=True)
