@@ -10,7 +10,7 @@ from gnnssd.storage_format import Store
 
 from .compiler import GATConvUDF, GraphConvUDF, SAGEConvUDF
 from .compiler import compile as compile_layer
-from .config import ModelConfig
+from .config import ConfigError, ModelConfig
 
 
 class BlockGNN(nn.Module):
@@ -82,6 +82,9 @@ def _conv(name: str, compiled: bool, d_in: int, d_out: int, heads: int) -> nn.Mo
 
 
 def build_model(cfg: ModelConfig, in_dim: int, num_classes: int) -> BlockGNN:
+    if cfg.name in ("rgcn", "rgat"):
+        raise ConfigError(f"model.name: {cfg.name!r} is a relational GNN for heterogeneous stores; "
+                          "this store has one node type and one relation: use sage, gcn, gat or mlp")
     dims = [in_dim] + [cfg.hidden] * (cfg.layers - 1) + [num_classes]
     convs: list[nn.Module] = []
     for i, (d_in, d_out) in enumerate(zip(dims[:-1], dims[1:])):

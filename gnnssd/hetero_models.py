@@ -1,0 +1,115 @@
+"""Relational GNNs for heterogeneous stores: R-GCN and R-GAT over DGL's heterogeneous blocks.
+
+Each layer is `dgl.nn.HeteroGraphConv`: a convolution per relation (GraphSAGE-mean for
+R-GCN, GAT for R-GAT), summed per destination type. Featureless node types (MAG240M's
+authors and institutions) enter as zeros (the default: their information comes from their
+neighbours, and no node-sized table is held) or as a learnable embedding per node
+(`model.featureless: embedding`, counted in the model's memory).
+"""
+from __future__ import annotations
+
+import dgl
+import dgl.nn as dglnn
+import torch
+from torch import nn
+
+from gnnssd.storage_format.schema import GraphSchema
+
+from .config import ConfigError, ModelConfig
+
+
+def _relation_conv(name: str, d_in: int, d_out: int, heads: int) -> nn.Module:
+    if name == "rgcn":
+        return dglnn.SAGEConv(d_in, d_out, "mean")
+    return dglnn.GATConv(d_in, d_out, heads, allow_zero_in_degree=True)
+
+
+class RelationalGNN(nn.Module):
+    """`layers` HeteroGraphConv layers; ReLU and dropout between them, none after the last.
+    Takes the blocks and x (a dict of the featured types' rows) and returns the target
+    type's logits. Per-layer protocol as BlockGNN: `num_layers`, `layer(i, block, h)`."""
+
+    def __init__(self, cfg: ModelConfig, schema: GraphSchema, feat_dim: int, num_classes: int):
+        super().__init__()
+        self.target = schema.target
+        self.feat_dim = feat_dim
+        self.featureless = [t.name for t in schema.node_types if not t.features]
+        self.embeddings = nn.ModuleDict(
+            {t.name: nn.Embedding(t.count, feat_dim) for t in schema.node_types if not t.features}
+            if cfg.featureless == "embedding" else {})
+        heads = cfg.heads if cfg.name == "rgat" else 1
+        self.convs = nn.ModuleList()
+        self.widths: list[int] = []  # each layer's output width per node
+        d_in = feat_dim
+        for i in range(cfg.layers):
+            last = i == cfg.layers - 1
+            # hidden widths split across heads (concatenated); the last layer's heads averaged
+            per_head = num_classes if last else max(1, cfg.hidden // heads)
+            self.convs.append(dglnn.HeteroGraphConv(
+                {rel: _relation_conv(cfg.name, d_in, per_head, heads) for _, rel, _ in schema.relations},
+                aggregate="sum"))
+            d_in = per_head if last else per_head * heads
+            self.widths.append(d_in)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.convs)
+
+    def inputs(self, block: dgl.DGLGraph, x: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The first block's source rows of every type: x for featured types, the embedding
+        of each node (by its dataset ID, dgl.NID) or zeros for featureless ones."""
+        h = dict(x)
+        for name in self.featureless:
+            count = block.num_src_nodes(name)
+            if name in self.embeddings:
+                h[name] = self.embeddings[name](block.srcnodes[name].data[dgl.NID])
+            else:
+                h[name] = torch.zeros(count, self.feat_dim, device=block.device)
+        return h
+
+    def layer(self, i: int, block: dgl.DGLGraph, h: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        out = self.convs[i](block, h)
+        last = i == self.num_layers - 1
+        result = {}
+        for name in block.dsttypes:
+            count = block.num_dst_nodes(name)
+            if name not in out:  # no edge reached this type in this block: nothing aggregated
+                out[name] = torch.zeros(count, self.widths[i], device=block.device)
+            value = out[name]
+            if value.dim() == 3:  # GAT: (nodes, heads, dim) -> concat inner heads, average the last
+                value = value.mean(1) if last else value.flatten(1)
+            result[name] = value if last else self.dropout(torch.relu(value))
+        return result
+
+    def forward(self, blocks: list[dgl.DGLGraph], x: dict[str, torch.Tensor]) -> torch.Tensor:
+        h = self.inputs(blocks[0], x)
+        for i, block in enumerate(blocks):
+            h = self.layer(i, block, h)
+        return h[self.target]
+
+
+class TargetLinear(nn.Module):
+    """The MLP floor on a heterogeneous store: a linear layer on the target type's own
+    rows (the last block's destinations are the first of the first block's sources)."""
+
+    def __init__(self, schema: GraphSchema, feat_dim: int, num_classes: int):
+        super().__init__()
+        self.target = schema.target
+        self.linear = nn.Linear(feat_dim, num_classes)
+
+    def forward(self, blocks: list[dgl.DGLGraph], x: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.linear(x[self.target][: blocks[-1].num_dst_nodes(self.target)])
+
+
+def build_hetero_model(cfg: ModelConfig, schema: GraphSchema, feat_dim: int, num_classes: int) -> nn.Module:
+    """The built-in model of a heterogeneous store: rgcn, rgat, or mlp on the target type."""
+    if cfg.name == "mlp":
+        if not schema.node_types[schema.type_id(schema.target)].features:
+            raise ConfigError(f"model.name: mlp needs features on the target type {schema.target!r}")
+        return TargetLinear(schema, feat_dim, num_classes)
+    if cfg.name not in ("rgcn", "rgat"):
+        raise ConfigError(f"model.name: {cfg.name!r} is a homogeneous model; this store is heterogeneous "
+                          f"({len(schema.node_types)} node types, {len(schema.relations)} relations): use "
+                          "rgcn, rgat or mlp, or preprocess with --flatten for a homogeneous model")
+    return RelationalGNN(cfg, schema, feat_dim, num_classes)
