@@ -1,6 +1,7 @@
 """Readers for the input formats preprocess accepts, and the synthetic generator."""
 from .arrays import ArraySource
 from .graphbolt import GraphBoltSource
+from .hetero_synthetic import HeteroSpec, HeteroSyntheticSource, hetero_synthetic_source
 from .heterophilous import HeterophilousSource
 from .igb import IGBSource
 from .ogb import OGBSource, ogb_source
@@ -9,6 +10,6 @@ from .ogb_link import OGBLinkSource
 from .planetoid import PlanetoidSource
 from .synthetic import PRESETS, SyntheticSource, SyntheticSpec, synthetic_source
 
-__all__ = ["ArraySource", "GraphBoltSource", "HeterophilousSource", "IGBSource", "OGBBinarySource",
+__all__ = ["ArraySource", "GraphBoltSource", "HeteroSpec", "HeteroSyntheticSource", "HeterophilousSource", "IGBSource", "OGBBinarySource",
            "OGBLinkSource", "OGBSource", "PRESETS", "PlanetoidSource", "SyntheticSource",
-           "SyntheticSpec", "ogb_source", "synthetic_source"]
+           "SyntheticSpec", "hetero_synthetic_source", "ogb_source", "synthetic_source"]

@@ -26,6 +26,9 @@ def _source_from_args(args: argparse.Namespace) -> Any:
             args.preset, num_nodes=args.nodes, feat_dim=args.feat_dim, num_classes=args.classes,
             avg_degree=args.avg_degree, local_fraction=args.local_fraction, local_size=args.local_size,
             seed=args.seed)
+    if args.source == "hetero-synthetic":
+        return datasets.hetero_synthetic_source(args.preset, papers=args.papers, seed=args.seed,
+                                                add_reverse=False if args.no_reverse else None)
     if args.source == "planetoid":
         return datasets.PlanetoidSource(args.root, args.name, normalize=not args.raw_features)
     if args.source == "npz":
@@ -272,6 +275,13 @@ def build_parser() -> argparse.ArgumentParser:
                            help="fraction of edges inside small neighbourhoods (default 0: no locality)")
     synthetic.add_argument("--local-size", type=int, help="nodes per neighbourhood (default 1024)")
     synthetic.add_argument("--seed", type=int)
+    hetero = sources.add_parser("hetero-synthetic", help="generated MAG240M-like heterogeneous graph "
+                                "(papers, authors, institutions)")
+    hetero.add_argument("--preset", default="mag-small", help="mag-small or mag (datasets/README.md)")
+    hetero.add_argument("--papers", type=int, help="papers (default: the preset's)")
+    hetero.add_argument("--seed", type=int)
+    hetero.add_argument("--no-reverse", action="store_true",
+                        help="no reverse relations (cited_by, written_by, employs)")
     planetoid = sources.add_parser("planetoid", help="Planetoid pickles (ind.NAME.*)")
     planetoid.add_argument("--root", required=True, help="folder holding ind.NAME.* files")
     planetoid.add_argument("--name", required=True, help="cora, citeseer or pubmed")
@@ -300,7 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
     igb.add_argument("--size", default="small", choices=["experimental", "small", "medium", "large", "full"])
     igb.add_argument("--classes", default="19", choices=["19", "2K"])
     igb.add_argument("--symmetric", action="store_true", help="add reverse edges")
-    for sub in (synthetic, planetoid, npz, ogb, ogb_link, graphbolt, igb):
+    for sub in (synthetic, hetero, planetoid, npz, ogb, ogb_link, graphbolt, igb):
         sub.add_argument("--out", required=True, help="store directory to write")
         sub.add_argument("--order", choices=ORDERS, default="original", help="node order on disk")
         sub.add_argument("--dtype", choices=FEATURE_DTYPES,
