@@ -48,7 +48,8 @@ def _source_from_args(args: argparse.Namespace) -> Any:
 
 
 #: What a preprocess stage's progress counts (rows of features otherwise).
-PROGRESS_UNITS = {"sort edges": "edge", "merge buckets": "bucket", "renumber": "pass", "page checksums": "B"}
+PROGRESS_UNITS = {"sort edges": "edge", "merge buckets": "bucket", "renumber": "pass", "page checksums": "B",
+                  "relations": "relation"}
 
 
 def _progress_bar() -> Callable[[str, int, int], None]:
