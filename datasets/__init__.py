@@ -6,10 +6,11 @@ from .heterophilous import HeterophilousSource
 from .igb import IGBSource
 from .ogb import OGBSource, ogb_source
 from .ogb_binary import OGBBinarySource
+from .ogb_hetero import OGBHeteroSource
 from .ogb_link import OGBLinkSource
 from .planetoid import PlanetoidSource
 from .synthetic import PRESETS, SyntheticSource, SyntheticSpec, synthetic_source
 
 __all__ = ["ArraySource", "GraphBoltSource", "HeteroSpec", "HeteroSyntheticSource", "HeterophilousSource", "IGBSource", "OGBBinarySource",
-           "OGBLinkSource", "OGBSource", "PRESETS", "PlanetoidSource", "SyntheticSource",
+           "OGBHeteroSource", "OGBLinkSource", "OGBSource", "PRESETS", "PlanetoidSource", "SyntheticSource",
            "SyntheticSpec", "hetero_synthetic_source", "ogb_source", "synthetic_source"]

@@ -29,6 +29,8 @@ def _source_from_args(args: argparse.Namespace) -> Any:
     if args.source == "hetero-synthetic":
         return datasets.hetero_synthetic_source(args.preset, papers=args.papers, seed=args.seed,
                                                 add_reverse=False if args.no_reverse else None)
+    if args.source == "ogb-hetero":
+        return datasets.OGBHeteroSource(args.root, split_name=args.split_name, add_reverse=not args.no_reverse)
     if args.source == "planetoid":
         return datasets.PlanetoidSource(args.root, args.name, normalize=not args.raw_features)
     if args.source == "npz":
@@ -295,6 +297,11 @@ def build_parser() -> argparse.ArgumentParser:
     ogb.add_argument("--root", required=True)
     ogb.add_argument("--split-name", help="folder under split/ (default: the only one)")
     ogb.add_argument("--symmetric", action="store_true", help="add reverse edges")
+    ogb_hetero = sources.add_parser("ogb-hetero", help="OGB heterogeneous node-property raw layout "
+                                    "(ogbn-mag: raw/relations/SRC___REL___DST, raw/node-feat/TYPE)")
+    ogb_hetero.add_argument("--root", required=True)
+    ogb_hetero.add_argument("--split-name", help="folder under split/ (default: the only one)")
+    ogb_hetero.add_argument("--no-reverse", action="store_true", help="no reverse relation rev_NAME per relation")
     ogb_link = sources.add_parser("ogb-link", help="OGB link-property raw layout (ogbl-collab, "
                                   "ogbl-citation2: raw/, split/NAME/{train,valid,test}.pt)")
     ogb_link.add_argument("--root", required=True)
@@ -311,7 +318,7 @@ def build_parser() -> argparse.ArgumentParser:
     igb.add_argument("--size", default="small", choices=["experimental", "small", "medium", "large", "full"])
     igb.add_argument("--classes", default="19", choices=["19", "2K"])
     igb.add_argument("--symmetric", action="store_true", help="add reverse edges")
-    for sub in (synthetic, hetero, planetoid, npz, ogb, ogb_link, graphbolt, igb):
+    for sub in (synthetic, hetero, planetoid, npz, ogb, ogb_hetero, ogb_link, graphbolt, igb):
         sub.add_argument("--out", required=True, help="store directory to write")
         sub.add_argument("--order", choices=ORDERS, default="original", help="node order on disk")
         sub.add_argument("--dtype", choices=FEATURE_DTYPES,

@@ -1,0 +1,86 @@
+"""OGB's heterogeneous raw layout (ogbn-mag's), written here from a known graph and read
+back through preprocess: the store's heterograph, features, labels and splits match."""
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gnnssd.datasets.ogb_hetero import OGBHeteroSource
+from gnnssd.storage_format import DatasetError, Store, write_store
+from tests.hetero_graph import ToyHeteroSource
+
+FORWARD = (("author", "affiliated_with", "institution"), ("author", "writes", "paper"),
+           ("paper", "cites", "paper"))
+
+
+def _csv(path: Path, rows) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(path, "wt") as f:
+        for row in rows:
+            f.write(",".join(str(v) for v in np.atleast_1d(row)) + "\n")
+
+
+def _write_mag_layout(root: Path, toy: ToyHeteroSource) -> None:
+    """ogbn-mag's files for the toy graph's forward relations (types in OGB's own order)."""
+    off = toy.schema.offsets
+    counts = {"author": 200, "institution": 20, "paper": 300}
+    (root / "raw").mkdir(parents=True)
+    with gzip.open(root / "raw" / "num-node-dict.csv.gz", "wt") as f:
+        f.write(",".join(counts) + "\n" + ",".join(str(v) for v in counts.values()) + "\n")
+    local = {"paper": 0, "author": off[1], "institution": off[2]}
+    toy_index = {"cites": 0, "writes": 1, "affiliated_with": 3}
+    for s, r, d in FORWARD:
+        src, dst = toy.edges[toy_index[r]]
+        _csv(root / "raw" / "relations" / f"{s}___{r}___{d}" / "edge.csv.gz",
+             np.stack([src - local[s], dst - local[d]], 1))
+    _csv(root / "raw" / "node-feat" / "paper" / "node-feat.csv.gz", toy.features)
+    _csv(root / "raw" / "node-label" / "paper" / "node-label.csv.gz", toy.labels[:300])
+    for name, ids in toy.splits.items():
+        _csv(root / "split" / "time" / "paper" / f"{name}.csv.gz", ids)
+
+
+@pytest.fixture
+def toy_root(tmp_path):
+    toy = ToyHeteroSource()
+    _write_mag_layout(tmp_path / "ogbn-mag", toy)
+    return toy, tmp_path / "ogbn-mag"
+
+
+def test_the_store_holds_the_layouts_graph_features_labels_and_splits(toy_root, tmp_path):
+    toy, root = toy_root
+    source = OGBHeteroSource(root)
+    assert source.schema.type_names == ["paper", "author", "institution"]  # featured first
+    assert [r for _, r, _ in source.schema.relations] == ["affiliated_with", "writes", "cites",
+                                                          "rev_affiliated_with", "rev_writes", "rev_cites"]
+    store = Store.open(write_store(tmp_path / "store", source), verify=True)
+    graph, expected = store.graph(), toy.dgl_graph()
+    for s, r, d in FORWARD:
+        ours = set(zip(*(t.tolist() for t in graph.edges(etype=(s, r, d)))))
+        theirs = set(zip(*(t.tolist() for t in expected.edges(etype=(s, r, d)))))
+        back = set(zip(*(t.tolist() for t in graph.edges(etype=(d, f"rev_{r}", s)))))
+        assert ours == theirs and back == {(v, u) for u, v in theirs}
+    np.testing.assert_allclose(store.read_features(), toy.features, rtol=1e-6)
+    np.testing.assert_array_equal(np.asarray(store.labels)[:300], toy.labels[:300])
+    np.testing.assert_array_equal(np.sort(store.valid_idx), np.sort(toy.splits["valid"]))
+
+
+def test_features_of_two_dims_or_a_short_feature_file_are_refused(toy_root, tmp_path):
+    toy, root = toy_root
+    _csv(root / "raw" / "node-feat" / "author" / "node-feat.csv.gz", np.zeros((200, 3)))
+    with pytest.raises(DatasetError, match=r"differ in dim \{'author': 3, 'paper': 8\}"):
+        OGBHeteroSource(root)
+    (root / "raw" / "node-feat" / "author" / "node-feat.csv.gz").unlink()
+    _csv(root / "raw" / "node-feat" / "paper" / "node-feat.csv.gz", toy.features[:250])
+    with pytest.raises(DatasetError, match=r"node-feat\.csv\.gz: 250 feature rows for 300 'paper' nodes"):
+        write_store(tmp_path / "store", OGBHeteroSource(root))
+    assert not (tmp_path / "store").exists()
+
+
+def test_an_edge_outside_its_types_range_is_refused_naming_the_relation(toy_root, tmp_path):
+    toy, root = toy_root
+    _csv(root / "raw" / "relations" / "author___writes___paper" / "edge.csv.gz", [[0, 5], [250, 1]])
+    with pytest.raises(DatasetError, match=r"relation 'writes' edge 1 has source 550, not a 'author' node"):
+        write_store(tmp_path / "store", OGBHeteroSource(root, add_reverse=False))
