@@ -31,6 +31,8 @@ def _source_from_args(args: argparse.Namespace) -> Any:
                                                 add_reverse=False if args.no_reverse else None)
     if args.source == "ogb-hetero":
         return datasets.OGBHeteroSource(args.root, split_name=args.split_name, add_reverse=not args.no_reverse)
+    if args.source == "mag240m":
+        return datasets.MAG240MSource(args.root, add_reverse=not args.no_reverse, test_split=args.test_split)
     if args.source == "planetoid":
         return datasets.PlanetoidSource(args.root, args.name, normalize=not args.raw_features)
     if args.source == "npz":
@@ -302,6 +304,11 @@ def build_parser() -> argparse.ArgumentParser:
     ogb_hetero.add_argument("--root", required=True)
     ogb_hetero.add_argument("--split-name", help="folder under split/ (default: the only one)")
     ogb_hetero.add_argument("--no-reverse", action="store_true", help="no reverse relation rev_NAME per relation")
+    mag240m = sources.add_parser("mag240m", help="OGB-LSC MAG240M layout (meta.pt, split_dict.pt, processed/)")
+    mag240m.add_argument("--root", required=True, help="folder holding meta.pt and processed/")
+    mag240m.add_argument("--no-reverse", action="store_true", help="no reverse relation rev_NAME per relation")
+    mag240m.add_argument("--test-split", help="split_dict.pt key to test on (its labels are hidden in "
+                                              "the public release; default: no test split)")
     ogb_link = sources.add_parser("ogb-link", help="OGB link-property raw layout (ogbl-collab, "
                                   "ogbl-citation2: raw/, split/NAME/{train,valid,test}.pt)")
     ogb_link.add_argument("--root", required=True)
@@ -318,7 +325,7 @@ def build_parser() -> argparse.ArgumentParser:
     igb.add_argument("--size", default="small", choices=["experimental", "small", "medium", "large", "full"])
     igb.add_argument("--classes", default="19", choices=["19", "2K"])
     igb.add_argument("--symmetric", action="store_true", help="add reverse edges")
-    for sub in (synthetic, hetero, planetoid, npz, ogb, ogb_hetero, ogb_link, graphbolt, igb):
+    for sub in (synthetic, hetero, planetoid, npz, ogb, ogb_hetero, mag240m, ogb_link, graphbolt, igb):
         sub.add_argument("--out", required=True, help="store directory to write")
         sub.add_argument("--order", choices=ORDERS, default="original", help="node order on disk")
         sub.add_argument("--dtype", choices=FEATURE_DTYPES,
