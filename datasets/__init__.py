@@ -12,6 +12,7 @@ from .ogb_link import OGBLinkSource
 from .planetoid import PlanetoidSource
 from .synthetic import PRESETS, SyntheticSource, SyntheticSpec, synthetic_source
 
-__all__ = ["ArraySource", "GraphBoltSource", "HeteroSpec", "HeteroSyntheticSource", "HeterophilousSource", "IGBSource", "MAG240MSource", "OGBBinarySource",
-           "OGBHeteroSource", "OGBLinkSource", "OGBSource", "PRESETS", "PlanetoidSource", "SyntheticSource",
-           "SyntheticSpec", "hetero_synthetic_source", "ogb_source", "synthetic_source"]
+__all__ = ["ArraySource", "GraphBoltSource", "HeteroSpec", "HeteroSyntheticSource", "HeterophilousSource",
+           "IGBSource", "MAG240MSource", "OGBBinarySource", "OGBHeteroSource", "OGBLinkSource", "OGBSource",
+           "PRESETS", "PlanetoidSource", "SyntheticSource", "SyntheticSpec", "hetero_synthetic_source",
+           "ogb_source", "synthetic_source"]
