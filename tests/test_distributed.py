@@ -273,26 +273,31 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_ranks_on_different_stores_are_refused(tiny_store, tmp_path):
-    """Two torchrun-style ranks (RANK, WORLD_SIZE, MASTER_ADDR...) whose configs name
-    different stores: both stop before training and say which stores differ."""
-    other = write_store(tmp_path / "other", synthetic_source("tiny", seed=1), order=node_order("degree"))
-    env = {"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
-           "MASTER_PORT": str(_free_port())}
-    ranks = []
-    for rank, store in enumerate((tiny_store, other)):
-        config = _write_config(tmp_path / f"rank{rank}" / "config.yaml", store)
-        ranks.append(subprocess.Popen(
-            [sys.executable, "-m", "gnnssd", "train", "--config", str(config)], cwd=REPO,
-            env={**os.environ, **env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+def train_as_ranks(configs: list[Path], timeout: float = 300, **env: str) -> list[tuple[int, str]]:
+    """`gnnssd train` once per config as torchrun would start the ranks (RANK, WORLD_SIZE,
+    MASTER_ADDR...); each rank's (return code, stderr), once all have stopped."""
+    env = {"WORLD_SIZE": str(len(configs)), "LOCAL_WORLD_SIZE": str(len(configs)),
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), **env}
+    ranks = [subprocess.Popen([sys.executable, "-m", "gnnssd", "train", "--config", str(config)], cwd=REPO,
+                              env={**os.environ, **env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for rank, config in enumerate(configs)]
     try:
-        errors = [process.communicate(timeout=300)[1] for process in reversed(ranks)]
+        errors = [process.communicate(timeout=timeout)[1] for process in reversed(ranks)]
     finally:
         for process in ranks:
             process.kill()
             process.wait()
-    for process, stderr in zip(reversed(ranks), errors):
-        assert process.returncode != 0
+    return [(process.returncode, stderr) for process, stderr in zip(reversed(ranks), errors)]
+
+
+def test_ranks_on_different_stores_are_refused(tiny_store, tmp_path):
+    """Two torchrun-style ranks (RANK, WORLD_SIZE, MASTER_ADDR...) whose configs name
+    different stores: both stop before training and say which stores differ."""
+    other = write_store(tmp_path / "other", synthetic_source("tiny", seed=1), order=node_order("degree"))
+    configs = [_write_config(tmp_path / f"rank{rank}" / "config.yaml", store)
+               for rank, store in enumerate((tiny_store, other))]
+    for returncode, stderr in train_as_ranks(configs):
+        assert returncode != 0
         assert "the ranks opened different stores" in stderr and "rank 1:" in stderr, stderr[-2000:]
     assert not (tmp_path / "rank0" / "run" / "metrics.jsonl").exists()

@@ -466,26 +466,12 @@ def test_ranks_with_different_batch_size_or_lr_are_refused_naming_them(store, tm
     """Two torchrun-style ranks whose configs differ in sampler.batch_size (the ranks would
     run different numbers of collectives) and train.lr (diverging replicas): both stop
     before training naming the ranks and keys that differ. Their own paths may differ."""
-    from tests.test_distributed import _free_port
+    from tests.test_distributed import train_as_ranks
 
-    env = {"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
-           "MASTER_PORT": str(_free_port()), "GNNSSD_DIST_TIMEOUT": "10"}
-    ranks = []
-    for rank, (batch_size, lr) in enumerate([(64, 0.01), (32, 0.1)]):
-        config = _config_file(store, tmp_path / f"rank{rank}" / "run", sampler={"batch_size": batch_size},
-                              train={"lr": lr})
-        ranks.append(subprocess.Popen(
-            [sys.executable, "-m", "gnnssd", "train", "--config", str(config)], cwd=REPO,
-            env={**os.environ, **env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    try:
-        errors = [process.communicate(timeout=300)[1] for process in reversed(ranks)]
-    finally:
-        for process in ranks:
-            process.kill()
-            process.wait()
-    for process, stderr in zip(reversed(ranks), errors):
-        assert process.returncode == 2, stderr[-3000:]
+    configs = [_config_file(store, tmp_path / f"rank{rank}" / "run", sampler={"batch_size": batch_size},
+                            train={"lr": lr}) for rank, (batch_size, lr) in enumerate([(64, 0.01), (32, 0.1)])]
+    for returncode, stderr in train_as_ranks(configs, GNNSSD_DIST_TIMEOUT="10"):
+        assert returncode == 2, stderr[-3000:]
         assert "the ranks' training configs differ: rank 1 has sampler.batch_size 32 (rank 0: 64), " \
                "train.lr 0.1 (rank 0: 0.01)" in stderr, stderr[-3000:]
         assert "Traceback" not in stderr, stderr[-3000:]
@@ -515,6 +501,21 @@ def test_io_counters_lose_no_counts_across_threads():
 
 # --- a checkpoint written to a full disk -----------------------------------------------------
 
+def _under_file_size_limit(limit: int, folder: Path, error: str, body: str) -> subprocess.CompletedProcess:
+    """`body` run in a child whose files may not grow past `limit` bytes (writes past it
+    fail with EFBIG, as on a full disk), `folder` its Path; the child prints the `error`
+    it catches and exits 3 (any other end is the caller's failure)."""
+    script = ("import resource, signal, sys\nfrom pathlib import Path\n"
+              "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+              f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))\n"
+              "folder = Path(sys.argv[1])\ntry:\n" + "".join(f"    {line}\n" for line in body.splitlines())
+              + f"except {error} as exc:\n    print(exc)\n    sys.exit(3)\n")
+    done = subprocess.run([sys.executable, "-c", script, str(folder)], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 3, done.stderr[-2000:]
+    return done
+
+
 def test_checkpoint_on_a_full_disk_names_the_file_and_keeps_the_previous_one(tmp_path):
     """The file-size limit (EFBIG, as ENOSPC on a full disk) hits the checkpoint's write: a
     CheckpointError naming the file, no checkpoint.pt.tmp left, the previous checkpoint
@@ -522,20 +523,10 @@ def test_checkpoint_on_a_full_disk_names_the_file_and_keeps_the_previous_one(tmp
     from gnnssd.checkpoint import load_checkpoint, save_checkpoint
 
     save_checkpoint(tmp_path, {"epoch": 1, "w": torch.ones(10)})
-    script = (
-        "import resource, signal, sys, torch\n"
-        "from pathlib import Path\n"
+    done = _under_file_size_limit(4096, tmp_path, "CheckpointError", (
+        "import torch\n"
         "from gnnssd.checkpoint import CheckpointError, save_checkpoint\n"
-        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
-        "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))\n"
-        "try:\n"
-        "    save_checkpoint(Path(sys.argv[1]), {'epoch': 2, 'w': torch.zeros(100_000)})\n"
-        "except CheckpointError as exc:\n"
-        "    print(exc)\n"
-        "    sys.exit(3)\n")
-    done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], cwd=REPO, capture_output=True,
-                          text=True, timeout=120)
-    assert done.returncode == 3, done.stderr[-2000:]
+        "save_checkpoint(folder, {'epoch': 2, 'w': torch.zeros(100_000)})\n"))
     assert f"{tmp_path / 'checkpoint.pt'}: cannot write the checkpoint (File too large" in done.stdout
     assert "the previous checkpoint is unchanged" in done.stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.pt"]
@@ -546,24 +537,13 @@ def test_checkpoint_on_a_full_disk_names_the_file_and_keeps_the_previous_one(tmp
 def test_scratch_disk_full_while_writing_compact_blocks_names_the_file_and_the_way_out(tmp_path):
     """The compact-block writer meets a full scratch disk (the file-size limit's EFBIG here):
     an OSError naming the block file and ssd.block_budget: 0, not a bare errno."""
-    script = (
-        "import resource, signal, sys\n"
+    done = _under_file_size_limit(8192, tmp_path, "OSError", (
         "import numpy as np\n"
-        "from pathlib import Path\n"
         "from gnnssd.io_engine import alloc\n"
         "from gnnssd.pipeline.block_writer import BlockWriter\n"
-        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
-        "resource.setrlimit(resource.RLIMIT_FSIZE, (8192, 8192))\n"
         "staging = alloc(1 << 16)\n"
-        "try:\n"
-        "    with BlockWriter([Path(sys.argv[1]) / 'block-0.bin'], 512, alloc, max_chunk=4096) as writer:\n"
-        "        for _ in range(8):\n"
-        "            writer.append(0, staging, np.arange(64) * 512)\n"
-        "except OSError as exc:\n"
-        "    print(exc)\n"
-        "    sys.exit(3)\n")
-    done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], cwd=REPO, capture_output=True,
-                          text=True, timeout=120)
-    assert done.returncode == 3, done.stderr[-2000:]
+        "with BlockWriter([folder / 'block-0.bin'], 512, alloc, max_chunk=4096) as writer:\n"
+        "    for _ in range(8):\n"
+        "        writer.append(0, staging, np.arange(64) * 512)\n"))
     assert f"{tmp_path / 'block-0.bin'}: cannot write (File too large)" in done.stdout
     assert "set ssd.block_budget: 0" in done.stdout
