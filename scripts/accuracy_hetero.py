@@ -53,8 +53,11 @@ def main() -> None:
     parser.add_argument("--preset", default="mag-small")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=TRAIN["epochs"])
+    parser.add_argument("--quick", action="store_true", help="one seed, two epochs")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    if args.quick:
+        args.seeds, args.epochs = 1, 2
     rows = []
     with tempfile.TemporaryDirectory() as work:
         source = hetero_synthetic_source(args.preset)

@@ -13,6 +13,7 @@ from gnnssd.datasets import ArraySource
 from gnnssd.storage_format import Store, write_store
 
 from .conftest import REPO, random_graph_arrays
+from .hetero_graph import ToyHeteroSource
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +48,23 @@ def test_bench_train_runs_every_row_kind_and_writes_its_json(tiny_store, tmp_pat
     assert gnnssd["useful_bytes"] > 0  # a 16 MiB budget cannot hold the rows: some are read
     assert gnnssd["read_amplification"] == round(gnnssd["bytes_read"] / gnnssd["useful_bytes"], 3)
     assert report["meta"]["seed_order"] == "proximity"
+
+
+def test_bench_train_runs_a_heterogeneous_store_with_rgcn(tmp_path):
+    store = write_store(tmp_path / "store", ToyHeteroSource(papers=20000, authors=5000, institutions=50,
+                                                            feat_dim=256))  # 19.5 MiB of paper rows
+    out = tmp_path / "bench.json"
+    result = subprocess.run(
+        [sys.executable, "scripts/bench_train.py", "--store", str(store), "--budget", "16MiB", "--batches", "2",
+         "--systems", "gnnssd", "per-row", "--regimes", "end-to-end", "--json", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["meta"]["model"]["name"] == "rgcn" and report["meta"]["fanouts"] == [10, 5]
+    rows = {r["system"]: r for r in report["rows"]}
+    for system in ("gnnssd", "per-row"):
+        assert rows[system]["status"] == "ok" and rows[system]["batches"] == 2, rows[system]
+        assert rows[system]["useful_bytes"] > 0
 
 
 def test_bench_scale_runs_the_cli_path_and_keeps_its_json_across_runs(tmp_path):
