@@ -25,7 +25,7 @@ from gnnssd.storage_format import DatasetError
 from gnnssd.storage_format.link_split import LinkSplit, random_negatives
 
 from .base import require_file
-from .ogb import OGBSource
+from .ogb import OGBSource, csv_feature_dim
 from .ogb_layout import read_column, resolve_split_name
 
 DEFAULT_NEGATIVES = 1000
@@ -43,7 +43,7 @@ class OGBLinkSource(OGBSource):
         self.eval_negatives = eval_negatives
         self.seed = seed
         self.num_nodes = int(read_column(self._raw("num-node-list.csv.gz"), np.int64).sum())
-        self.feat_dim = int(next(self.feature_chunks(0, 1)).shape[1])
+        self.feat_dim = csv_feature_dim(self._raw("node-feat.csv.gz"))
 
     def load_labels(self) -> np.ndarray:
         return np.full(self.num_nodes, -1, np.int64)

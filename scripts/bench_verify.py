@@ -1,0 +1,83 @@
+"""What validating a store costs: `Store.open` (checksums of the small files and the cheap
+content checks: dtypes, lengths, ends, one min/max pass) and `verify`'s full content checks
+(indptr monotone, every index in range, perm/inv inverse, splits distinct, edge types) and
+page checksums, per store, with rows (nodes + edges) per second.
+
+    python scripts/bench_verify.py STORE [STORE ...] [--json PATH] [--skip-pages]
+
+Each store is timed in a fresh process after the page cache is dropped (as root; else
+said), so the times include reading the files.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from gnnssd.storage_format import Store
+
+DROP_CACHES = Path("/proc/sys/vm/drop_caches")
+
+
+def drop_caches() -> str:
+    try:
+        subprocess.run(["sync"], check=True)
+        DROP_CACHES.write_text("3\n")
+        return "dropped"
+    except OSError as exc:
+        return f"not dropped ({exc.strerror})"
+
+
+def measure(path: str, pages: bool) -> dict:
+    """One store, in this process: open, the full content checks, the page checksums."""
+    start = time.perf_counter()
+    store = Store.open(path)
+    opened = time.perf_counter() - start
+    start = time.perf_counter()
+    store._check_content()
+    content = time.perf_counter() - start
+    page_s = None
+    if pages:
+        start = time.perf_counter()
+        store._check_pages()
+        page_s = time.perf_counter() - start
+    rows = store.num_nodes + store.num_edges
+    return {"store": path, "nodes": store.num_nodes, "edges": store.num_edges,
+            "feature_bytes": store.feature_bytes, "open_s": round(opened, 3),
+            "content_s": round(content, 3), "content_rows_per_s": round(rows / content),
+            "pages_s": None if page_s is None else round(page_s, 3),
+            "pages_bytes_per_s": None if page_s is None else round(store.feature_bytes / page_s)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("stores", nargs="*")
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--skip-pages", action="store_true", help="leave out the page checksums")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(measure(args.child, not args.skip_pages)))
+        return
+    rows = []
+    for path in args.stores:
+        cache = drop_caches()
+        done = subprocess.run([sys.executable, __file__, "--child", path]
+                              + (["--skip-pages"] if args.skip_pages else []),
+                              capture_output=True, text=True, check=True)
+        rows.append({**json.loads(done.stdout.splitlines()[-1]), "page_cache": cache})
+    print(f"{'store':40} {'nodes':>12} {'edges':>14} {'open s':>7} {'content s':>9} "
+          f"{'rows/s':>12} {'pages s':>8} {'GB/s':>6}")
+    for r in rows:
+        pages = "-" if r["pages_s"] is None else f"{r['pages_s']:8.1f} {r['pages_bytes_per_s'] / 1e9:6.2f}"
+        print(f"{Path(r['store']).name:40} {r['nodes']:>12,} {r['edges']:>14,} {r['open_s']:>7.2f} "
+              f"{r['content_s']:>9.1f} {r['content_rows_per_s']:>12,} {pages}")
+    if args.json:
+        args.json.write_text(json.dumps({"rows": rows}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
