@@ -247,15 +247,14 @@ class SSDLoader:
                 if item is None:
                     return
                 plan, buffer = item
-                pieces = plan.stats.get("pieces", 0)
-                if not pieces:
+                if not plan.pieces:
                     yield from self._minibatches(plan, buffer)
                     continue
                 with self.timer.stage("gather"):
-                    if plan.stats["piece"] == 0:
+                    if plan.piece == 0:
                         assembling = self.buffers.take_x(len(plan.gather[0]))
                     self.buffers.gather(plan, 0, buffer, assembling)
-                if plan.stats["piece"] == pieces - 1:
+                if plan.piece == plan.pieces - 1:
                     x, assembling = assembling, None
                     yield self._minibatch(plan.minibatches[0], x)
         finally:

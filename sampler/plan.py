@@ -72,6 +72,10 @@ class MegaBatchPlan:
     stats: dict = field(default_factory=dict)
     read: ReadPlan | None = None  # filled by the read planner
     spill_path: str = ""  # set on a stub whose mini-batches wait on disk (see spill)
+    #: A mini-batch too large for a buffer is planned as `pieces` plans, this one number
+    #: `piece` (see RowUnion.pieces); 0 pieces: a whole plan of one or more mini-batches.
+    piece: int = 0
+    pieces: int = 0
 
     @property
     def read_rows(self) -> np.ndarray:
@@ -95,7 +99,8 @@ class MegaBatchPlan:
 
     def equals(self, other: "MegaBatchPlan") -> bool:
         same = (
-            (self.epoch, self.index, self.num_read, self.num_hot) == (other.epoch, other.index, other.num_read, other.num_hot)
+            (self.epoch, self.index, self.num_read, self.num_hot, self.piece, self.pieces)
+            == (other.epoch, other.index, other.num_read, other.num_hot, other.piece, other.pieces)
             and len(self.minibatches) == len(other.minibatches)
             and all(a.equals(b) for a, b in zip(self.minibatches, other.minibatches))
             and all(np.array_equal(a, b) for a, b in zip(self.gather, other.gather))
@@ -330,8 +335,8 @@ class RowUnion:
         empty (its slot map serves as scratch). Piece k's gather index is the mini-batch's
         full input length: the slot in [hot cache | buffer] of each input row this piece
         supplies (the hot rows in piece 0, cold rows in the piece that reads them), -1 for
-        the others; the caller fills x piece by piece. stats["pieces"] is the count,
-        "piece" k. Pieces carry nothing over: each buffer holds only its own rows."""
+        the others; the caller fills x piece by piece (`piece` k of `pieces`). Pieces carry
+        nothing over: each buffer holds only its own rows."""
         if self.members:
             raise ValueError("pieces are planned from an empty union")
         nodes = np.asarray(mfgs.input_rows, np.int64)  # distinct within a mini-batch
@@ -356,10 +361,10 @@ class RowUnion:
             stats = {"minibatches": first, "input_rows": first * len(nodes), "unique_rows": hi - lo + hot_hits,
                      "sharing": float(first * len(nodes) / (hi - lo + hot_hits)), "hot_hits": hot_hits,
                      "cold_unique_rows": hi - lo, "carried_rows": 0, "read_rows": hi - lo,
-                     "minibatch_cold_rows": first * len(cold), "piece": k, "pieces": count}
+                     "minibatch_cold_rows": first * len(cold)}
             plans.append(MegaBatchPlan(epoch=epoch, index=index + k, minibatches=[mfgs], gather=[gather],
                                        rows=cold[lo:hi], num_read=hi - lo, carry_src=np.empty(0, np.int64),
-                                       num_hot=num_hot, stats=stats))
+                                       num_hot=num_hot, stats=stats, piece=k, pieces=count))
         return plans
 
 
@@ -483,7 +488,8 @@ def _plan_arrays(plan: MegaBatchPlan) -> dict[str, np.ndarray]:
         "carry_src": plan.carry_src,
         "meta": np.frombuffer(
             json.dumps(
-                {"epoch": plan.epoch, "index": plan.index, "num_read": plan.num_read, "num_hot": plan.num_hot, "stats": plan.stats}
+                {"epoch": plan.epoch, "index": plan.index, "num_read": plan.num_read, "num_hot": plan.num_hot,
+                 "stats": plan.stats, "piece": plan.piece, "pieces": plan.pieces}
             ).encode(),
             np.uint8,
         ),
@@ -525,4 +531,6 @@ def _plan_from_arrays(a: dict[str, np.ndarray]) -> MegaBatchPlan:
         num_hot=meta["num_hot"],
         stats=meta["stats"],
         read=ReadPlan.from_arrays(read) if read else None,
+        piece=meta["piece"],
+        pieces=meta["pieces"],
     )

@@ -35,7 +35,7 @@ def test_plans_by_walk_and_by_sort_match_a_numpy_reference(graph, max_rows, monk
     sorted_ = _plans(graph, False, max_rows, monkeypatch)
     assert len(walked) == len(sorted_) and all(a.equals(b) for a, b in zip(walked, sorted_))
     if max_rows:
-        assert any("pieces" in p.stats for p in walked) and any("pieces" not in p.stats for p in walked)
+        assert any(p.pieces for p in walked) and any(not p.pieces for p in walked)
     hot = np.unique(graph[3])
     previous = None
     for plan in walked:
@@ -46,12 +46,12 @@ def test_plans_by_walk_and_by_sort_match_a_numpy_reference(graph, max_rows, monk
             np.testing.assert_array_equal(previous[plan.carry_src], carried)
         # store row of every slot of [hot cache | buffer]: the gather must give the input rows
         table = np.concatenate([hot, plan.rows])
-        if "pieces" in plan.stats:
+        if plan.pieces:
             index = plan.gather[0]
             mine = index >= 0
             np.testing.assert_array_equal(table[index[mine]], plan.minibatches[0].input_nodes[mine])
             want = np.setdiff1d(plan.minibatches[0].input_nodes, hot)
-            k, size = plan.stats["piece"], max_rows
+            k, size = plan.piece, max_rows
             np.testing.assert_array_equal(plan.rows, want[k * size:(k + 1) * size])
         else:
             for mfgs, index in zip(plan.minibatches, plan.gather):

@@ -135,7 +135,7 @@ def test_minibatches_read_in_pieces_are_replayed_whole(store: Store, tmp_path: P
     with _loader(store, "ssd", tmp_path / "scratch", batch_size=1000, memory_budget="14.5MiB",
                  block_budget=0, reuse_epochs=2) as loader:
         first, _ = _epoch(loader, 0)
-        assert max(p.stats.get("pieces", 0) for p in loader.backend._kept.plans) > 1
+        assert max(p.pieces for p in loader.backend._kept.plans) > 1
         replayed, io = _epoch(loader, 1)
         assert _same(first, replayed) and io["bytes_read"] > 0
         for _, inputs, *_, x in replayed:

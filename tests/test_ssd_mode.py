@@ -178,7 +178,7 @@ def test_planner_streams_a_minibatch_larger_than_the_buffer_in_pieces(small_stor
     limit = (min(cold) + max(cold)) // 2
     plans = list(Planner(store.indptr, store.indices, store.train_idx, config, hot, max_rows=limit).plans([1]))
     assert all(len(p.rows) <= limit for p in plans)
-    assert any(p.stats.get("pieces", 0) > 1 for p in plans) and any("pieces" not in p.stats for p in plans)
+    assert any(p.pieces > 1 for p in plans) and any(p.pieces == 0 for p in plans)
     assert any(p.num_read < len(p.rows) for p in plans)  # rows carried over, also after pieces
     assert [p.index for p in plans] == list(range(len(plans)))
     done, previous, x = [], None, None
@@ -187,11 +187,11 @@ def test_planner_streams_a_minibatch_larger_than_the_buffer_in_pieces(small_stor
         buffer[:plan.num_read] = features[plan.read_rows]
         buffer[plan.num_read:] = previous[plan.carry_src] if plan.num_read < len(plan.rows) else 0
         table = np.concatenate([features[hot], buffer])
-        if "pieces" in plan.stats:
+        if plan.pieces:
             index = plan.gather[0]
-            x = np.full((len(index), store.feat_dim), np.nan, np.float32) if plan.stats["piece"] == 0 else x
+            x = np.full((len(index), store.feat_dim), np.nan, np.float32) if plan.piece == 0 else x
             x[index >= 0] = table[index[index >= 0]]
-            if plan.stats["piece"] == plan.stats["pieces"] - 1:
+            if plan.piece == plan.pieces - 1:
                 np.testing.assert_array_equal(x, features[plan.minibatches[0].input_nodes])
                 done.append(plan.minibatches[0])
         else:
