@@ -1,8 +1,9 @@
 """`features: memory`: the reference loader, the plain DGL way.
 
 Features sit in RAM as one tensor; DGL's NeighborSampler makes the blocks of gnnssd's
-seed batches (`gnnssd.sampler.seed_batches`: the same seeds as every other mode); each
-mini-batch's inputs are gathered by indexing. Every other mode is measured against this one.
+seed batches (`gnnssd.sampler.seed_batches`: the same seeds as every other mode), on a
+heterogeneous store from its DGLHeteroGraph with a fanout per relation; each mini-batch's
+inputs are gathered by indexing. Every other mode is measured against this one.
 
 The loader protocol every feature backend follows (memory, ssd, the baselines), which
 `NodeLoader` and `EdgeLoader` drive: `minibatches(batches, fanouts, epoch, exclude=None)`

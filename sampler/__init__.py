@@ -1,8 +1,10 @@
-"""The offline mega-batch planner: sampling, plans, read planning, repack, node orders.
+"""The offline mega-batch planner: sampling, plans, read planning, node orders.
 
-One module per job: sampling (numba neighbour sampling), blocks (compact MFGs and their
-DGLBlocks), plan (mega-batch plans, save/load), readplan (cost model, extents, strategy
-choice), order. Executing plans (reading, repacking, background stages) is gnnssd.pipeline.
+One module per job: sampling (numba neighbour sampling, per relation on a typed graph),
+blocks (compact MFGs and their DGLBlocks, heterogeneous ones included), plan (mega-batch
+plans, save/load), readplan (cost model, extents, strategy choice), order (node orders, the
+hot-row ranking's heat). Executing plans (reading, repacking, background stages) is
+gnnssd.pipeline.
 """
 from .blocks import MFGs, to_dgl_blocks
 from .order import (ORDERS, NodeOrder, degree_order, hotness, locality_order, metis_order, node_order, rcm_order,
