@@ -20,24 +20,25 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
-import pandas as pd
 import yaml
 
 from gnnssd.storage_format import DatasetError
 
 from .base import load_npy, mapped_edge_chunks, require_file, slice_chunks
+from .ogb import csv_edges
 
 SETS = {"train": "train_set", "valid": "validation_set", "test": "test_set"}
 SEED_NAMES = ("seeds", "seed_nodes")
 
 
-class GraphBoltSource:
-    def __init__(self, root: str | Path, task: str | None = None, feature: str = "feat",
-                 symmetric: bool = False):
+class GraphBoltMetadata:
+    """metadata.yaml of a GraphBolt dataset and the files it names: what the homogeneous
+    and the heterogeneous readers share."""
+
+    def __init__(self, root: str | Path):
         root = Path(root)
         self.yaml_path = require_file(root / "metadata.yaml" if root.is_dir() else root)
         self.root = self.yaml_path.parent
-        self.symmetric = symmetric
         try:
             meta = yaml.safe_load(self.yaml_path.read_text()) or {}
         except yaml.YAMLError as exc:
@@ -45,6 +46,7 @@ class GraphBoltSource:
         if not isinstance(meta, dict):
             raise DatasetError(f"{self.yaml_path}: a YAML {type(meta).__name__} at the top level, "
                                "expected a mapping (dataset_name, graph, feature_data, tasks)")
+        self.meta = meta
         self.name = str(meta.get("dataset_name") or self.root.name)
         graph = meta.get("graph")
         if not isinstance(graph, dict):
@@ -55,41 +57,20 @@ class GraphBoltSource:
         if not (isinstance(nodes, list) and isinstance(edges, list)
                 and all(isinstance(e, dict) for e in nodes + edges)):
             raise DatasetError(f"{self.yaml_path}: graph.nodes and graph.edges must be lists of "
-                               "mappings (one {num: N} and one {format, path})")
-        if len(nodes) != 1 or len(edges) != 1 or "type" in nodes[0] or "type" in edges[0]:
-            raise DatasetError(f"{self.yaml_path}: 'graph' has {len(nodes)} node and {len(edges)} "
-                               "edge entries or typed ones; only homogeneous graphs (one untyped "
-                               "entry each) are supported")
-        num = self._key(nodes[0], "num", "graph.nodes[0]")
-        if isinstance(num, bool) or not isinstance(num, int) or num < 1:
-            raise DatasetError(f"{self.yaml_path}: graph.nodes[0].num is {num!r:.100}, expected a "
-                               "positive integer (the number of nodes)")
-        self.num_nodes = num
-        self._edge_spec = edges[0]
-        self._edges = None
-        if self._key(edges[0], "format", "graph.edges[0]") == "numpy":
-            self._edges = load_npy(self._path(edges[0], "graph.edges[0]"), "edges")
-            if self._edges.ndim != 2 or self._edges.shape[0] != 2:
-                raise DatasetError(f"{self._path(edges[0], 'graph.edges[0]')}: shape "
-                                   f"{self._edges.shape}, expected (2, num_edges) (graph.edges[0])")
-            self.num_edges = int(self._edges.shape[1])
-        node_features = {f.get("name"): f for f in meta.get("feature_data") or []
-                         if f.get("domain") == "node" and "type" not in f}
-        if feature not in node_features:
-            raise DatasetError(f"{self.yaml_path}: no node feature named {feature!r} in "
-                               f"feature_data (has {sorted(map(str, node_features))})")
-        self._features = self._read(node_features[feature], f"feature_data {feature!r}")
-        if self._features.ndim != 2 or self._features.shape[0] != self.num_nodes:
-            raise DatasetError(f"{self._path(node_features[feature], '')}: shape "
-                               f"{self._features.shape}, expected ({self.num_nodes}, dim)")
-        self.feat_dim = int(self._features.shape[1])
-        self._task = self._pick_task(meta.get("tasks") or [], task)
-        self._label_feature = node_features.get("label")
+                               "mappings ({num: N} and {format, path}, each with a type if typed)")
+        self.nodes, self.edges = nodes, edges
 
     def _key(self, entry: dict, key: str, where: str) -> Any:
         if not isinstance(entry, dict) or key not in entry:
             raise DatasetError(f"{self.yaml_path}: {where} has no {key!r}")
         return entry[key]
+
+    def _count(self, entry: dict, where: str) -> int:
+        num = self._key(entry, "num", where)
+        if isinstance(num, bool) or not isinstance(num, int) or num < 1:
+            raise DatasetError(f"{self.yaml_path}: {where}.num is {num!r:.100}, expected a "
+                               "positive integer (the number of nodes)")
+        return num
 
     def _path(self, entry: dict, where: str) -> Path:
         """A file named by the metadata: relative, and inside the dataset's folder."""
@@ -115,6 +96,23 @@ class GraphBoltSource:
                 raise DatasetError(f"{path}: not a saved torch tensor ({where}): {exc}") from exc
         raise DatasetError(f"{self.yaml_path}: {where} has format {fmt!r}, expected numpy or torch")
 
+    def _edge_array(self, entry: dict, where: str) -> np.ndarray | None:
+        """The (2, E) edges of a numpy-format entry, mapped; None for a CSV one."""
+        if self._key(entry, "format", where) != "numpy":
+            return None
+        edges = load_npy(self._path(entry, where), "edges")
+        if edges.ndim != 2 or edges.shape[0] != 2:
+            raise DatasetError(f"{self._path(entry, where)}: shape {edges.shape}, expected "
+                               f"(2, num_edges) ({where})")
+        return edges
+
+    def _edge_pairs(self, entry: dict, where: str) -> tuple[np.ndarray, np.ndarray]:
+        """(src, dst) of an edge entry, numpy or "src,dst" CSV."""
+        edges = self._edge_array(entry, where)
+        if edges is not None:
+            return np.asarray(edges[0]), np.asarray(edges[1])
+        return csv_edges(require_file(self._path(entry, where)))
+
     def _pick_task(self, tasks: list[dict], name: str | None) -> dict:
         names = [t.get("name") for t in tasks]
         chosen = [t for t in tasks if name is None or t.get("name") == name]
@@ -123,6 +121,48 @@ class GraphBoltSource:
                                if name is None and chosen else
                                f"{self.yaml_path}: no task {name!r} among tasks {names}")
         return chosen[0]
+
+    def _seeds(self, data: dict[str, np.ndarray], key: str) -> np.ndarray:
+        for name in SEED_NAMES:
+            if name in data:
+                return data[name]
+        if not data:
+            return np.empty(0, dtype=np.int64)
+        raise DatasetError(f"{self.yaml_path}: {key} has data {sorted(map(str, data))}; expected "
+                           f"node IDs named one of {SEED_NAMES}")
+
+    def input_paths(self) -> list[Path]:
+        """The dataset folder: metadata.yaml and every file it names (paths inside it only): what resume and the --out overlap check see."""
+        return [self.root]
+
+
+class GraphBoltSource(GraphBoltMetadata):
+    def __init__(self, root: str | Path, task: str | None = None, feature: str = "feat",
+                 symmetric: bool = False):
+        super().__init__(root)
+        self.symmetric = symmetric
+        meta, nodes, edges = self.meta, self.nodes, self.edges
+        if len(nodes) != 1 or len(edges) != 1 or "type" in nodes[0] or "type" in edges[0]:
+            raise DatasetError(f"{self.yaml_path}: 'graph' has {len(nodes)} node and {len(edges)} "
+                               "edge entries or typed ones; only homogeneous graphs (one untyped "
+                               "entry each) are supported")
+        self.num_nodes = self._count(nodes[0], "graph.nodes[0]")
+        self._edge_spec = edges[0]
+        self._edges = self._edge_array(edges[0], "graph.edges[0]")
+        if self._edges is not None:
+            self.num_edges = int(self._edges.shape[1])
+        node_features = {f.get("name"): f for f in meta.get("feature_data") or []
+                         if f.get("domain") == "node" and "type" not in f}
+        if feature not in node_features:
+            raise DatasetError(f"{self.yaml_path}: no node feature named {feature!r} in "
+                               f"feature_data (has {sorted(map(str, node_features))})")
+        self._features = self._read(node_features[feature], f"feature_data {feature!r}")
+        if self._features.ndim != 2 or self._features.shape[0] != self.num_nodes:
+            raise DatasetError(f"{self._path(node_features[feature], '')}: shape "
+                               f"{self._features.shape}, expected ({self.num_nodes}, dim)")
+        self.feat_dim = int(self._features.shape[1])
+        self._task = self._pick_task(meta.get("tasks") or [], task)
+        self._label_feature = node_features.get("label")
 
     def _set_arrays(self, split: str) -> dict[str, np.ndarray]:
         key = SETS[split]
@@ -136,16 +176,7 @@ class GraphBoltSource:
                 for item in self._key(entries[0], "data", key)}
 
     def load_edges(self) -> tuple[np.ndarray, np.ndarray]:
-        if self._edges is not None:
-            return np.asarray(self._edges[0]), np.asarray(self._edges[1])
-        path = self._path(self._edge_spec, "graph.edges[0]")
-        try:
-            frame = pd.read_csv(require_file(path), header=None, dtype=np.int64)
-        except (ValueError, OSError, pd.errors.ParserError) as exc:
-            raise DatasetError(f"{path}: cannot parse as 'src,dst' integer lines ({exc})") from exc
-        if frame.shape[1] != 2:
-            raise DatasetError(f"{path}: {frame.shape[1]} columns, expected 2 (src,dst)")
-        return frame[0].to_numpy(), frame[1].to_numpy()
+        return self._edge_pairs(self._edge_spec, "graph.edges[0]")
 
     def edge_chunks(self, chunk_edges: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         if self._edges is None:
@@ -171,24 +202,11 @@ class GraphBoltSource:
             labels[seeds[inside]] = data["labels"][inside]
         return labels
 
-    def _seeds(self, data: dict[str, np.ndarray], key: str) -> np.ndarray:
-        for name in SEED_NAMES:
-            if name in data:
-                return data[name]
-        if not data:
-            return np.empty(0, dtype=np.int64)
-        raise DatasetError(f"{self.yaml_path}: {key} has data {sorted(map(str, data))}; expected "
-                           f"node IDs named one of {SEED_NAMES}")
-
     def load_splits(self) -> dict[str, np.ndarray]:
         return {split: self._seeds(self._set_arrays(split), key) for split, key in SETS.items()}
 
     def feature_chunks(self, start_row: int, chunk_rows: int) -> Iterator[np.ndarray]:
         return slice_chunks(self._features, start_row, chunk_rows)
-
-    def input_paths(self) -> list[Path]:
-        """The dataset folder: metadata.yaml and every file it names (paths inside it only): what resume and the --out overlap check see."""
-        return [self.root]
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "graphbolt", "name": self.name, "task": self._task.get("name"),

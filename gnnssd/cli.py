@@ -39,6 +39,9 @@ def _source_from_args(args: argparse.Namespace) -> Any:
         return datasets.HeterophilousSource(args.file, split=args.split)
     if args.source == "ogb":
         return datasets.ogb_source(args.root, split_name=args.split_name, symmetric=args.symmetric)
+    if args.source == "graphbolt" and args.typed:
+        return datasets.GraphBoltHeteroSource(args.root, task=args.task, feature=args.feature,
+                                              add_reverse=args.add_reverse)
     if args.source == "graphbolt":
         return datasets.GraphBoltSource(args.root, task=args.task, feature=args.feature,
                                         symmetric=args.symmetric)
@@ -320,6 +323,10 @@ def build_parser() -> argparse.ArgumentParser:
     graphbolt.add_argument("--task", help="task name in metadata.yaml (default: the only one)")
     graphbolt.add_argument("--feature", default="feat", help="node feature name (default feat)")
     graphbolt.add_argument("--symmetric", action="store_true", help="add reverse edges")
+    graphbolt.add_argument("--typed", action="store_true",
+                           help="a heterogeneous dataset (typed nodes and edges): one relation per edge type")
+    graphbolt.add_argument("--add-reverse", action="store_true",
+                           help="with --typed: a reverse relation rev_NAME per relation")
     igb = sources.add_parser("igb", help="IGB260M homogeneous layout (paper, paper__cites__paper)")
     igb.add_argument("--root", required=True, help="folder holding SIZE/processed/")
     igb.add_argument("--size", default="small", choices=["experimental", "small", "medium", "large", "full"])
