@@ -2,7 +2,7 @@
 MAG-like graph (`--preset mag-small`), same seeds for every row:
 
 - `rgcn memory` / `rgcn ssd`: R-GCN on the heterogeneous store (ssd: features streamed
-  through the io_engine with a small hot cache);
+  through the io_engine with a small hot cache); `rgat memory`: R-GAT (4 heads);
 - `sage flattened`: GraphSAGE on the same graph flattened to one node type and one
   relation (featureless types given zero rows): what forgetting the relations costs;
 - `mlp`: the papers' own features only (the flattened store's MLP: a paper's row).
@@ -30,6 +30,7 @@ SSD = {"memory_budget": "15MiB", "hot_fraction": 0.1, "mega_batch": 4}
 SYSTEMS = {  # row -> (store, model, features)
     "rgcn memory": ("typed", "rgcn", "memory"),
     "rgcn ssd": ("typed", "rgcn", "ssd"),
+    "rgat memory": ("typed", "rgat", "memory"),
     "sage flattened": ("flat", "sage", "memory"),
     "mlp": ("flat", "mlp", "memory"),
 }
