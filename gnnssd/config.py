@@ -242,7 +242,7 @@ class Config:
                               f"{self.store}; a preprocess --out of that store would replace it: "
                               "keep runs outside the store")
         n_layers = self.model.layers
-        if self.model.name == "gat" and n_layers > 1 and self.model.heads > self.model.hidden:
+        if self.model.name in ("gat", "rgat") and n_layers > 1 and self.model.heads > self.model.hidden:
             raise ConfigError(f"model.heads: {self.model.heads} is more than model.hidden = "
                               f"{self.model.hidden}; GAT splits model.hidden across its heads "
                               f"(expected 1..{self.model.hidden})")

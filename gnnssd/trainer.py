@@ -380,7 +380,10 @@ class Trainer:
             raise CheckpointError(f"{path}: not a checkpoint of this gnnssd ({exc!r})") from None
         check_store(checkpoint, self.store, self.run_dir)
         current = self.config.to_dict()
+        defaults = Config(store="", run_dir="").to_dict()
         for key in RESUME_KEYS:
+            if isinstance(saved.get(key), dict):  # a key added since the checkpoint: its default
+                saved[key] = {**defaults[key], **saved[key]}
             if saved[key] != current[key]:
                 raise ConfigError(f"{key}: the checkpoint in {self.run_dir} was trained with "
                                   f"{saved[key]!r}, the config says {current[key]!r}")
@@ -405,7 +408,7 @@ def _check_memory(cfg: Config, store: Store, output_dim: int) -> None:
     if need > available:
         # GAT's widths grow with its heads too: blame them when one head would fit
         single_head = dataclasses.replace(cfg.model, heads=1)
-        if cfg.model.name == "gat" and cfg.model.heads > 1 and \
+        if cfg.model.name in ("gat", "rgat") and cfg.model.heads > 1 and \
                 _parameters(single_head, store, output_dim) * TRAINING_BYTES_PER_PARAMETER <= available:
             key = f"model.heads: {cfg.model.heads} (model.hidden {cfg.model.hidden})"
         else:

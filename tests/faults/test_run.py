@@ -547,3 +547,18 @@ def test_scratch_disk_full_while_writing_compact_blocks_names_the_file_and_the_w
         "        writer.append(0, staging, np.arange(64) * 512)\n"))
     assert f"{tmp_path / 'block-0.bin'}: cannot write (File too large)" in done.stdout
     assert "set ssd.block_budget: 0" in done.stdout
+
+
+def test_a_checkpoint_from_before_a_new_config_key_resumes(store, tmp_path):
+    """model.featureless came after this checkpoint was written: its config has no such key,
+    which counts as the key's default (not as a different model)."""
+    from gnnssd.checkpoint import load_checkpoint, save_checkpoint
+
+    run_dir = tmp_path / "run"
+    _train(store, run_dir, train={"epochs": 1})
+    state = load_checkpoint(run_dir)
+    config = json.loads(state["config"])
+    del config["model"]["featureless"]
+    save_checkpoint(run_dir, {**state, "config": json.dumps(config)})
+    history = _train(store, run_dir, resume=True, train={"epochs": 2})
+    assert [r["epoch"] for r in history] == [2]
