@@ -59,11 +59,24 @@ def _relation_edges(source: TypedSource, schema: GraphSchema, r: int) -> tuple[n
     return src.astype(dtype, copy=False), dst.astype(dtype, copy=False)
 
 
-def typed_csc(source: TypedSource, notify: Notify) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _check_fits(source: TypedSource, needed: int, memory_limit: int, what: str) -> None:
+    if needed > memory_limit:
+        raise DatasetError(f"{source.name}: the heterogeneous topology is built in memory ({what} "
+                           f"needs about {needed / 2**30:.2f} GiB), more than --memory-limit "
+                           f"{memory_limit / 2**30:.2f} GiB; raise --memory-limit (a typed topology "
+                           "is not sorted out of core yet)")
+
+
+def typed_csc(source: TypedSource, notify: Notify,
+              memory_limit: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(indptr, indices, etypes) of the source's graph in its own node IDs; repeated edges
-    of one relation are kept once, the same pair in two relations once per relation."""
+    of one relation are kept once, the same pair in two relations once per relation.
+    Built in memory: refused (before the step that would pass it) when it needs more
+    than `memory_limit` bytes."""
     schema = source.schema
     n = schema.num_nodes
+    limit = memory_limit or np.iinfo(np.int64).max
+    _check_fits(source, len(schema.relations) * (n + 1) * 8, limit, "the relations' offsets")
     indptrs = np.zeros((len(schema.relations), n + 1), np.int64)
     parts = []
     for r in range(len(schema.relations)):
@@ -71,6 +84,10 @@ def typed_csc(source: TypedSource, notify: Notify) -> tuple[np.ndarray, np.ndarr
         indptrs[r] = indptr
         parts.append(indices)
         notify("relations", r + 1, len(schema.relations))
+    edges = sum(len(p) for p in parts)
+    index_bytes = index_dtype(n).itemsize
+    _check_fits(source, indptrs.nbytes + edges * (2 * index_bytes + schema.etype_dtype().itemsize), limit,
+                f"interleaving {edges:,} edges")
     starts = np.concatenate([[0], np.cumsum([len(p) for p in parts])]).astype(np.int64)
     cat = np.concatenate(parts) if parts else np.empty(0, index_dtype(n))
     del parts

@@ -292,7 +292,7 @@ def _resumable_csc(partial: Path, source: DatasetSource, link: LinkSplit | None,
     """The CSC in the source's node order (indices mapped from the partial folder)."""
     if not state_of(partial, "csc")["done"]:
         if not schema_of(source).is_homogeneous:
-            indptr, indices, etypes = typed_csc(source, notify)
+            indptr, indices, etypes = typed_csc(source, notify, limit)
             _save_array(partial / f"{ETYPES}.npy", etypes)
             del etypes
         elif link is None:

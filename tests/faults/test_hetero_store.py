@@ -101,3 +101,13 @@ def test_missing_etypes_in_a_typed_manifest_is_refused(store_copy):
     (store_copy / "etypes.npy").unlink()
     with pytest.raises(StoreError, match="etypes.npy: missing from the store"):
         Store.open(store_copy)
+
+
+@pytest.mark.parametrize("limit, what", [(10_000, "the relations' offsets"), (30_000, "interleaving 3,375 edges")])
+def test_a_typed_topology_above_the_memory_limit_is_refused_not_built(tmp_path, limit, what):
+    """The typed topology is built in memory: above --memory-limit it is refused, naming the
+    limit, before the step that would pass it; nothing is left at --out."""
+    with pytest.raises(DatasetError, match=rf"topology is built in memory \({what} needs about .* more than "
+                                           r"--memory-limit 0\.00 GiB; raise --memory-limit"):
+        write_store(tmp_path / "out", ToyHeteroSource(), memory_limit=limit)
+    assert not (tmp_path / "out").exists()
