@@ -2,12 +2,53 @@
 from __future__ import annotations
 
 import mmap
+import pickle
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
 from gnnssd.storage_format import DatasetError
+
+
+#: The globals a pickled NumPy array names (numpy 1.x and 2.x module paths).
+NUMPY_ARRAY_GLOBALS = frozenset({
+    ("numpy", "ndarray"), ("numpy", "dtype"),
+    ("numpy.core.multiarray", "_reconstruct"), ("numpy.core.multiarray", "scalar"),
+    ("numpy._core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "scalar"),
+})
+
+
+class AllowListUnpickler(pickle.Unpickler):
+    """Unpickles only the globals a format uses (`allowed`, or what `admits` accepts): a
+    crafted file cannot name a function (os.system, eval, ...) to be called as it loads.
+    Subclasses set `allowed` and `holds` (what the format holds, for the refusal)."""
+
+    allowed: frozenset[tuple[str, str]] = frozenset()
+    holds = ""
+
+    def admits(self, module: str, name: str) -> bool:
+        return False
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) not in self.allowed and not self.admits(module, name):
+            raise pickle.UnpicklingError(f"refused to load {module}.{name} ({self.holds})")
+        return super().find_class(module, name)
+
+
+def reversed_relations(relations: list[tuple[str, str, str]], add_reverse: bool,
+                       name: Callable[[str], str] = lambda r: f"rev_{r}") -> list[tuple[str, str, str]]:
+    """`relations`, then (with `add_reverse`) the reverse of each in the same order, named
+    `name(relation)` (DGL's MAG recipes: rev_NAME)."""
+    return list(relations) + ([(d, name(r), s) for s, r, d in relations] if add_reverse else [])
+
+
+def relation_edges(relation: int, forward: int,
+                   load: Callable[[int], tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """Edges of relation `relation` of a source whose relations are `forward` ones then
+    their reverses (reversed_relations): a reverse is its forward relation's pairs swapped."""
+    src, dst = load(relation % forward)
+    return (src, dst) if relation < forward else (dst, src)
 
 
 def require_file(path: Path) -> Path:

@@ -21,7 +21,7 @@ import numpy as np
 from gnnssd.storage_format import DatasetError
 from gnnssd.storage_format.schema import GraphSchema, NodeType
 
-from .base import slice_chunks
+from .base import relation_edges, reversed_relations, slice_chunks
 from .graphbolt import SETS, GraphBoltMetadata
 
 
@@ -68,7 +68,7 @@ class GraphBoltHeteroSource(GraphBoltMetadata):
                                    f"'source:relation:destination' of the node types {sorted(counts)}")
             forward.append(relation)
         self._forward = forward
-        relations = forward + ([(d, f"rev_{r}", s) for s, r, d in forward] if add_reverse else [])
+        relations = reversed_relations(forward, add_reverse)
         types = [NodeType(t, counts[t], True) for t in counts if t in features] + \
                 [NodeType(t, counts[t], False) for t in counts if t not in features]
         self.schema = GraphSchema(tuple(types), tuple(relations), self.target)  # type: ignore[arg-type]
@@ -92,12 +92,13 @@ class GraphBoltHeteroSource(GraphBoltMetadata):
 
     def load_relation_edges(self, relation: int) -> tuple[np.ndarray, np.ndarray]:
         """Global IDs of relation `relation` (a reverse: its forward relation's pairs swapped)."""
-        k = relation % len(self._forward)
+        return relation_edges(relation, len(self._forward), self._forward_edges)
+
+    def _forward_edges(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         src_type, _, dst_type = self._forward[k]
         src, dst = self._edge_pairs(self.edges[k], f"graph.edges[{k}]")
-        src = np.asarray(src, np.int64) + self._offset(src_type)
-        dst = np.asarray(dst, np.int64) + self._offset(dst_type)
-        return (src, dst) if relation < len(self._forward) else (dst, src)
+        return (np.asarray(src, np.int64) + self._offset(src_type),
+                np.asarray(dst, np.int64) + self._offset(dst_type))
 
     def load_labels(self) -> np.ndarray:
         labels = np.full(self.num_nodes, -1, np.int64)

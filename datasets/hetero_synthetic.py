@@ -28,10 +28,12 @@ import numpy as np
 from gnnssd.storage_format import DatasetError
 from gnnssd.storage_format.schema import GraphSchema, NodeType
 
+from .base import relation_edges, reversed_relations
+
 FEATURE_BLOCK = 1 << 16  # rows generated per RNG stream: fixes the output whatever the chunking
 RELATIONS = (("paper", "cites", "paper"), ("author", "writes", "paper"),
              ("author", "affiliated_with", "institution"))
-REVERSES = ("cited_by", "written_by", "employs")
+REVERSES = {"cites": "cited_by", "writes": "written_by", "affiliated_with": "employs"}
 
 
 @dataclass(frozen=True)
@@ -83,10 +85,9 @@ class HeteroSyntheticSource:
     def __init__(self, spec: HeteroSpec, name: str = "hetero-synthetic"):
         self.spec = spec
         self.name = name
-        relations = RELATIONS + (tuple((d, rev, s) for (s, _, d), rev in zip(RELATIONS, REVERSES))
-                                 if spec.add_reverse else ())
+        relations = reversed_relations(list(RELATIONS), spec.add_reverse, REVERSES.get)
         self.schema = GraphSchema((NodeType("paper", spec.papers, True), NodeType("author", spec.authors, False),
-                                   NodeType("institution", spec.institutions, False)), relations, "paper")
+                                   NodeType("institution", spec.institutions, False)), tuple(relations), "paper")
         self.num_nodes = self.schema.num_nodes
         self.feat_dim = spec.feat_dim
 
@@ -150,16 +151,17 @@ class HeteroSyntheticSource:
 
     def load_relation_edges(self, relation: int) -> tuple[np.ndarray, np.ndarray]:
         """(src, dst) global IDs of relation `relation` (reverses: the forward pairs swapped)."""
-        forward = relation % len(RELATIONS)
+        return relation_edges(relation, len(RELATIONS), self._forward_edges)
+
+    def _forward_edges(self, forward: int) -> tuple[np.ndarray, np.ndarray]:
         if forward == 0:
             src_local, dst_local = self._citations()  # not kept: the largest relation
         else:
             src_local, dst_local = self._authorship if forward == 1 else self._affiliations
         src_type, _, dst_type = RELATIONS[forward]
         offsets = self.schema.offsets
-        src = src_local.astype(np.int64) + offsets[self.schema.type_id(src_type)]
-        dst = dst_local.astype(np.int64) + offsets[self.schema.type_id(dst_type)]
-        return (src, dst) if relation < len(RELATIONS) else (dst, src)
+        return (src_local.astype(np.int64) + offsets[self.schema.type_id(src_type)],
+                dst_local.astype(np.int64) + offsets[self.schema.type_id(dst_type)])
 
     def load_labels(self) -> np.ndarray:
         labels = np.full(self.num_nodes, -1, np.int64)

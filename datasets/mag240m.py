@@ -27,23 +27,24 @@ import torch
 from gnnssd.storage_format import DatasetError
 from gnnssd.storage_format.schema import GraphSchema, NodeType
 
-from .base import load_npy, require_file, slice_chunks
+from .base import (NUMPY_ARRAY_GLOBALS, AllowListUnpickler, load_npy, relation_edges, require_file,
+                   reversed_relations, slice_chunks)
 
 RELATIONS = (("paper", "cites", "paper"), ("author", "writes", "paper"),
              ("author", "affiliated_with", "institution"))
 TYPES = ("paper", "author", "institution")
 
 
-class _ArraysOnly(pickle.Unpickler):
-    """Unpickles tensors, NumPy arrays and plain containers; any other global is refused."""
+class _ArraysOnly(AllowListUnpickler):
+    """Unpickles tensors, NumPy arrays and plain containers."""
 
-    def find_class(self, module: str, name: str) -> Any:
-        if (module in ("numpy.core.multiarray", "numpy") and name in ("_reconstruct", "ndarray", "dtype", "scalar")) \
-                or (module == "torch._utils" and name.startswith("_rebuild")) \
-                or (module == "torch" and name.endswith("Storage")) \
-                or (module, name) in (("collections", "OrderedDict"), ("_codecs", "encode")):  # an array's bytes
-            return super().find_class(module, name)
-        raise pickle.UnpicklingError(f"global {module}.{name} is not allowed (tensors and arrays only)")
+    allowed = NUMPY_ARRAY_GLOBALS | {("collections", "OrderedDict"), ("_codecs", "encode")}  # an array's bytes
+    holds = "tensors and arrays only"
+
+    def admits(self, module: str, name: str) -> bool:
+        """torch's own tensor and storage rebuilders."""
+        return (module == "torch._utils" and name.startswith("_rebuild")) or \
+            (module == "torch" and name.endswith("Storage"))
 
 
 _ARRAYS_ONLY = types.SimpleNamespace(Unpickler=_ArraysOnly, load=pickle.load, __name__="arrays_only")
@@ -81,13 +82,16 @@ class MAG240MSource:
                                f"expected ({counts['paper']}, dim)")
         self.feat_dim = int(self._features.shape[1])
         self.default_dtype = "float16"
-        relations = RELATIONS + (tuple((d, f"rev_{r}", s) for s, r, d in RELATIONS) if add_reverse else ())
         self.schema = GraphSchema((NodeType("paper", counts["paper"], True), NodeType("author", counts["author"], False),
-                                   NodeType("institution", counts["institution"], False)), relations, "paper")
+                                   NodeType("institution", counts["institution"], False)),
+                                  tuple(reversed_relations(list(RELATIONS), add_reverse)), "paper")
         self.num_nodes = self.schema.num_nodes
 
     def load_relation_edges(self, relation: int) -> tuple[np.ndarray, np.ndarray]:
-        src_type, name, dst_type = RELATIONS[relation % len(RELATIONS)]
+        return relation_edges(relation, len(RELATIONS), self._forward_edges)
+
+    def _forward_edges(self, relation: int) -> tuple[np.ndarray, np.ndarray]:
+        src_type, name, dst_type = RELATIONS[relation]
         path = self.root / "processed" / f"{src_type}___{name}___{dst_type}" / "edge_index.npy"
         edges = load_npy(path, f"{name} edges")
         if edges.ndim != 2 or edges.shape[0] != 2:
@@ -95,7 +99,7 @@ class MAG240MSource:
         offsets = self.schema.offsets
         src = np.asarray(edges[0], np.int64) + offsets[self.schema.type_id(src_type)]
         dst = np.asarray(edges[1], np.int64) + offsets[self.schema.type_id(dst_type)]
-        return (src, dst) if relation < len(RELATIONS) else (dst, src)
+        return src, dst
 
     def load_labels(self) -> np.ndarray:
         path = self.root / "processed" / "paper" / "node_label.npy"

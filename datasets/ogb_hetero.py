@@ -22,7 +22,7 @@ import pandas as pd
 from gnnssd.storage_format import DatasetError
 from gnnssd.storage_format.schema import GraphSchema, NodeType
 
-from .base import require_file
+from .base import relation_edges, require_file, reversed_relations
 from .ogb import checked_labels, csv_edges, csv_feature_chunks, csv_feature_dim
 from .ogb_layout import read_splits, resolve_split_name
 
@@ -48,7 +48,7 @@ class OGBHeteroSource:
                                f"found {labelled}")
         self.target = labelled[0]
         forward = self._relations(counts)
-        relations = forward + ([(d, f"rev_{r}", s) for s, r, d in forward] if add_reverse else [])
+        relations = reversed_relations(forward, add_reverse)
         types = [NodeType(t, counts[t], True) for t in featured] + \
                 [NodeType(t, counts[t], False) for t in counts if t not in featured]
         self.schema = GraphSchema(tuple(types), tuple(relations), self.target)
@@ -87,12 +87,14 @@ class OGBHeteroSource:
 
     def load_relation_edges(self, relation: int) -> tuple[np.ndarray, np.ndarray]:
         """Global IDs of relation `relation` (a reverse: its forward relation's pairs swapped)."""
-        src_type, name, dst_type = self._forward[relation % len(self._forward)]
+        return relation_edges(relation, len(self._forward), self._forward_edges)
+
+    def _forward_edges(self, relation: int) -> tuple[np.ndarray, np.ndarray]:
+        src_type, name, dst_type = self._forward[relation]
         path = require_file(self.root / "raw" / "relations" / f"{src_type}___{name}___{dst_type}" / "edge.csv.gz")
         src, dst = csv_edges(path)
         offsets = self.schema.offsets
-        src, dst = src + offsets[self.schema.type_id(src_type)], dst + offsets[self.schema.type_id(dst_type)]
-        return (src, dst) if relation < len(self._forward) else (dst, src)
+        return src + offsets[self.schema.type_id(src_type)], dst + offsets[self.schema.type_id(dst_type)]
 
     def load_labels(self) -> np.ndarray:
         path = require_file(self.root / "raw" / "node-label" / self.target / "node-label.csv.gz")

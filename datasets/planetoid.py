@@ -1,7 +1,6 @@
 """Planetoid citation graphs (Cora, CiteSeer, PubMed) in their original pickle files."""
 from __future__ import annotations
 
-import pickle
 import warnings
 from pathlib import Path
 from typing import Any
@@ -11,33 +10,23 @@ import scipy.sparse as sp
 
 from gnnssd.storage_format import DatasetError
 
-from .base import InMemoryTables, require_file
+from .base import NUMPY_ARRAY_GLOBALS, AllowListUnpickler, InMemoryTables, require_file
 
 PARTS = ("x", "y", "tx", "ty", "allx", "ally", "graph")
 
-# What the Planetoid pickles name (module as written in the file, Python 2 spellings too):
-# NumPy arrays, SciPy CSR matrices and the graph's defaultdict of lists. Nothing else loads.
-ALLOWED_GLOBALS = {
-    ("numpy", "ndarray"), ("numpy", "dtype"),
-    ("numpy.core.multiarray", "_reconstruct"), ("numpy.core.multiarray", "scalar"),
-    ("numpy._core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "scalar"),
-    ("scipy.sparse.csr", "csr_matrix"), ("scipy.sparse._csr", "csr_matrix"),
-    ("collections", "defaultdict"), ("collections", "OrderedDict"),
-    ("__builtin__", "list"), ("__builtin__", "dict"), ("__builtin__", "set"),
-    ("builtins", "list"), ("builtins", "dict"), ("builtins", "set"),
-}
 
+class PlanetoidUnpickler(AllowListUnpickler):
+    """Unpickles only what the Planetoid pickles name (modules as written in the files,
+    Python 2 spellings too): NumPy arrays, SciPy CSR matrices and the graph's defaultdict
+    of lists. Nothing else loads."""
 
-class PlanetoidUnpickler(pickle.Unpickler):
-    """Unpickles only the types the Planetoid format uses: a crafted file cannot name a
-    function (os.system, eval, ...) to be called while it loads."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        if (module, name) not in ALLOWED_GLOBALS:
-            raise pickle.UnpicklingError(f"refused to load {module}.{name} (a Planetoid pickle "
-                                         "holds only NumPy arrays, SciPy CSR matrices, lists "
-                                         "and dicts)")
-        return super().find_class(module, name)
+    allowed = NUMPY_ARRAY_GLOBALS | {
+        ("scipy.sparse.csr", "csr_matrix"), ("scipy.sparse._csr", "csr_matrix"),
+        ("collections", "defaultdict"), ("collections", "OrderedDict"),
+        ("__builtin__", "list"), ("__builtin__", "dict"), ("__builtin__", "set"),
+        ("builtins", "list"), ("builtins", "dict"), ("builtins", "set"),
+    }
+    holds = "a Planetoid pickle holds only NumPy arrays, SciPy CSR matrices, lists and dicts"
 
 
 class PlanetoidSource(InMemoryTables):

@@ -69,7 +69,7 @@ def typed_batch_parts(mfgs: MFGs, schema: GraphSchema, rows: torch.Tensor) -> di
     """input_nodes, output_nodes, blocks and x of the sampled `mfgs` (rows: the float32
     features of mfgs.input_rows), for a MiniBatch."""
     blocks = typed_dgl_blocks(mfgs, schema)
-    inputs = {name: block_ids for name, block_ids in blocks[0].srcdata[dgl.NID].items()}
+    inputs = dict(blocks[0].srcdata[dgl.NID])
     outputs = {name: ids for name, ids in blocks[-1].dstdata[dgl.NID].items() if len(ids)}
     types = schema.type_of(mfgs.input_rows)
     x = {}

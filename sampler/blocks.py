@@ -106,8 +106,9 @@ def typed_dgl_blocks(mfgs: MFGs, schema: GraphSchema, device: str = "cpu") -> li
     import torch
 
     types, local = typed_local_ids(mfgs.nodes, schema)
-    offsets = schema.offsets
     names = schema.type_names
+    # each type's IDs in node order, once: a block's sources of a type are a prefix of them
+    ids = [torch.from_numpy(mfgs.nodes[types == t] - schema.offsets[t]).to(device) for t in range(len(names))]
     blocks = []
     for i in range(mfgs.num_layers):
         src, dst = mfgs.edges(i)
@@ -122,8 +123,7 @@ def typed_dgl_blocks(mfgs: MFGs, schema: GraphSchema, device: str = "cpu") -> li
         block = dgl.create_block(data, num_src_nodes=dict(zip(names, src_counts.tolist())),
                                  num_dst_nodes=dict(zip(names, dst_counts.tolist())), device=device)
         for t, name in enumerate(names):
-            ids = torch.from_numpy(mfgs.nodes[:ns][types[:ns] == t] - offsets[t]).to(device)
-            block.srcnodes[name].data[dgl.NID] = ids
-            block.dstnodes[name].data[dgl.NID] = ids[: dst_counts[t]]
+            block.srcnodes[name].data[dgl.NID] = ids[t][: src_counts[t]]
+            block.dstnodes[name].data[dgl.NID] = ids[t][: dst_counts[t]]
         blocks.append(block)
     return blocks

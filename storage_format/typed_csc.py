@@ -89,7 +89,7 @@ def typed_csc(source: TypedSource, notify: Notify,
     _check_fits(source, indptrs.nbytes + edges * (2 * index_bytes + schema.etype_dtype().itemsize), limit,
                 f"interleaving {edges:,} edges")
     starts = np.concatenate([[0], np.cumsum([len(p) for p in parts])]).astype(np.int64)
-    cat = np.concatenate(parts) if parts else np.empty(0, index_dtype(n))
+    cat = np.concatenate(parts)  # a schema has at least one relation
     del parts
     out_indptr = indptrs.sum(axis=0)
     out_indices = np.empty(cat.shape[0], cat.dtype)
