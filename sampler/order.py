@@ -249,10 +249,13 @@ def window_locality(perm: np.ndarray, src: np.ndarray, dst: np.ndarray, window: 
 @dataclass(frozen=True)
 class NodeOrder:
     """A named node order for `write_store`: `permutation(indptr, indices, train_idx)` is
-    perm with perm[store_id] = original_id. The store records the name."""
+    perm with perm[store_id] = original_id. The store records the name. `hot_first`: the
+    order puts the rows sampling reaches most first, so the hot cache is the front of the
+    file (one sequential read) and needs no ranking of its own."""
 
     name: str
     permutation: Callable[[np.ndarray, np.ndarray, np.ndarray | None], np.ndarray]
+    hot_first: bool = False
 
 
 def _original(indptr: np.ndarray, indices: np.ndarray, train_idx: np.ndarray | None) -> np.ndarray:
@@ -277,8 +280,8 @@ def _metis(indptr: np.ndarray, indices: np.ndarray, train_idx: np.ndarray | None
     return metis_order(indptr, indices)
 
 
-ORDERS = {o.name: o for o in (NodeOrder("original", _original), NodeOrder("degree", _degree),
-                              NodeOrder("locality", _locality), NodeOrder("rcm", _rcm),
+ORDERS = {o.name: o for o in (NodeOrder("original", _original), NodeOrder("degree", _degree, hot_first=True),
+                              NodeOrder("locality", _locality, hot_first=True), NodeOrder("rcm", _rcm),
                               NodeOrder("metis", _metis))}
 
 

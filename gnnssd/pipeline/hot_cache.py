@@ -12,14 +12,10 @@ import functools
 
 import numpy as np
 
-from gnnssd.sampler import HotRows, hotness
+from gnnssd.sampler import ORDERS, HotRows, hotness
 from gnnssd.storage_format import Store
 
 from .feature_file import FeatureFile
-
-# store orders that put the hottest rows first: the cache is then the front of the file
-HOT_FIRST_ORDERS = ("degree", "locality")
-
 
 class HotRanking:
     """The store's rows in decreasing sampling heat, ranked once (on first use) and cut at
@@ -31,7 +27,8 @@ class HotRanking:
     @functools.cached_property
     def _order(self) -> np.ndarray | None:
         """Rows hottest first; None when the store's order already put them first."""
-        if self.store.manifest["order"] in HOT_FIRST_ORDERS:
+        order = ORDERS.get(self.store.manifest["order"])
+        if order is not None and order.hot_first:
             return None
         train = np.asarray(self.store.train_store_ids)  # empty in a link store: seeds are anywhere
         heat = hotness(self.store.indptr, self.store.indices, self.fanouts, train if len(train) else None)
