@@ -14,11 +14,9 @@ PAGE = lib.GIO_CRC_PAGE  # one CRC32C per PAGE bytes of a checked file (defined 
 class ChecksumError(OSError):
     """A page read from a file did not match its checksum: the file is corrupt.
 
-    Not a StoreError: the store's own error for a bad page, storage_format's
-    PageChecksumError, lives in a layer the engine may not import (nor it the engine's: both
-    are bottom layers, and the store checks its pages without the engine's C code), and no
-    layer below both could hold a shared base class. A caller reading a store both ways
-    catches (StoreError, ChecksumError), both exported by gnnssd."""
+    The engine's own error (this layer imports no other). Reads of a store's files go
+    through gnnssd.pipeline.DirectIO, which raises the store's PageChecksumError (a
+    StoreError and an OSError) in its place, with the same message."""
 
 
 def checksum_error(path: str, page: int, got: int, expected: int) -> ChecksumError:

@@ -9,10 +9,10 @@ class DatasetError(ValueError):
     """Input data given to preprocess is malformed (shape, range, values, files)."""
 
 
-class PageChecksumError(StoreError):
+class PageChecksumError(StoreError, OSError):
     """A page of features.bin does not match features.crc32c: the store is corrupt.
 
-    Raised where the store itself checks pages (Store.verify, reads of the features in
-    memory). Pages read through the I/O engine raise its ChecksumError (an OSError) instead,
-    with the same message: the two bottom layers import nothing of each other, so the classes
-    share no base (see gnnssd.io_engine.crc.ChecksumError)."""
+    Raised where the store checks its own pages (Store.verify, reads of the features in
+    memory) and, translated from the I/O engine's ChecksumError by gnnssd.pipeline's DirectIO,
+    wherever a loader reads pages through the engine: a caller catching StoreError (or OSError,
+    as an I/O failure) sees every corrupt page of a store, whichever path read it."""

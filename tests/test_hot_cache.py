@@ -7,11 +7,10 @@ import numpy as np
 import pytest
 
 from gnnssd.datasets import synthetic_source
-from gnnssd.io_engine import ChecksumError
 from gnnssd.pipeline import DirectIO, FeatureFile, HotCache, MegaBatchLoader, hottest_rows
 from gnnssd.sampler import HotRows, PlanConfig, Planner, hotness, node_order
 from gnnssd.sampler.plan import RowUnion
-from gnnssd.storage_format import Store, write_store
+from gnnssd.storage_format import PageChecksumError, Store, StoreError, write_store
 
 FANOUTS = [5, 5]
 
@@ -91,8 +90,9 @@ def test_a_corrupt_hot_page_is_refused(tmp_path):
     io = DirectIO(queue_depth=8, checksums={store.features_path: store.page_checksums()})
     source = FeatureFile(io, store.features_path, store.feat_dim, store.feat_dtype)
     try:
-        with pytest.raises(ChecksumError, match="page 0 "):
+        with pytest.raises(StoreError, match="page 0 ") as err:  # the store's error, read by the engine
             HotCache(source, np.arange(100), store.num_nodes)
+        assert isinstance(err.value, PageChecksumError) and isinstance(err.value, OSError)
     finally:
         source.close()
         io.shutdown()

@@ -6,13 +6,25 @@ io_uring or, where that cannot be set up, its C thread pool doing pread.
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Mapping
 
 import numpy as np
 
-from gnnssd.io_engine import Engine
+from gnnssd.io_engine import ChecksumError, Engine
 from gnnssd.io_engine.engine import ALIGNMENT
+from gnnssd.storage_format import PageChecksumError
+
+
+@contextmanager
+def store_errors() -> Iterator[None]:
+    """The engine's ChecksumError as the store's PageChecksumError (same errno, message and
+    file), so that a caller catching StoreError sees a corrupt page however it was read."""
+    try:
+        yield
+    except ChecksumError as exc:
+        raise PageChecksumError(exc.errno, exc.strerror, exc.filename) from exc
 
 
 class DirectIO:
@@ -44,22 +56,21 @@ class DirectIO:
 
     def read_extents(self, f, offsets: np.ndarray, lengths: np.ndarray, buf: np.ndarray, dest: np.ndarray) -> None:
         """Read file[offsets[i]:+lengths[i]] into buf[dest[i]:+lengths[i]]; all page-aligned."""
-        self.submit(f, offsets, lengths, buf, dest).wait()
-
-    def submit(self, f, offsets: np.ndarray, lengths: np.ndarray, buf: np.ndarray, dest: np.ndarray):
-        """Start the reads; `.wait()` on the result blocks until they are done."""
         offsets, lengths, dest = (np.ascontiguousarray(a, dtype=np.int64) for a in (offsets, lengths, dest))
-        return self._engine.submit(f, offsets, lengths, buf, dest)
+        with store_errors():
+            self._engine.submit(f, offsets, lengths, buf, dest).wait()
 
     def read_rows(self, f, rows: np.ndarray, row_bytes: int, offsets: np.ndarray, lengths: np.ndarray,
                   out: np.ndarray, staging: np.ndarray) -> np.ndarray:
         """out[k] = row rows[k] of f, read by the extents covering them (the engine's reader)."""
-        return self._engine.read_rows(f, rows, row_bytes, offsets, lengths, out, staging)
+        with store_errors():
+            return self._engine.read_rows(f, rows, row_bytes, offsets, lengths, out, staging)
 
     def iter_rows(self, f, rows: np.ndarray, row_bytes: int, offsets: np.ndarray, lengths: np.ndarray,
                   staging: np.ndarray) -> Iterator[tuple[int, int, np.ndarray]]:
         """Engine.iter_rows: sorted rows chunk by chunk through `staging`."""
-        return self._engine.iter_rows(f, rows, row_bytes, offsets, lengths, staging)
+        with store_errors():
+            yield from self._engine.iter_rows(f, rows, row_bytes, offsets, lengths, staging)
 
     def shutdown(self) -> None:
         self._engine.close()
