@@ -32,6 +32,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from gnnssd.sampler import hot_order
 from gnnssd.storage_format import Store
 from gnnssd.storage_format.manifest import PAGE
 
@@ -53,13 +54,6 @@ log = logging.getLogger("gnnssd.layerwise")
 STAGING_BYTES = 8 << 20  # FileRows' staging: half read while the other half is copied
 CHUNK_SHARE = 8  # a chunk's input rows take at most 1/CHUNK_SHARE of the budget
 # (ssd mode: half the budget caches the most referenced input rows of each layer)
-
-
-def most_referenced(indices: np.ndarray, num_nodes: int, count: int) -> np.ndarray:
-    """The `count` nodes that appear most often as in-neighbours."""
-    refs = np.bincount(np.asarray(indices), minlength=num_nodes)
-    count = min(count, num_nodes)
-    return np.argpartition(-refs, count - 1)[:count] if count else np.empty(0, np.int64)
 
 
 def chunk_bounds(indptr: np.ndarray, row_bytes: int, budget: int) -> list[tuple[int, int]]:
@@ -210,7 +204,7 @@ class LayerwiseSSD:
         # the cache: what the budget leaves after chunk inputs (and their float32 copies,
         # model temporaries) and the writer's buffers, at 4 B per row for the slot map
         hot_bytes = max(self.budget // 2 - store.num_nodes * 4, 0)
-        hot = most_referenced(store.indices, store.num_nodes, hot_bytes // (source.dim * 4))
+        hot = hot_order(store.indptr, store.indices, [-1])[:hot_bytes // (source.dim * 4)]
         return layer_chunks(model, i, store, CachedRows(source, hot, store.num_nodes), bounds)
 
     def original_order(self, layer_file: Path, dim: int) -> Iterator[np.ndarray]:

@@ -7,7 +7,7 @@ hot-row ranking's heat). Executing plans (reading, repacking, background stages)
 gnnssd.pipeline.
 """
 from .blocks import MFGs, to_dgl_blocks
-from .order import (ORDERS, NodeOrder, degree_order, hotness, locality_order, metis_order, node_order, rcm_order,
+from .order import (ORDERS, NodeOrder, degree_order, hot_order, hotness, locality_order, metis_order, node_order, rcm_order,
                     window_locality)
 from .plan import (HotRows, MegaBatchPlan, PlanConfig, Planner, load_plan, minibatch_seeds, save_plan, seed_batches,
                    shard)
@@ -16,7 +16,7 @@ from .sampling import NeighborSampler
 
 __all__ = [
     "CostModel", "HotRows", "MFGs", "MegaBatchPlan", "NeighborSampler", "NodeOrder", "ORDERS", "PlanConfig", "Planner",
-    "ReadPlan", "degree_order", "hotness", "load_plan", "locality_order", "metis_order", "minibatch_seeds",
+    "ReadPlan", "degree_order", "hot_order", "hotness", "load_plan", "locality_order", "metis_order", "minibatch_seeds",
     "node_order", "rcm_order", "window_locality",
     "plan_extents",
     "read_stats", "save_plan", "seed_batches", "shard", "to_dgl_blocks", "windows",

@@ -7,7 +7,7 @@ mega-batch's rows dense on disk.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numba as nb
 import numpy as np
@@ -61,6 +61,17 @@ def hotness(indptr: np.ndarray, indices: np.ndarray, fanouts: Sequence[int], see
                              "is invalid (`gnnssd verify` names the file)")
         frontier = frontier + reached
     return frontier
+
+
+def hot_order(indptr: np.ndarray, indices: np.ndarray, fanouts: Sequence[Any], seeds: np.ndarray | None = None,
+              rows: int | None = None) -> np.ndarray:
+    """The first `rows` nodes (default all) hottest first by `hotness`, ties in ID order: the
+    one ranking behind every cache of hot rows. The training hot cache ranks with the
+    sampler's fanouts from the training seeds; layer-wise inference, which reads every
+    in-neighbour list once per layer, with fanouts [-1] (a node's rank is then how many
+    lists name it)."""
+    heat = hotness(indptr, indices, fanouts, seeds)
+    return np.argsort(-heat[:rows], kind="stable")
 
 
 @nb.njit(cache=True, nogil=True)

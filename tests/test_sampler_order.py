@@ -5,7 +5,7 @@ import pytest
 
 from gnnssd.datasets.synthetic import synthetic_source
 from gnnssd.sampler.graphs import random_csc
-from gnnssd.sampler.order import (degree_order, hotness, locality_order, metis_order, node_order, rcm_order,
+from gnnssd.sampler.order import (degree_order, hot_order, hotness, locality_order, metis_order, node_order, rcm_order,
                                   window_locality)
 from gnnssd.sampler.sampling import NeighborSampler
 from gnnssd.storage_format.csc import csc_from_edges
@@ -22,6 +22,19 @@ def test_orders_are_permutations_with_hot_rows_first():
     assert heat[perm[:500]].min() >= heat[perm[500:]].max()
     refs = np.bincount(indices, minlength=n)[degree_order(indptr, indices)]
     assert np.all(np.diff(refs) <= 0)
+
+
+def test_hot_order_is_the_one_ranking():
+    """With fanouts [-1] (layer-wise inference reads each in-neighbour list once) nodes rank
+    by how many lists name them, ties by ID: NumPy's count; with the sampler's fanouts, by
+    hotness; `rows` ranks a prefix only (the featured types of a typed store)."""
+    n = 4000
+    indptr, indices = random_csc(n, 6, seed=9)
+    refs = np.bincount(indices, minlength=n)
+    np.testing.assert_array_equal(hot_order(indptr, indices, [-1]), np.argsort(-refs, kind="stable"))
+    heat = hotness(indptr, indices, (5, 3))
+    np.testing.assert_array_equal(hot_order(indptr, indices, (5, 3), rows=1000),
+                                  np.argsort(-heat[:1000], kind="stable"))
 
 
 def test_hotness_predicts_sampled_frequency():

@@ -12,7 +12,7 @@ import functools
 
 import numpy as np
 
-from gnnssd.sampler import ORDERS, HotRows, hotness
+from gnnssd.sampler import ORDERS, HotRows, hot_order
 from gnnssd.storage_format import Store
 
 from .feature_file import FeatureFile
@@ -31,9 +31,9 @@ class HotRanking:
         if order is not None and order.hot_first:
             return None
         train = np.asarray(self.store.train_store_ids)  # empty in a link store: seeds are anywhere
-        heat = hotness(self.store.indptr, self.store.indices, self.fanouts, train if len(train) else None)
         # only the featured node types have rows (a prefix of the IDs): rank those
-        return np.argsort(-heat[:self.store.feature_rows], kind="stable")
+        return hot_order(self.store.indptr, self.store.indices, self.fanouts, train if len(train) else None,
+                         rows=self.store.feature_rows)
 
     def top(self, count: int) -> np.ndarray:
         """The `count` hottest rows, sorted; the front of the file when the store's order
