@@ -9,12 +9,13 @@
                 loss = F.cross_entropy(model(mb.blocks, mb.x), mb.y)
 
 The data path is two steps, kept apart on purpose: `seed_batches` (gnnssd.sampler) turns
-(seeds, batch size, shuffle, seed, epoch) into the epoch's list of seed batches, the same
+(seeds, batch size, seed order, seed, epoch) into the epoch's list of seed batches, the same
 for every mode; the feature backend of a `FeatureSource` (gnnssd.feature_source) turns a
 list of seed batches into `MiniBatch`es. A NodeLoader is a cheap iterator over a source:
 it opens its own from keyword options, or shares one (`with_seeds`, or a FeatureSource
-passed in) with other loaders. Other seed orders plug in at that seam: a data-parallel
-rank's share (`rank`/`world_size`), edge mini-batches (gnnssd.edge_loader).
+passed in) with other loaders. Seed orders are policies (gnnssd.sampler.SeedOrder:
+sequential, random, proximity, a data-parallel rank's share, or the user's own) plugged in
+at that seam; edge mini-batches come through it too (gnnssd.edge_loader).
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
-from gnnssd.sampler import seed_batches
+from gnnssd.sampler import SeedOrder, Sequential, Sharded, named_order, seed_batches
 from gnnssd.storage_format import Store
 from gnnssd.storage_format.schema import GraphSchema
 
@@ -32,9 +33,6 @@ from .config import SamplerConfig
 from .feature_source import FeatureSource, SourceLoader
 from .memory_loader import MiniBatch
 from .runtime import run_seed
-
-SEED_ORDERS = ("random", "proximity")
-
 
 def _count(f: Any) -> bool:
     return isinstance(f, (int, np.integer)) and not isinstance(f, bool)
@@ -108,8 +106,10 @@ class NodeLoader(SourceLoader):
     middle of a training epoch gives every mini-batch its stored rows (see
     SSDLoader.minibatches).
 
-    `seed_order="proximity"` draws each epoch's training seeds in runs of `seed_window`
-    nearby store IDs (`gnnssd.sampler.proximity_order`) instead of a uniform shuffle.
+    With `shuffle`, each epoch's seeds come in the order `seed_order` names: "random" (a
+    uniform shuffle) or "proximity" (runs of `seed_window` nearby store IDs,
+    `gnnssd.sampler.Proximity`); without, in the order given. A `gnnssd.sampler.SeedOrder`
+    object is used as given (the user's own policy).
 
     `reuse_epochs=K` trains K consecutive epochs on the same samples (seed order and
     neighbour draws of the group's first epoch; groups start at `first_epoch`, the number
@@ -125,13 +125,13 @@ class NodeLoader(SourceLoader):
     def __init__(self, source: FeatureSource | Store | str | Path, seeds: Any, *, fanouts: list[int],
                  batch_size: int, shuffle: bool = False, seed: int | None = None, drop_last: bool = False,
                  rank: int | None = None, world_size: int | None = None,
-                 seed_order: str = SamplerConfig.seed_order, seed_window: int = SamplerConfig.seed_window,
+                 seed_order: str | SeedOrder = SamplerConfig.seed_order,
+                 seed_window: int = SamplerConfig.seed_window,
                  reuse_epochs: int = SamplerConfig.reuse_epochs, first_epoch: int = 0, **source_options: Any):
         fanouts = check_fanouts(fanouts)
-        if seed_order not in SEED_ORDERS:
-            raise ValueError(f"seed_order: {seed_order!r}; expected one of {SEED_ORDERS}")
-        if seed_window < 1:
-            raise ValueError(f"seed_window: {seed_window}; expected a positive integer")
+        if not isinstance(seed_order, SeedOrder):
+            named = named_order(seed_order, seed_window)  # a bad name is refused, shuffled or not
+            seed_order = named if shuffle else Sequential()
         if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
             raise ValueError(f"batch_size: {batch_size!r}; expected a positive integer")
         if reuse_epochs < 1:
@@ -152,10 +152,10 @@ class NodeLoader(SourceLoader):
             raise
         self.store_ids = source.store_ids(self.seeds)  # what the seed order and backend take
         self.fanouts, self.batch_size = fanouts, int(batch_size)
-        self.shuffle, self.drop_last = shuffle, drop_last
+        self.drop_last = drop_last
         # the shuffle's seed; the source's seeds the neighbour draws
         self.seed = source.seed if seed is None or self._owns_source else run_seed(seed)
-        self.window = seed_window if seed_order == "proximity" else 0
+        self.order = seed_order if self.world_size == 1 else Sharded(seed_order, self.rank, self.world_size)
         self.reuse_epochs, self.first_epoch = reuse_epochs, first_epoch
 
     def with_seeds(self, seeds: Any, *, fanouts: list[int] | None = None, batch_size: int | None = None,
@@ -184,8 +184,7 @@ class NodeLoader(SourceLoader):
     def seed_batches(self) -> list[np.ndarray]:
         """This epoch's seed batches (this rank's share; store IDs), in order (the same in
         every mode)."""
-        return seed_batches(self.store_ids, self.batch_size, self.shuffle, self.seed, self.sample_epoch,
-                            self.drop_last, self.rank, self.world_size, self.window)
+        return seed_batches(self.store_ids, self.batch_size, self.order, self.seed, self.sample_epoch, self.drop_last)
 
     def __iter__(self) -> Iterator[MiniBatch]:
         batches = self.backend.minibatches(self.seed_batches(), self.fanouts, self.sample_epoch,

@@ -209,9 +209,8 @@ class SSDLoader:
             self._drop_kept()
             kept = self._kept = KeptSamples(key, self.kept_dir, disk_share(self.kept_dir))
         directory = self.kept_dir if reuse else self.block_dir
-        cfg = PlanConfig(batch_size=max(map(len, batches), default=1), fanouts=tuple(fanouts),
-                         mega_batch=self.mega_batch, seed=self.seed)
-        planner = Planner(self.store.indptr, self.store.indices, np.empty(0, np.int64), cfg, self.hot.members,
+        cfg = PlanConfig(fanouts=tuple(fanouts), mega_batch=self.mega_batch, seed=self.seed)
+        planner = Planner(self.store.indptr, self.store.indices, cfg, self.hot.members,
                           max_rows=self.budget.buffer_rows, **self._typing())
         directory.mkdir(parents=True, exist_ok=True)
         spill = directory if self.block_budget or reuse else None

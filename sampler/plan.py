@@ -1,8 +1,7 @@
 """Mega-batch plans: which feature rows each group of M mini-batches needs, and where.
 
-Each epoch the training nodes are permuted with a seed derived from (config seed, epoch),
-cut into mini-batches of B seeds (exactly those of standard training), and grouped into
-mega-batches of M mini-batches. For a mega-batch the plan holds the sampled blocks, the
+The planner takes an epoch's mini-batches of seeds as given (sampler.seed_order cuts them,
+the same for every loader) and groups them into mega-batches of M mini-batches. For a mega-batch the plan holds the sampled blocks, the
 union of their input rows split into hot-cache rows, rows carried over from the previous
 mega-batch's buffer and rows to read, and per mini-batch the index of each input row in
 the concatenation [hot cache | mega-batch buffer], so the gather is one index_select.
@@ -16,7 +15,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterator
 
 import numba as nb
 import numpy as np
@@ -28,12 +27,9 @@ from .sampling import NeighborSampler
 
 @dataclass(frozen=True)
 class PlanConfig:
-    batch_size: int
     fanouts: tuple[int, ...]
     mega_batch: int  # M: mini-batches per mega-batch
     seed: int = 0
-    locality: bool = False  # draw a mega-batch's seeds from a contiguous range of node IDs
-    drop_last: bool = False
 
 
 @dataclass(frozen=True)
@@ -111,64 +107,6 @@ class MegaBatchPlan:
         if (self.read is None) != (other.read is None):
             return False
         return same and (self.read is None or self.read.equals(other.read))
-
-
-def seed_batches(seeds: np.ndarray, batch_size: int, shuffle: bool, seed: int, epoch: int,
-                 drop_last: bool = False, rank: int = 0, world_size: int = 1, window: int = 0) -> list[np.ndarray]:
-    """An epoch's mini-batches of seed nodes, in training order: the one seed order every
-    loader (memory, ssd, baselines) uses, so all see the same mini-batches for the same
-    (seed, epoch). With `shuffle`, a permutation drawn from (seed, epoch): uniformly random,
-    or with `window` > 0 the `proximity_order` over runs of `window` seeds; without, `seeds`
-    in the order given. Of `world_size` data-parallel ranks, rank `rank` takes its `shard`
-    of that order (the same on every rank) before it is cut into batches."""
-    order = np.asarray(seeds, dtype=np.int64)
-    if shuffle:
-        rng = np.random.default_rng([seed, epoch])
-        order = proximity_order(order, window, rng) if window > 0 and len(order) else rng.permutation(order)
-    if world_size > 1 and len(order):
-        order = shard(order, rank, world_size)
-    return _cut(order, batch_size, drop_last)
-
-
-def proximity_order(seeds: np.ndarray, window: int, rng: np.random.Generator) -> np.ndarray:
-    """Proximity-aware seed order (after BGL, NSDI'23): the sorted seeds, rotated by a random
-    offset, are cut into runs of `window`; the runs are visited in random order and each is
-    shuffled. Consecutive mini-batches then draw from nearby store IDs, which under a
-    locality node order (metis, locality) are graph neighbours: a mega-batch's rows overlap
-    more and sit closer on disk, while every seed still comes once per epoch."""
-    ordered = np.roll(np.sort(seeds), -int(rng.integers(len(seeds))))
-    runs = [ordered[i : i + window] for i in range(0, len(ordered), window)]
-    return np.concatenate([rng.permutation(runs[r]) for r in rng.permutation(len(runs))])
-
-
-def shard(order: np.ndarray, rank: int, world_size: int) -> np.ndarray:
-    """Rank `rank`'s equal share of `order`, as torch's DistributedSampler deals it: padded
-    by wrapping to a multiple of `world_size`, then every `world_size`-th seed.
-
-    Every rank gets ceil(n / world_size) seeds, hence the same number of mini-batches of a
-    given size; and mini-batch k of all ranks together is the k-th run of
-    world_size * batch_size seeds of the (padded) order.
-    """
-    if not 0 <= rank < world_size:
-        raise ValueError(f"rank {rank} outside 0..{world_size - 1}")
-    if len(order) == 0:
-        raise ValueError("no seeds to shard")
-    total = -(-len(order) // world_size) * world_size
-    padded = np.resize(np.asarray(order), total)  # np.resize repeats from the start
-    return padded[rank::world_size]
-
-
-def _cut(order: np.ndarray, batch_size: int, drop_last: bool) -> list[np.ndarray]:
-    stop = len(order) - len(order) % batch_size if drop_last else len(order)
-    return [order[i : i + batch_size] for i in range(0, stop, batch_size)]
-
-
-def minibatch_seeds(train_idx: np.ndarray, cfg: PlanConfig, epoch: int) -> list[np.ndarray]:
-    """The epoch's mini-batches of seed nodes for a plan config: `seed_batches` shuffled,
-    with `locality` in proximity order over runs of B*M seeds (a mega-batch's seeds are then
-    one run: neighbours in the store's node order)."""
-    window = cfg.batch_size * cfg.mega_batch if cfg.locality else 0
-    return seed_batches(train_idx, cfg.batch_size, True, cfg.seed, epoch, cfg.drop_last, window=window)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -384,7 +322,6 @@ class Planner:
         self,
         indptr: np.ndarray,
         indices: np.ndarray,
-        train_idx: np.ndarray,
         config: PlanConfig,
         hot_rows: HotRows | np.ndarray | None = None,
         max_rows: int | None = None,
@@ -393,7 +330,6 @@ class Planner:
         feature_rows: int = -1,
     ):
         self.config = config
-        self.train_idx = np.asarray(train_idx, dtype=np.int64)
         num_rows = len(indptr) - 1
         hot = hot_rows if isinstance(hot_rows, HotRows) else HotRows.of(
             np.empty(0, np.int64) if hot_rows is None else hot_rows, num_rows)
@@ -402,11 +338,6 @@ class Planner:
         self.sampler = NeighborSampler(indptr, indices, config.fanouts, etypes, num_relations, feature_rows)
         self.max_rows = np.iinfo(np.int64).max if max_rows is None else max_rows
         self._prev: MegaBatchPlan | None = None  # the last plan made: its buffer is carried from
-
-    def plans(self, epochs: Iterable[int]) -> Iterator[MegaBatchPlan]:
-        """Mega-batch plans of the training nodes' epochs, in training order."""
-        for epoch in epochs:
-            yield from self.plan_batches(minibatch_seeds(self.train_idx, self.config, epoch), epoch)
 
     def plan_batches(self, batches: list[np.ndarray], epoch: int,
                      exclude: list[np.ndarray] | None = None, first: int = 0) -> Iterator[MegaBatchPlan]:

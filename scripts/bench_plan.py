@@ -23,7 +23,6 @@ copied in the new order under --work. `order=locality+knob` also turns the local
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import mmap
 import os
@@ -42,6 +41,7 @@ from gnnssd.pipeline.loader import FeatureFile, MegaBatchLoader
 from gnnssd.sampler.order import degree_order, hotness, locality_order
 from gnnssd.sampler.plan import PlanConfig, Planner
 from gnnssd.sampler.readplan import pages_plan, per_row_requests, windows
+from gnnssd.sampler.seed_order import Proximity, Shuffled, seed_batches
 from gnnssd.pipeline.repack import remove, repack
 from gnnssd.storage_format import Store
 from gnnssd.storage_format.csc import renumber_csc
@@ -172,11 +172,14 @@ def main() -> None:
         baseline = None
         for m in (int(x) for x in args.mega.split(",")):
             count = max(args.minibatches or (16 if args.quick else 32), m)
-            cfg = PlanConfig(batch_size=args.batch_size, fanouts=fanouts, mega_batch=m, seed=0, locality=knob)
+            cfg = PlanConfig(fanouts=fanouts, mega_batch=m, seed=0)
+            # the locality knob: a mega-batch's seeds are one run of nearby IDs
+            order = Proximity(args.batch_size * m) if knob else Shuffled()
+            batches = seed_batches(train, args.batch_size, order, 0, 0)[:count]
 
             def plan(num_hot: int) -> tuple[np.ndarray, list]:
                 hot = np.sort(hot_order[:num_hot])
-                return hot, list(itertools.islice(Planner(indptr, indices, train, cfg, hot).plans([0]), -(-count // m)))
+                return hot, list(Planner(indptr, indices, cfg, hot).plan_batches(batches, 0))
 
             hot_rows, plans = plan(budget_rows // 2)
             free = budget_rows - staging // rb - 2 * max(len(p.rows) for p in plans)

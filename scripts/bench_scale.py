@@ -212,7 +212,7 @@ def compare_child(spec: dict[str, Any]) -> dict[str, Any]:
     from gnnssd.config import load_config
     from gnnssd.models import build_model
     from gnnssd.runtime import seed_everything
-    from gnnssd.sampler import NeighborSampler, seed_batches
+    from gnnssd.sampler import NeighborSampler, Shuffled, seed_batches
     from gnnssd.sampler.blocks import to_dgl_blocks
     from gnnssd.storage_format import Store
 
@@ -222,7 +222,7 @@ def compare_child(spec: dict[str, Any]) -> dict[str, Any]:
     budget = parse_bytes(cfg.ssd.memory_budget)
     fanouts, batch_size = list(cfg.sampler.fanouts), cfg.sampler.batch_size
     # store IDs: the sampler and the files speak them; NodeLoader takes the dataset's IDs
-    batches = seed_batches(np.asarray(store.train_store_ids), batch_size, True, cfg.seed, 1)[:spec["batches"]]
+    batches = seed_batches(np.asarray(store.train_store_ids), batch_size, Shuffled(), cfg.seed, 1)[:spec["batches"]]
     labels = np.load(cfg.store_path() / "labels.npy", mmap_mode="r")
     model = build_model(cfg.model, store.feat_dim, store.num_classes)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.train.lr)

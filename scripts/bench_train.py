@@ -61,7 +61,7 @@ from gnnssd.datasets import synthetic_source
 from gnnssd.memory_loader import MiniBatch
 from gnnssd.models import store_model
 from gnnssd.runtime import seed_everything
-from gnnssd.sampler import ORDERS, node_order, seed_batches
+from gnnssd.sampler import ORDERS, named_order, node_order, seed_batches
 from gnnssd.storage_format import Store, write_store
 from gnnssd.timing import StageTimer
 
@@ -181,8 +181,7 @@ def run_system(system: str, store: Store, budget: int, batches: int, regime: str
     the K - 1 replayed ones also timed apart."""
     seeds = np.asarray(store.train_store_ids)  # the seed order works in store IDs, as the loader's
     if reuse_epochs > 1:
-        seeds = np.concatenate(seed_batches(seeds, BATCH_SIZE, True, seed, 1, window=seed_window
-                                            if seed_order == "proximity" else 0)[:batches])
+        seeds = np.concatenate(seed_batches(seeds, BATCH_SIZE, named_order(seed_order, seed_window), seed, 1)[:batches])
     with NodeLoader(store, store.original_ids(seeds), fanouts=fanouts_for(store), batch_size=BATCH_SIZE,
                     features=system, memory_budget=budget, shuffle=True, seed=seed, device=CPU,
                     block_budget=block_budget, mega_batch=mega_batch, eval_fanouts=fanouts_for(store), eval_batch_size=BATCH_SIZE,

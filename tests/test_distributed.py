@@ -21,7 +21,7 @@ from gnnssd.checkpoint import load_checkpoint
 from gnnssd.config import ConfigError, config_from_dict
 from gnnssd.datasets import PlanetoidSource, synthetic_source
 from gnnssd.runtime import run_seed
-from gnnssd.sampler import node_order, seed_batches, shard
+from gnnssd.sampler import Shuffled, node_order, seed_batches, shard
 from gnnssd.node_loader import NodeLoader
 from gnnssd.storage_format import Store, write_store
 from gnnssd.trainer import Trainer
@@ -84,7 +84,7 @@ def test_node_loader_ranks_take_their_shard_of_the_global_order_in_every_mode(ti
     the same mini-batches in memory and ssd mode; a with_seeds view is not sharded."""
     store = Store.open(tiny_store)
     train = np.asarray(store.train_idx)
-    (order,) = seed_batches(train, len(train), True, 5, 2)
+    (order,) = seed_batches(train, len(train), Shuffled(), 5, 2)
     reference = [order[list(DistributedSampler(range(len(order)), num_replicas=3, rank=r, shuffle=False))]
                  for r in range(3)]
     for features in ("memory", "ssd"):
@@ -125,7 +125,7 @@ def test_two_ranks_equal_one_process_on_the_global_batches(tiny_store, tmp_path,
 
     cfg = config_from_dict({**yaml.safe_load(config.read_text()), "run_dir": str(tmp_path / "one")})
     one = Trainer(cfg)
-    (order,) = seed_batches(one.store.train_idx, len(one.store.train_idx), True, run_seed(cfg.seed), 1)
+    (order,) = seed_batches(one.store.train_idx, len(one.store.train_idx), Shuffled(), run_seed(cfg.seed), 1)
     per_rank = [order[list(DistributedSampler(range(len(order)), num_replicas=2, rank=r, shuffle=False))]
                 for r in range(2)]
     one.model.train()

@@ -16,7 +16,7 @@ from gnnssd.layerwise_mean import bucket_in_edges, sum_ranges
 from gnnssd.memory_loader import MemoryLoader, load_features
 from gnnssd.models import build_model
 from gnnssd.rundir import RunDirBusy, RunLock
-from gnnssd.sampler import node_order, seed_batches
+from gnnssd.sampler import Sequential, node_order, seed_batches
 from gnnssd.storage_format import Store, write_store
 from gnnssd.timing import StageTimer
 from gnnssd.trainer import Trainer
@@ -37,7 +37,7 @@ def _sampled_reference(model, store) -> np.ndarray:
     out = np.empty((store.num_nodes, 0), np.float32)
     with torch.no_grad():
         seeds = np.arange(store.num_nodes)
-        for batch in loader.minibatches(seed_batches(seeds, 128, False, 0, 0), [-1] * model.num_layers):
+        for batch in loader.minibatches(seed_batches(seeds, 128, Sequential(), 0, 0), [-1] * model.num_layers):
             h = model(batch.blocks, batch.x).numpy()
             if out.shape[1] == 0:
                 out = np.empty((store.num_nodes, h.shape[1]), np.float32)

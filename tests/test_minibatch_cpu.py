@@ -9,6 +9,7 @@ from gnnssd.pipeline.loader import Recycler, _gather_rows, _gather_widened, _row
 from gnnssd.sampler import plan as plan_module
 from gnnssd.sampler.graphs import random_csc
 from gnnssd.sampler.plan import PlanConfig, Planner
+from gnnssd.sampler.seed_order import Shuffled, seed_batches
 
 N = 5000
 
@@ -25,8 +26,8 @@ def _plans(graph, scan: bool, max_rows: int | None, monkeypatch) -> list:
     """One epoch's plans, the union put in row order by the walk (scan) or by a sort."""
     indptr, indices, train, hot = graph
     monkeypatch.setattr(plan_module, "SCAN_SHARE", 1 << 40 if scan else 0)
-    config = PlanConfig(batch_size=100, fanouts=(4, 3), mega_batch=4, seed=5)
-    return list(Planner(indptr, indices, train, config, hot, max_rows=max_rows).plans([0]))
+    config = PlanConfig(fanouts=(4, 3), mega_batch=4, seed=5)
+    return list(Planner(indptr, indices, config, hot, max_rows=max_rows).plan_batches(seed_batches(train, 100, Shuffled(), 5, 0), 0))
 
 
 @pytest.mark.parametrize("max_rows", [None, 700])  # 700: mega-batches cut, some mini-batches in pieces

@@ -3,6 +3,7 @@ Trainer with a user's model."""
 from __future__ import annotations
 
 import os
+import typing
 import warnings
 from pathlib import Path
 
@@ -12,9 +13,9 @@ import torch
 from torch import nn
 
 import gnnssd
-from gnnssd.config import config_from_dict
+from gnnssd.config import SamplerConfig, config_from_dict
 from gnnssd.datasets import synthetic_source
-from gnnssd.sampler import node_order, seed_batches
+from gnnssd.sampler import SEED_ORDERS, Proximity, SeedOrder, Shuffled, node_order, seed_batches, shard
 from gnnssd.storage_format import write_store
 
 from .conftest import REPO
@@ -65,7 +66,7 @@ def test_memory_and_ssd_yield_the_same_seed_batches(store: gnnssd.Store) -> None
                 epochs.append([mb.output_nodes.numpy() for mb in batches])
             seen[mode] = epochs
     perm = np.asarray(store.perm)
-    expected = [[perm[b] for b in seed_batches(store.train_store_ids, 300, True, 7, epoch)] for epoch in (0, 1)]
+    expected = [[perm[b] for b in seed_batches(store.train_store_ids, 300, Shuffled(), 7, epoch)] for epoch in (0, 1)]
     for mode, epochs in seen.items():
         for got, want in zip(epochs, expected):
             assert len(got) == len(want), mode
@@ -75,7 +76,7 @@ def test_memory_and_ssd_yield_the_same_seed_batches(store: gnnssd.Store) -> None
 
 
 def test_proximity_seed_order_reaches_every_mode(store: gnnssd.Store) -> None:
-    expected = [np.asarray(store.perm)[b] for b in seed_batches(store.train_store_ids, 300, True, 7, 1, window=600)]
+    expected = [np.asarray(store.perm)[b] for b in seed_batches(store.train_store_ids, 300, Proximity(600), 7, 1)]
     for mode in ("memory", "ssd"):
         with _loader(store, mode, seed_order="proximity", seed_window=600) as loader:
             loader.set_epoch(1)
@@ -85,6 +86,28 @@ def test_proximity_seed_order_reaches_every_mode(store: gnnssd.Store) -> None:
             np.testing.assert_array_equal(a, b)
     with pytest.raises(ValueError, match="seed_order: 'nearby'; expected one of"):
         _loader(store, "memory", seed_order="nearby")
+
+
+class _Reversed(SeedOrder):
+    """A user's own seed order: the seeds backwards."""
+
+    name = "reversed"
+
+    def _order(self, seeds: np.ndarray, seed: int, epoch: int) -> np.ndarray:
+        return seeds[::-1]
+
+
+def test_a_users_seed_order_plugs_in(store: gnnssd.Store) -> None:
+    """A SeedOrder object is used as given, in every mode, and sharded across ranks like a
+    named one; the config's names are the sampler's."""
+    expected = np.asarray(store.perm)[np.asarray(store.train_store_ids)[::-1]]
+    for mode in ("memory", "ssd"):
+        with _loader(store, mode, seed_order=_Reversed()) as loader:
+            np.testing.assert_array_equal(np.concatenate([mb.output_nodes.numpy() for mb in loader]), expected)
+        with _loader(store, mode, seed_order=_Reversed(), rank=1, world_size=2) as loader:
+            np.testing.assert_array_equal(np.concatenate([mb.output_nodes.numpy() for mb in loader]),
+                                          shard(expected, 1, 2))
+    assert set(typing.get_args(typing.get_type_hints(SamplerConfig)["seed_order"])) == set(SEED_ORDERS)
 
 
 def test_full_neighbourhoods_agree_between_dgl_and_gnnssd_sampling(store: gnnssd.Store) -> None:

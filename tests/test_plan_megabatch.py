@@ -9,7 +9,8 @@ from gnnssd.pipeline.direct_io import DirectIO
 from gnnssd.sampler.graphs import random_csc
 from gnnssd.pipeline.hot_cache import HotCache
 from gnnssd.pipeline.loader import FeatureFile, MegaBatchLoader
-from gnnssd.sampler.plan import PlanConfig, Planner, load_plan, minibatch_seeds, save_plan, seed_batches, shard
+from gnnssd.sampler.plan import PlanConfig, Planner, load_plan, save_plan
+from gnnssd.sampler.seed_order import Proximity, Sharded, Shuffled, seed_batches, shard
 from gnnssd.sampler.readplan import CostModel, pages_plan, windows
 from gnnssd.pipeline.repack import remove, repack, repacked_windows
 from gnnssd.pipeline.worker import PlanWorker, replay, saving
@@ -26,10 +27,14 @@ def graph():
     return indptr, indices, train, hot, feats
 
 
-def _planner(graph, mega_batch=4, **kw):
+def _plans(graph, epochs, mega_batch=4, proximity=False):
+    """The plans of the training nodes' epochs in batches of 128, in training order (with
+    `proximity`, a mega-batch's seeds are one run of nearby IDs)."""
     indptr, indices, train, hot, _ = graph
-    cfg = PlanConfig(batch_size=128, fanouts=(5, 4), mega_batch=mega_batch, seed=21, **kw)
-    return Planner(indptr, indices, train, cfg, hot_rows=hot)
+    planner = Planner(indptr, indices, PlanConfig(fanouts=(5, 4), mega_batch=mega_batch, seed=21), hot_rows=hot)
+    order = Proximity(128 * mega_batch) if proximity else Shuffled()
+    for epoch in epochs:
+        yield from planner.plan_batches(seed_batches(train, 128, order, 21, epoch), epoch)
 
 
 def _loader(io, path, feats, hot, capacity, model, staging_bytes=32 << 20):
@@ -49,7 +54,7 @@ def _features_file(tmp_path, feats):
 def test_gather_reconstructs_inputs_in_memory(graph, locality):
     feats, hot = graph[4], np.sort(graph[3])
     prev_buffer = None
-    plans = list(_planner(graph, locality=locality).plans([0, 1]))
+    plans = list(_plans(graph, [0, 1], proximity=locality))
     assert sum(p.stats["carried_rows"] for p in plans) > 0
     for p in plans:
         buffer = feats[p.read_rows]
@@ -67,14 +72,12 @@ def test_gather_reconstructs_inputs_in_memory(graph, locality):
 
 def test_epoch_covers_training_nodes_once(graph):
     train = graph[2]
-    for locality in (False, True):
-        cfg = PlanConfig(batch_size=128, fanouts=(5,), mega_batch=4, seed=1, locality=locality)
-        b0, b1 = minibatch_seeds(train, cfg, 0), minibatch_seeds(train, cfg, 1)
+    for order in (Shuffled(), Proximity(512)):
+        b0, b1 = seed_batches(train, 128, order, 1, 0), seed_batches(train, 128, order, 1, 1)
         assert np.array_equal(np.sort(np.concatenate(b0)), np.sort(train))
         assert not np.array_equal(np.concatenate(b0), np.concatenate(b1))  # fresh every epoch
     # the locality knob makes a mega-batch's seeds a contiguous run of the sorted training nodes
-    cfg = PlanConfig(batch_size=128, fanouts=(5,), mega_batch=4, seed=1, locality=True)
-    first = np.sort(np.concatenate(minibatch_seeds(train, cfg, 0)[:4]))
+    first = np.sort(np.concatenate(seed_batches(train, 128, Proximity(512), 1, 0)[:4]))
     ranks = np.searchsorted(np.sort(train), first)
     assert np.count_nonzero(np.diff(ranks) != 1) <= 1  # one wrap-around at most
 
@@ -82,8 +85,8 @@ def test_epoch_covers_training_nodes_once(graph):
 def test_proximity_seed_order_draws_batches_from_runs_of_nearby_seeds():
     seeds = np.random.default_rng(5).choice(100_000, 12_800, replace=False)
     window, batch = 1280, 320  # every run is full: four mini-batches per run
-    epochs = [seed_batches(seeds, batch, True, 3, epoch, window=window) for epoch in (0, 1)]
-    assert epochs[0][0].tolist() == seed_batches(seeds, batch, True, 3, 0, window=window)[0].tolist()  # seeded
+    epochs = [seed_batches(seeds, batch, Proximity(window), 3, epoch) for epoch in (0, 1)]
+    assert epochs[0][0].tolist() == seed_batches(seeds, batch, Proximity(window), 3, 0)[0].tolist()  # seeded
     for batches in epochs:
         order = np.concatenate(batches)
         assert np.array_equal(np.sort(order), np.sort(seeds))  # every seed once per epoch
@@ -96,17 +99,17 @@ def test_proximity_seed_order_draws_batches_from_runs_of_nearby_seeds():
         assert not np.array_equal(ranks[:window], inside)  # shuffled within the run
     assert not np.array_equal(np.concatenate(epochs[0]), np.concatenate(epochs[1]))  # fresh every epoch
     # uniform shuffle: a mini-batch spans nearly all seeds; proximity: one run
-    spread = np.ptp(np.searchsorted(np.sort(seeds), seed_batches(seeds, batch, True, 3, 0)[0]))
+    spread = np.ptp(np.searchsorted(np.sort(seeds), seed_batches(seeds, batch, Shuffled(), 3, 0)[0]))
     assert spread > 5 * window
     # ranks shard the proximity order as they shard a random one
-    whole = np.concatenate(seed_batches(seeds, batch, True, 3, 1, window=window))
+    whole = np.concatenate(seed_batches(seeds, batch, Proximity(window), 3, 1))
     for rank in (0, 1):
-        mine = np.concatenate(seed_batches(seeds, batch, True, 3, 1, rank=rank, world_size=2, window=window))
+        mine = np.concatenate(seed_batches(seeds, batch, Sharded(Proximity(window), rank, 2), 3, 1))
         assert np.array_equal(mine, shard(whole, rank, 2))
 
 
 def test_spilled_plan_restores_whole(graph, tmp_path):
-    plan = next(_planner(graph).plans([2]))
+    plan = next(_plans(graph, [2]))
     stub = plan.spill(tmp_path / "p.spill")
     assert stub.minibatches == [] and stub.gather == [] and np.array_equal(stub.read_rows, plan.read_rows)
     stub.read = pages_plan(stub.read_rows, DIM * 4, CostModel.default())  # set while spilled
@@ -117,10 +120,10 @@ def test_spilled_plan_restores_whole(graph, tmp_path):
 
 
 def test_deterministic_and_save_load(graph, tmp_path):
-    a = list(_planner(graph).plans([3]))
-    b = list(_planner(graph).plans([3]))
+    a = list(_plans(graph, [3]))
+    b = list(_plans(graph, [3]))
     assert all(x.equals(y) for x, y in zip(a, b))
-    c = list(_planner(graph).plans([4]))
+    c = list(_plans(graph, [4]))
     assert not a[0].equals(c[0])
     model = CostModel.default()
     for window, *_ in windows(a, DIM * 4, model, disk_budget=1 << 30):
@@ -131,8 +134,8 @@ def test_deterministic_and_save_load(graph, tmp_path):
 
 
 def test_worker_saves_and_replays(graph, tmp_path):
-    direct = list(_planner(graph).plans([0]))
-    with PlanWorker(saving(_planner(graph).plans([0]), tmp_path), depth=2) as worker:
+    direct = list(_plans(graph, [0]))
+    with PlanWorker(saving(_plans(graph, [0]), tmp_path), depth=2) as worker:
         background = list(worker)
     assert len(background) == len(direct)
     assert all(x.equals(y) for x, y in zip(direct, background))
@@ -159,7 +162,7 @@ def test_reads_through_real_file(graph, tmp_path, disk_budget, backend, dim, dty
     io = DirectIO(queue_depth=8, backend=backend)
     # a slow-request model, so that compact blocks win when disk space allows
     model = CostModel(request_s=1e-3, read_bw=1e9, write_bw=1e9, max_request=64 << 10)
-    plans = list(_planner(graph, mega_batch=3).plans([0, 1]))
+    plans = list(_plans(graph, [0, 1], mega_batch=3))
     loader = _loader(io, path, feats, hot, max(len(p.rows) for p in plans), model, staging_bytes=8192)
     strategies = set()
     for window, scan in windows(plans, row_bytes, model, disk_budget):
@@ -207,7 +210,7 @@ def test_repacked_windows_pipeline(graph, tmp_path):
     path = _features_file(tmp_path, feats)
     io = DirectIO(queue_depth=8)
     model = CostModel(request_s=1e-3, read_bw=1e9, write_bw=1e9, max_request=64 << 10)
-    plans = _planner(graph, mega_batch=2).plans([0])
+    plans = _plans(graph, [0], mega_batch=2)
     blocks = tmp_path / "blocks"
     budget = 2 << 20
     loader, strategies = None, []

@@ -8,7 +8,7 @@ import torch
 
 from gnnssd.config import ConfigError, config_from_dict
 from gnnssd.datasets import synthetic_source
-from gnnssd.sampler import PlanConfig, Planner, node_order
+from gnnssd.sampler import PlanConfig, Planner, Shuffled, node_order, seed_batches
 from gnnssd.storage_format import Store, write_store
 from gnnssd.trainer import Trainer
 
@@ -135,12 +135,12 @@ def test_impossible_budget_is_refused(small_store, tmp_path):
 def test_planner_splits_mega_batches_to_fit_the_buffer(small_store):
     store = Store.open(small_store)
     features = store.features_memmap()
-    config = PlanConfig(batch_size=200, fanouts=(5, 5), mega_batch=8, seed=1)
+    config = PlanConfig(fanouts=(5, 5), mega_batch=8, seed=1)
+    batches = seed_batches(store.train_store_ids, 200, Shuffled(), 1, 1)
     hot = np.arange(500)
-    unbounded = list(Planner(store.indptr, store.indices, store.train_idx, config, hot).plans([1]))
+    unbounded = list(Planner(store.indptr, store.indices, config, hot).plan_batches(batches, 1))
     limit = max(len(p.rows) for p in unbounded) // 3
-    bounded = list(Planner(store.indptr, store.indices, store.train_idx, config, hot,
-                           max_rows=limit).plans([1]))
+    bounded = list(Planner(store.indptr, store.indices, config, hot, max_rows=limit).plan_batches(batches, 1))
     assert len(bounded) > len(unbounded) and all(len(p.rows) <= limit for p in bounded)
     # Same mini-batches in the same order, each reconstructed exactly from [hot | buffer].
     flat = [m for p in bounded for m in p.minibatches]
@@ -170,13 +170,14 @@ def test_planner_streams_a_minibatch_larger_than_the_buffer_in_pieces(small_stor
     included), equals the stored rows, and the mini-batches are those of an unbounded plan."""
     store = Store.open(small_store)
     features = store.features_memmap()
-    config = PlanConfig(batch_size=200, fanouts=(5, 5), mega_batch=4, seed=1)
+    config = PlanConfig(fanouts=(5, 5), mega_batch=4, seed=1)
+    batches = seed_batches(store.train_store_ids, 200, Shuffled(), 1, 1)
     hot = np.arange(500)
-    unbounded = [m for p in Planner(store.indptr, store.indices, store.train_idx, config, hot).plans([1])
+    unbounded = [m for p in Planner(store.indptr, store.indices, config, hot).plan_batches(batches, 1)
                  for m in p.minibatches]
     cold = [len(np.setdiff1d(m.input_nodes, hot)) for m in unbounded]
     limit = (min(cold) + max(cold)) // 2
-    plans = list(Planner(store.indptr, store.indices, store.train_idx, config, hot, max_rows=limit).plans([1]))
+    plans = list(Planner(store.indptr, store.indices, config, hot, max_rows=limit).plan_batches(batches, 1))
     assert all(len(p.rows) <= limit for p in plans)
     assert any(p.pieces > 1 for p in plans) and any(p.pieces == 0 for p in plans)
     assert any(p.num_read < len(p.rows) for p in plans)  # rows carried over, also after pieces
