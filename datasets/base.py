@@ -9,6 +9,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from gnnssd.storage_format import DatasetError
+from gnnssd.storage_format.schema import NodeType
 
 
 #: The globals a pickled NumPy array names (numpy 1.x and 2.x module paths).
@@ -49,6 +50,26 @@ def relation_edges(relation: int, forward: int,
     their reverses (reversed_relations): a reverse is its forward relation's pairs swapped."""
     src, dst = load(relation % forward)
     return (src, dst) if relation < forward else (dst, src)
+
+
+def featured_types(counts: dict[str, int], dims: dict[str, int]) -> tuple[int, list[NodeType]]:
+    """The store's feat_dim and node types for per-type feature widths `dims` (the featured
+    types, first, in `counts` order; then the featureless): one width for all is the
+    store's; types of different widths are stored padded to the widest (`padded_rows`),
+    each keeping its own (NodeType.dim)."""
+    widest = max(dims.values())
+    differ = len(set(dims.values())) > 1
+    return widest, ([NodeType(t, counts[t], True, dims[t] if differ else None) for t in counts if t in dims]
+                    + [NodeType(t, counts[t], False) for t in counts if t not in dims])
+
+
+def padded_rows(rows: np.ndarray, width: int) -> np.ndarray:
+    """`rows` with zero columns appended up to `width` (as they are when already that wide)."""
+    if rows.shape[1] == width:
+        return rows
+    out = np.zeros((rows.shape[0], width), rows.dtype)
+    out[:, :rows.shape[1]] = rows
+    return out
 
 
 def require_file(path: Path) -> Path:

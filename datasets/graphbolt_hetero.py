@@ -19,9 +19,9 @@ from typing import Any, Iterator
 import numpy as np
 
 from gnnssd.storage_format import DatasetError
-from gnnssd.storage_format.schema import GraphSchema, NodeType
+from gnnssd.storage_format.schema import GraphSchema
 
-from .base import relation_edges, reversed_relations, slice_chunks
+from .base import featured_types, padded_rows, relation_edges, reversed_relations, slice_chunks
 from .graphbolt import SETS, GraphBoltMetadata
 
 
@@ -48,11 +48,7 @@ class GraphBoltHeteroSource(GraphBoltMetadata):
             if array.ndim != 2 or array.shape[0] != counts[t]:
                 raise DatasetError(f"{self._path(features[t], '')}: shape {array.shape}, expected "
                                    f"({counts[t]}, dim) (node type {t!r})")
-        dims = {t: int(a.shape[1]) for t, a in self._features.items()}
-        if len(set(dims.values())) > 1:
-            raise DatasetError(f"{self.yaml_path}: the node types' features {feature!r} differ in dim "
-                               f"{dims}; a store holds one dim for all featured types")
-        self.feat_dim = next(iter(dims.values()))
+        self.feat_dim, types = featured_types(counts, {t: int(a.shape[1]) for t, a in self._features.items()})
         self._task = self._pick_task(self.meta.get("tasks") or [], task)
         self._sets = {split: self._typed_set(split) for split in SETS}
         targets = {t for t, _ in self._sets.values() if t is not None}
@@ -69,8 +65,6 @@ class GraphBoltHeteroSource(GraphBoltMetadata):
             forward.append(relation)
         self._forward = forward
         relations = reversed_relations(forward, add_reverse)
-        types = [NodeType(t, counts[t], True) for t in counts if t in features] + \
-                [NodeType(t, counts[t], False) for t in counts if t not in features]
         self.schema = GraphSchema(tuple(types), tuple(relations), self.target)  # type: ignore[arg-type]
         self.num_nodes = self.schema.num_nodes
 
@@ -122,8 +116,9 @@ class GraphBoltHeteroSource(GraphBoltMetadata):
         offsets = self.schema.offsets
         for t, node_type in enumerate(self.schema.node_types):
             if node_type.features and start_row < offsets[t + 1]:
-                yield from slice_chunks(self._features[node_type.name], max(start_row - int(offsets[t]), 0),
-                                        chunk_rows)
+                for chunk in slice_chunks(self._features[node_type.name], max(start_row - int(offsets[t]), 0),
+                                          chunk_rows):
+                    yield padded_rows(chunk, self.feat_dim)
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "graphbolt-hetero", "name": self.name, "task": self._task.get("name"),

@@ -20,9 +20,9 @@ import numpy as np
 import pandas as pd
 
 from gnnssd.storage_format import DatasetError
-from gnnssd.storage_format.schema import GraphSchema, NodeType
+from gnnssd.storage_format.schema import GraphSchema
 
-from .base import relation_edges, require_file, reversed_relations
+from .base import featured_types, padded_rows, relation_edges, require_file, reversed_relations
 from .ogb import checked_labels, csv_edges, csv_feature_chunks, csv_feature_dim
 from .ogb_layout import read_splits, resolve_split_name
 
@@ -35,13 +35,10 @@ class OGBHeteroSource:
         self.add_reverse = add_reverse
         counts = self._counts()
         featured = [t for t in counts if (self.root / "raw" / "node-feat" / t / "node-feat.csv.gz").is_file()]
-        dims = {t: csv_feature_dim(self._feat_path(t)) for t in featured}
-        if len(set(dims.values())) > 1:
-            raise DatasetError(f"{self.root / 'raw' / 'node-feat'}: the node types' features differ in "
-                               f"dim {dims}; a store holds one dim for all featured types")
         if not featured:
             raise DatasetError(f"{self.root / 'raw' / 'node-feat'}: no node type has features")
-        self.feat_dim = next(iter(dims.values()))
+        self._dims = {t: csv_feature_dim(self._feat_path(t)) for t in featured}
+        self.feat_dim, types = featured_types(counts, self._dims)
         labelled = sorted(p.name for p in (self.root / "raw" / "node-label").glob("*") if p.is_dir())
         if len(labelled) != 1:
             raise DatasetError(f"{self.root / 'raw' / 'node-label'}: expected one labelled node type, "
@@ -49,8 +46,6 @@ class OGBHeteroSource:
         self.target = labelled[0]
         forward = self._relations(counts)
         relations = reversed_relations(forward, add_reverse)
-        types = [NodeType(t, counts[t], True) for t in featured] + \
-                [NodeType(t, counts[t], False) for t in counts if t not in featured]
         self.schema = GraphSchema(tuple(types), tuple(relations), self.target)
         self.num_nodes = self.schema.num_nodes
         self._forward = forward
@@ -119,11 +114,12 @@ class OGBHeteroSource:
                 continue
             first = max(start_row - offsets[t], 0)
             rows = first
-            for chunk in csv_feature_chunks(self._feat_path(node_type.name), self.feat_dim, first, chunk_rows):
+            for chunk in csv_feature_chunks(self._feat_path(node_type.name), self._dims[node_type.name], first,
+                                            chunk_rows):
                 rows += len(chunk)
                 if rows > node_type.count:
                     break
-                yield chunk
+                yield padded_rows(chunk, self.feat_dim)
             if rows != node_type.count:
                 raise DatasetError(f"{self._feat_path(node_type.name)}: {rows if rows <= node_type.count else 'more'} "
                                    f"feature rows for {node_type.count} {node_type.name!r} nodes")

@@ -18,7 +18,9 @@ from gnnssd.storage_format.schema import GraphSchema
 from .config import ConfigError, ModelConfig
 
 
-def _relation_conv(name: str, d_in: int, d_out: int, heads: int) -> nn.Module:
+def _relation_conv(name: str, d_in: int | tuple[int, int], d_out: int, heads: int) -> nn.Module:
+    """One relation's convolution; d_in a (source, destination) pair when the two types'
+    inputs differ in width (featured types of different dims, layer 0)."""
     if name == "rgcn":
         return dglnn.SAGEConv(d_in, d_out, "mean")
     return dglnn.GATConv(d_in, d_out, heads, allow_zero_in_degree=True)
@@ -40,16 +42,19 @@ class RelationalGNN(nn.Module):
         heads = cfg.heads if cfg.name == "rgat" else 1
         self.convs = nn.ModuleList()
         self.widths: list[int] = []  # each layer's output width per node
-        d_in = feat_dim
+        # each type's input width: its own dim (featureless types: feat_dim zeros or embeddings)
+        d_in = {t.name: t.dim or feat_dim for t in schema.node_types}
         for i in range(cfg.layers):
             last = i == cfg.layers - 1
             # hidden widths split across heads (concatenated); the last layer's heads averaged
             per_head = num_classes if last else max(1, cfg.hidden // heads)
             self.convs.append(dglnn.HeteroGraphConv(
-                {rel: _relation_conv(cfg.name, d_in, per_head, heads) for _, rel, _ in schema.relations},
+                {rel: _relation_conv(cfg.name, d_in[s] if d_in[s] == d_in[d] else (d_in[s], d_in[d]), per_head, heads)
+                 for s, rel, d in schema.relations},
                 aggregate="sum"))
-            d_in = per_head if last else per_head * heads
-            self.widths.append(d_in)
+            width = per_head if last else per_head * heads
+            d_in = dict.fromkeys(d_in, width)
+            self.widths.append(width)
         self.dropout = nn.Dropout(cfg.dropout)
 
     @property
@@ -96,7 +101,7 @@ class TargetLinear(nn.Module):
     def __init__(self, schema: GraphSchema, feat_dim: int, num_classes: int):
         super().__init__()
         self.target = schema.target
-        self.linear = nn.Linear(feat_dim, num_classes)
+        self.linear = nn.Linear(schema.node_types[schema.type_id(schema.target)].dim or feat_dim, num_classes)
 
     def forward(self, blocks: list[dgl.DGLGraph], x: dict[str, torch.Tensor]) -> torch.Tensor:
         return self.linear(x[self.target][: blocks[-1].num_dst_nodes(self.target)])

@@ -55,12 +55,12 @@ def global_ids(schema: GraphSchema, nodes: dict[str, torch.Tensor]) -> np.ndarra
 def split_features(schema: GraphSchema, nodes: dict[str, torch.Tensor],
                    rows: torch.Tensor) -> dict[str, torch.Tensor]:
     """x of the featured types, from `rows`: the features of their nodes in
-    `global_ids(nodes)` order (featured types first)."""
+    `global_ids(nodes)` order (featured types first), each type at its own width."""
     x, at = {}, 0
     for t in schema.node_types:
         if t.features and t.name in nodes:
             count = len(nodes[t.name])
-            x[t.name] = rows[at:at + count]
+            x[t.name] = rows[at:at + count, :t.dim]
             at += count
     return x
 
@@ -74,6 +74,6 @@ def typed_batch_parts(mfgs: MFGs, schema: GraphSchema, rows: torch.Tensor) -> di
     types = schema.type_of(mfgs.input_rows)
     x = {}
     for t, node_type in enumerate(schema.node_types):
-        if node_type.features:
-            x[node_type.name] = rows[torch.from_numpy(np.flatnonzero(types == t))]
+        if node_type.features:  # at the type's own width (rows are padded to the widest)
+            x[node_type.name] = rows[torch.from_numpy(np.flatnonzero(types == t)), :node_type.dim]
     return {"input_nodes": inputs, "output_nodes": outputs, "blocks": blocks, "x": x}

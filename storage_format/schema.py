@@ -27,8 +27,12 @@ DEFAULT_RELATION = "_E"
 class NodeType:
     name: str
     count: int
-    #: Whether this type's nodes have feature rows (all featured types share dim and dtype).
+    #: Whether this type's nodes have feature rows (all featured types share the dtype).
     features: bool
+    #: The width of this type's own features when the featured types differ in it: their
+    #: rows are stored padded with zeros to the widest (the store's feat_dim), so that one
+    #: file, one row size and one engine serve them all; None: the store's feat_dim.
+    dim: int | None = None
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,9 @@ class GraphSchema:
             if not isinstance(t.count, int) or t.count < 0:
                 raise DatasetError(f"graph schema: node type {t.name!r} has count {t.count!r}, "
                                    "expected an integer >= 0")
+            if t.dim is not None and (not t.features or not isinstance(t.dim, int) or t.dim < 1):
+                raise DatasetError(f"graph schema: node type {t.name!r} has dim {t.dim!r}, expected "
+                                   "a positive integer on a type with features (or none)")
         featured = [t.features for t in self.node_types]
         if featured != sorted(featured, reverse=True):
             raise DatasetError(f"graph schema: node types with features must come first, got "
@@ -96,6 +103,10 @@ class GraphSchema:
         """Rows of the feature file: the nodes of the featured types, a prefix of the IDs."""
         return sum(t.count for t in self.node_types if t.features)
 
+    def widest_dim(self) -> int | None:
+        """The widest of the featured types' own dims (None: they have the store's)."""
+        return max((t.dim for t in self.node_types if t.dim is not None), default=None)
+
     def type_id(self, name: str) -> int:
         try:
             return self.type_names.index(name)
@@ -126,20 +137,20 @@ class GraphSchema:
         return np.array([int(fanout.get(name, 0)) for name in names], np.int64)
 
     def to_manifest(self) -> dict[str, Any]:
-        return {"node_types": [{"name": t.name, "count": t.count, "features": t.features}
-                               for t in self.node_types],
+        return {"node_types": [{"name": t.name, "count": t.count, "features": t.features,
+                                **({} if t.dim is None else {"dim": t.dim})} for t in self.node_types],
                 "relations": [list(r) for r in self.relations], "target": self.target}
 
     @classmethod
     def from_manifest(cls, entry: Any, where: str) -> "GraphSchema":
         """The schema of a manifest's "schema" entry; errors name `where` and the key."""
         try:
-            types = tuple(NodeType(str(t["name"]), t["count"], bool(t["features"]))
+            types = tuple(NodeType(str(t["name"]), t["count"], bool(t["features"]), t.get("dim"))
                           for t in entry["node_types"])
             relations = tuple(tuple(str(p) for p in r) for r in entry["relations"])
             return cls(types, relations, str(entry["target"]))  # type: ignore[arg-type]
         except (KeyError, TypeError) as exc:
             raise DatasetError(f"{where}: schema is malformed ({exc!r}); expected node_types "
-                               "[{name, count, features}], relations [[src, name, dst]], target") from None
+                               "[{name, count, features[, dim]}], relations [[src, name, dst]], target") from None
         except DatasetError as exc:
             raise DatasetError(f"{where}: {exc}") from None

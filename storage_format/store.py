@@ -16,7 +16,7 @@ from .manifest import (ETYPES, FEATURE_DTYPES, FEATURES, MANIFEST, PAGE, PAGE_CH
                        manifest_checksum, read_manifest)
 from .page_crc import first_bad_page, page_checksum_error
 from .quantize import dequantize_rows
-from .schema import GraphSchema
+from .schema import GraphSchema, NodeType
 
 
 def _array_file(name: str, doc: str) -> cached_property:
@@ -147,6 +147,10 @@ class Store:
         if schema.num_nodes != self.num_nodes:
             raise self._manifest_error(f"the schema's node types hold {schema.num_nodes} nodes, "
                                        f"num_nodes is {self.num_nodes}")
+        widest = schema.widest_dim()
+        if widest is not None and widest != self.feat_dim:
+            raise self._manifest_error(f"the schema's widest node type dim is {widest}, its rows "
+                                       f"are padded to feat_dim {self.feat_dim}: the two must agree")
         return schema
 
     @cached_property
@@ -436,8 +440,7 @@ class Store:
             f"edges        {self.num_edges:,} (in-edges, CSC; indices {self.indices.dtype})",
             f"features     {self.feat_dim} x {self.feat_dtype} = {self.row_bytes} B/row, "
             f"{self.feature_bytes / 2**20:,.1f} MiB",
-            *([f"node types   " + ", ".join(f"{t.name} {t.count:,}" + ("" if t.features else " (no features)")
-                                            for t in self.schema.node_types),
+            *([f"node types   " + ", ".join(f"{t.name} {t.count:,}" + _type_features(t) for t in self.schema.node_types),
                f"relations    " + ", ".join("-".join(r) for r in self.schema.relations),
                f"target type  {self.schema.target}"] if not self.schema.is_homogeneous else []),
             f"classes      {self.num_classes}",
@@ -450,3 +453,10 @@ class Store:
             f"created      {m.get('created', '?')} by gnnssd {m.get('gnnssd_version', '?')}",
         ]
         return "\n".join(lines)
+
+
+def _type_features(t: NodeType) -> str:
+    """How `gnnssd info` shows a node type's features: none, or its own dim when it has one."""
+    if not t.features:
+        return " (no features)"
+    return "" if t.dim is None else f" (dim {t.dim})"

@@ -8,7 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gnnssd import NodeLoader
+from gnnssd.config import ModelConfig
 from gnnssd.datasets.ogb_hetero import OGBHeteroSource
+from gnnssd.hetero_models import build_hetero_model
 from gnnssd.storage_format import DatasetError, Store, write_store
 from tests.hetero_graph import ToyHeteroSource
 
@@ -67,12 +70,38 @@ def test_the_store_holds_the_layouts_graph_features_labels_and_splits(toy_root, 
     np.testing.assert_array_equal(np.sort(store.valid_idx), np.sort(toy.splits["valid"]))
 
 
-def test_features_of_two_dims_or_a_short_feature_file_are_refused(toy_root, tmp_path):
+@pytest.mark.parametrize("model", ["rgcn", "rgat"])
+def test_featured_types_of_different_dims_keep_their_own(toy_root, tmp_path, model):
+    """Author rows of dim 3 beside paper rows of dim 8: stored padded to 8 with zeros; each
+    type's x at its own dim, equal to its CSV rows, in memory and ssd mode; the relational
+    models take the two widths (a training step runs)."""
     toy, root = toy_root
-    _csv(root / "raw" / "node-feat" / "author" / "node-feat.csv.gz", np.zeros((200, 3)))
-    with pytest.raises(DatasetError, match=r"differ in dim \{'author': 3, 'paper': 8\}"):
-        OGBHeteroSource(root)
-    (root / "raw" / "node-feat" / "author" / "node-feat.csv.gz").unlink()
+    author = np.random.default_rng(0).standard_normal((200, 3)).astype(np.float32)
+    _csv(root / "raw" / "node-feat" / "author" / "node-feat.csv.gz", author)
+    source = OGBHeteroSource(root)
+    assert [(t.name, t.dim) for t in source.schema.node_types] == [("author", 3), ("paper", 8), ("institution", None)]
+    store = Store.open(write_store(tmp_path / "store", source), verify=True)
+    rows = store.read_features()
+    assert store.feat_dim == 8 and not rows[:200, 3:].any()
+    np.testing.assert_allclose(rows[:200, :3], author, rtol=1e-6)
+    np.testing.assert_allclose(rows[200:], toy.features, rtol=1e-6)
+    net = build_hetero_model(ModelConfig(name=model, hidden=8, layers=2), store.schema, store.feat_dim,
+                             store.num_classes)
+    for mode in ("memory", "ssd"):
+        with NodeLoader(store, {"paper": np.arange(300)}, fanouts=[4, 4], batch_size=100, features=mode,
+                        device="cpu", memory_budget="16MiB", seed=1) as loader:
+            for mb in loader:
+                assert mb.x["author"].shape[1] == 3 and mb.x["paper"].shape[1] == 8
+                np.testing.assert_allclose(mb.x["author"].numpy(), author[mb.input_nodes["author"].numpy()], rtol=1e-6)
+                np.testing.assert_allclose(mb.x["paper"].numpy(), toy.features[mb.input_nodes["paper"].numpy()],
+                                           rtol=1e-6)
+                logits = net(mb.blocks, mb.x)
+                assert logits.shape == (len(mb.output_nodes["paper"]), store.num_classes)
+                logits.sum().backward()
+
+
+def test_a_short_feature_file_is_refused(toy_root, tmp_path):
+    toy, root = toy_root
     _csv(root / "raw" / "node-feat" / "paper" / "node-feat.csv.gz", toy.features[:250])
     with pytest.raises(DatasetError, match=r"node-feat\.csv\.gz: 250 feature rows for 300 'paper' nodes"):
         write_store(tmp_path / "store", OGBHeteroSource(root))

@@ -3,6 +3,8 @@ option; a typed store whose checksums are valid but whose edge types are not ref
 `open` (cheap checks) or `verify` (full ones), never sampled into wrong blocks."""
 from __future__ import annotations
 
+import json
+import re
 import shutil
 
 import numpy as np
@@ -10,6 +12,7 @@ import pytest
 
 from gnnssd.sampler import node_order
 from gnnssd.storage_format import DatasetError, Store, StoreError, write_store
+from gnnssd.storage_format.manifest import MANIFEST, manifest_checksum
 from gnnssd.storage_format.schema import GraphSchema, NodeType
 from tests.faults.test_round2 import _array, _tamper
 from tests.hetero_graph import RELATIONS, ToyHeteroSource
@@ -95,6 +98,22 @@ def test_edges_out_of_relation_order_are_refused_by_verify(store_copy):
     _tamper(store_copy, "indices.npy", indices)
     with pytest.raises(StoreError, match="is out of relation order"):
         Store.open(store_copy).verify()
+
+
+@pytest.mark.parametrize("dims, error", [
+    ({"paper": 4}, "the schema's widest node type dim is 4, its rows are padded to feat_dim 8"),
+    ({"author": 3}, "node type 'author' has dim 3, expected a positive integer on a type with features"),
+    ({"paper": 0}, "node type 'paper' has dim 0")])
+def test_a_node_type_dim_the_rows_cannot_hold_is_refused(store_copy, dims, error):
+    """A manifest (checksum valid) whose per-type dims disagree with the stored rows: named."""
+    manifest = json.loads((store_copy / MANIFEST).read_text())
+    for t in manifest["schema"]["node_types"]:
+        if t["name"] in dims:
+            t["dim"] = dims[t["name"]]
+    manifest["checksum"] = manifest_checksum(manifest)
+    (store_copy / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(StoreError, match=re.escape(error)):
+        Store.open(store_copy).schema
 
 
 def test_missing_etypes_in_a_typed_manifest_is_refused(store_copy):
