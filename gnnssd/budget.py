@@ -3,7 +3,7 @@
 Policy (in this order, because each part can give way less than the next):
 
 1. Mega-batch buffers: `buffers` buffers of `buffer_rows` rows each (the caller's count:
-   the ssd loader's is pipeline.loader.BUFFERS, the one being trained on plus the one being
+   the ssd loader's is pipeline.buffers.BUFFERS, the one being trained on plus the one being
    filled). Training cannot run without them, so they are taken first, in full.
 2. Queue slack: `queue_bytes` for everything else in flight (the I/O staging area and the
    queues of planned mini-batches). Also taken in full.

@@ -43,7 +43,7 @@ from .layerwise_mean import cost_ranges, mean_layer_chunks
 from .layerwise_rows import CachedRows, FileRows, Rows, TensorRows
 from .memory_loader import load_features
 from .models import build_model
-from .pipeline import DirectIO, FeatureFile, load_model
+from .pipeline import DirectIO, FeatureFile, load_cost_model
 from .pipeline.block_writer import BlockWriter
 from .rundir import reading
 from .storage_format.atomic import atomic_output
@@ -126,7 +126,7 @@ class LayerwiseSSD:
         self.layer_dtype = np.dtype(layer_dtype)
         # page checksums for features.bin; the layer files are our own
         self.io = DirectIO(queue_depth, backend, checksums={store.features_path: store.page_checksums()})
-        self.model = load_model(store.path)
+        self.model = load_cost_model(store.path)
         self.bytes_read = self.bytes_written = 0
 
     @torch.no_grad()

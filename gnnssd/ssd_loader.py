@@ -5,7 +5,7 @@ Four stages overlap, three threads with bounded hand-offs and the caller:
           reads;
   repack  (with a block budget) write compact blocks for a window of plans;
   read    fill the next mega-batch buffer through the io_engine while the current one
-          trains (pipeline.loader.BUFFERS buffers: the one trained on, the one being
+          trains (pipeline.buffers.BUFFERS buffers: the one trained on, the one being
           filled);
   caller  gather each mini-batch's rows from [hot cache | buffer], build DGL blocks.
 The hot cache (pipeline.hot_cache) holds the rows sampling reaches most often for the
@@ -30,10 +30,10 @@ from gnnssd.storage_format import Store
 from .budget import MemoryBudget, disk_share, format_bytes, parse_bytes, resolve_block_budget
 from .config import ConfigError, SamplerConfig, SSDConfig
 from .memory_loader import IOCounters, Labels, MiniBatch
-from .pipeline import (DirectIO, FeatureFile, HotCache, HotRanking, MegaBatchLoader, PlanWorker, load_model,
+from .pipeline import (DirectIO, FeatureFile, HotCache, HotRanking, MegaBatchBuffers, PlanWorker, load_cost_model,
                        repacked_windows)
 from .pipeline.kept import KeptSamples, delete, samples_key
-from .pipeline.loader import BUFFERS
+from .pipeline.buffers import BUFFERS
 from .pipeline.repack import RepackReport
 from .timing import StageTimer
 from .typed import layer_fanouts, typed_batch_parts
@@ -73,7 +73,7 @@ class SSDLoader:
         self.mega_batch = ssd.mega_batch
         self.labels = Labels(store)
         self.io = IOCounters()
-        self.cost_model = load_model(store.path)
+        self.cost_model = load_cost_model(store.path)
         self.block_dir = block_dir  # scratch this loader owns: made on use, removed after
         self.kept_dir = block_dir.with_name(block_dir.name + "-kept")  # an epoch kept for reuse
         self._kept: KeptSamples | None = None
@@ -126,7 +126,7 @@ class SSDLoader:
             self.hot = HotCache(self.features, ranking.top(self.budget.hot_rows), store.num_nodes)
         log.info("features from %s through the %s backend; %s of hot rows loaded",
                  store.features_path, self.direct_io.backend, format_bytes(self.hot.nbytes))
-        self.buffers = MegaBatchLoader(self.hot, self.budget.buffer_rows)
+        self.buffers = MegaBatchBuffers(self.hot, self.budget.buffer_rows)
         self.io.add(bytes_read=self.hot.nbytes)
 
     def _cold_rows_per_minibatch(self, hot_rows: np.ndarray) -> int:

@@ -34,10 +34,10 @@ from pathlib import Path
 
 import numpy as np
 
-from gnnssd.pipeline.calibration import CALIBRATION_FILE, calibrate, load_model
+from gnnssd.pipeline.calibration import CALIBRATION_FILE, calibrate, load_cost_model
 from gnnssd.pipeline.direct_io import DirectIO
 from gnnssd.pipeline.hot_cache import HotCache
-from gnnssd.pipeline.loader import FeatureFile, MegaBatchLoader
+from gnnssd.pipeline import FeatureFile, MegaBatchBuffers
 from gnnssd.sampler.order import degree_order, hotness, locality_order
 from gnnssd.sampler.plan import PlanConfig, Planner
 from gnnssd.sampler.readplan import pages_plan, per_row_requests, windows
@@ -82,7 +82,7 @@ def permuted_features(src: Path, dst: Path, perm: np.ndarray, row_bytes: int, ch
     tmp.rename(dst)
 
 
-def timed_loads(loader: MegaBatchLoader, plans, block_dir: Path) -> float:
+def timed_loads(loader: MegaBatchBuffers, plans, block_dir: Path) -> float:
     start = time.perf_counter()
     for p in plans:
         loader.load(p, block_dir)
@@ -134,7 +134,7 @@ def main() -> None:
     store = Store.open(ensure_store(args))
     if not (store.path / CALIBRATION_FILE).exists():
         calibrate(store.path, seconds=0.5 if args.quick else 2.0)
-    model = load_model(store.path)
+    model = load_cost_model(store.path)
     rb, n = store.row_bytes, store.num_nodes
     feature_bytes = n * rb
     budget_rows = int(args.budget * feature_bytes) // rb
@@ -197,7 +197,7 @@ def main() -> None:
             useful = stats["read_rows"] * rb
             limit = useful / model.read_bw
             source = FeatureFile(io, features, store.feat_dim, store.feat_dtype, model, staging)
-            loader = MegaBatchLoader(HotCache(source, hot_rows, store.num_nodes), capacity)
+            loader = MegaBatchBuffers(HotCache(source, hot_rows, store.num_nodes), capacity)
             results = []
             for p in plans:
                 p.read = pages_plan(p.read_rows, rb, model)

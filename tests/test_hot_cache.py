@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from gnnssd.datasets import synthetic_source
-from gnnssd.pipeline import DirectIO, FeatureFile, HotCache, MegaBatchLoader, hottest_rows
+from gnnssd.pipeline import DirectIO, FeatureFile, HotCache, MegaBatchBuffers, hottest_rows
 from gnnssd.sampler import HotRows, PlanConfig, Planner, Shuffled, hotness, node_order, seed_batches
 from gnnssd.sampler.plan import RowUnion
 from gnnssd.storage_format import PageChecksumError, Store, StoreError, write_store
@@ -64,7 +64,7 @@ def test_planner_never_reads_a_hot_row_and_the_gather_rebuilds_batches(store):
     cfg = PlanConfig(fanouts=tuple(FANOUTS), mega_batch=3, seed=2)
     plans = list(Planner(store.indptr, store.indices, cfg, cache.members).plan_batches(
         seed_batches(store.train_store_ids, 128, Shuffled(), 2, 0), 0))
-    loader = MegaBatchLoader(cache, max(len(p.rows) for p in plans))
+    loader = MegaBatchBuffers(cache, max(len(p.rows) for p in plans))
     features = store.features_memmap()
     try:
         hits = 0

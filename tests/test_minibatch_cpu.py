@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from gnnssd.pipeline.loader import Recycler, _gather_rows, _gather_widened, _rows
+from gnnssd.pipeline.buffers import Recycler, _gather_rows, _gather_widened, _rows
 from gnnssd.sampler import plan as plan_module
 from gnnssd.sampler.graphs import random_csc
 from gnnssd.sampler.plan import PlanConfig, Planner

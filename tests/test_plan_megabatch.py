@@ -8,7 +8,7 @@ import pytest
 from gnnssd.pipeline.direct_io import DirectIO
 from gnnssd.sampler.graphs import random_csc
 from gnnssd.pipeline.hot_cache import HotCache
-from gnnssd.pipeline.loader import FeatureFile, MegaBatchLoader
+from gnnssd.pipeline import FeatureFile, MegaBatchBuffers
 from gnnssd.sampler.plan import PlanConfig, Planner, load_plan, save_plan
 from gnnssd.sampler.seed_order import Proximity, Sharded, Shuffled, seed_batches, shard
 from gnnssd.sampler.readplan import CostModel, pages_plan, windows
@@ -40,7 +40,7 @@ def _plans(graph, epochs, mega_batch=4, proximity=False):
 def _loader(io, path, feats, hot, capacity, model, staging_bytes=32 << 20):
     """The ssd loader's parts: features file, hot cache in front of it, mega-batch buffers."""
     source = FeatureFile(io, path, feats.shape[1], feats.dtype, model, staging_bytes)
-    return MegaBatchLoader(HotCache(source, hot, len(feats)), capacity)
+    return MegaBatchBuffers(HotCache(source, hot, len(feats)), capacity)
 
 
 def _features_file(tmp_path, feats):

@@ -30,7 +30,7 @@ from .printer import format_mpdfg
 LEVELS = ("lower", "reorder", "fuse")
 
 
-def pipeline(level: str = "fuse", kernels: bool = True) -> list[Pass]:
+def default_passes(level: str = "fuse", kernels: bool = True) -> list[Pass]:
     """Passes run after the mailbox rewrite for an optimisation ``level``.
 
     ``lower``: no rewrites beyond DCE; ``reorder``: + concat splitting, node-wise
@@ -65,7 +65,7 @@ class CompiledLayer(nn.Module):
 
     def __init__(self, layer: nn.Module, level: str = "fuse", kernels: bool = True):
         super().__init__()
-        pipeline(level, kernels)  # validate early
+        default_passes(level, kernels)  # validate early
         object.__setattr__(self, "_layer", layer)
         self._modules = layer._modules
         self._parameters = layer._parameters
@@ -107,7 +107,7 @@ class CompiledLayer(nn.Module):
             run_passes(gm, MAILBOX_PASSES)
             inputs = (graph, *(feat if pair else (feat, None)))
             propagate_shapes(gm, *inputs)
-            run_passes(gm, pipeline(self.level, self.kernels))
+            run_passes(gm, default_passes(self.level, self.kernels))
             propagate_shapes(gm, *inputs)
             program.optimised = format_mpdfg(gm.graph)
             program.module = gm

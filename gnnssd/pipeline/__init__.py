@@ -1,18 +1,18 @@
 """Executing the planner's plans: the SSD data path between gnnssd.sampler and the loaders.
 
 direct_io (the one adapter to gnnssd.io_engine), feature_file (the features file's reader),
-hot_cache (the hot rows, the one owner of which rows are hot), loader (mega-batch buffers,
-the gather), repack and block_writer (compact blocks), worker (background stages), kept (an
+hot_cache (the hot rows, the one owner of which rows are hot), buffers (the mega-batch
+buffers, the gather), repack and block_writer (compact blocks), worker (background stages), kept (an
 epoch's plans and blocks kept for the epochs that reuse its samples), calibration (the
 drive's cost model).
 """
-from .calibration import calibrate, load_model
+from .buffers import MegaBatchBuffers
+from .calibration import calibrate, load_cost_model
 from .direct_io import DirectIO
 from .feature_file import FeatureFile
 from .hot_cache import HotCache, HotRanking, hottest_rows
-from .loader import MegaBatchLoader
 from .repack import remove, repack, repacked_windows
 from .worker import PlanWorker, replay, saving
 
-__all__ = ["DirectIO", "FeatureFile", "HotCache", "MegaBatchLoader", "PlanWorker", "calibrate", "load_model", "remove", "repack",
-           "HotRanking", "hottest_rows", "repacked_windows", "replay", "saving"]
+__all__ = ["DirectIO", "FeatureFile", "HotCache", "HotRanking", "MegaBatchBuffers", "PlanWorker", "calibrate",
+           "hottest_rows", "load_cost_model", "remove", "repack", "repacked_windows", "replay", "saving"]

@@ -94,7 +94,7 @@ def calibrate(store_dir: str | Path, seconds: float = 1.0, queue_depth: int = 64
     return model
 
 
-def load_model(store_dir: str | Path) -> CostModel:
+def load_cost_model(store_dir: str | Path) -> CostModel:
     """The store's calibrated model, or `CostModel.default()` when not calibrated."""
     path = Path(store_dir) / CALIBRATION_FILE
     return _read_model(path) if path.exists() else CostModel.default()

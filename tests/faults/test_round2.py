@@ -471,16 +471,16 @@ GOOD_MODEL = {"request_s": 1e-5, "read_bw": 1e9, "write_bw": 1e9, "page": 4096, 
     ("{not json", r"not a calibration file \(JSONDecodeError"),
 ])
 def test_bad_calibration_json_is_refused_naming_file_and_key(tmp_path, text, message):
-    from gnnssd.pipeline.calibration import load_model
+    from gnnssd.pipeline.calibration import load_cost_model
     (tmp_path / "calibration.json").write_text(text)
     with pytest.raises(StoreError, match=rf"calibration\.json: {message}"):
-        load_model(tmp_path)
+        load_cost_model(tmp_path)
 
 
 def test_good_calibration_json_loads(tmp_path):
-    from gnnssd.pipeline.calibration import load_model
+    from gnnssd.pipeline.calibration import load_cost_model
     (tmp_path / "calibration.json").write_text(json.dumps({"model": GOOD_MODEL}))
-    assert load_model(tmp_path).read_bw == 1e9
+    assert load_cost_model(tmp_path).read_bw == 1e9
 
 
 # --- GraphBolt metadata.yaml ---------------------------------------------------------------

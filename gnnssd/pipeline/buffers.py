@@ -17,7 +17,6 @@ import numpy as np
 from gnnssd.io_engine.rows import copy_rows
 from gnnssd.sampler.plan import MegaBatchPlan
 
-from .feature_file import FeatureFile  # noqa: F401 - also importable from here, its former home
 from .hot_cache import HotCache
 from .repack import block_path
 
@@ -113,7 +112,7 @@ class Recycler:
         return raw[:nbytes].view(dtype).reshape(rows, feat_dim)
 
 
-class MegaBatchLoader:
+class MegaBatchBuffers:
     """Double-buffered mega-batch buffers behind the hot cache, filled from the features
     file it wraps; the input rows of mini-batch i are [hot | buffer][gather[i]]."""
 
