@@ -30,9 +30,9 @@ from gnnssd.storage_format import Store
 from .budget import MemoryBudget, disk_share, format_bytes, parse_bytes, resolve_block_budget
 from .config import ConfigError, SamplerConfig, SSDConfig
 from .memory_loader import IOCounters, Labels, MiniBatch
-from .pipeline import (DirectIO, FeatureFile, HotCache, HotRanking, MegaBatchBuffers, PlanWorker, load_cost_model,
-                       repacked_windows)
-from .pipeline.kept import KeptSamples, delete, samples_key
+from .pipeline import (DirectIO, FeatureFile, HotCache, HotRanking, MegaBatchBuffers, PlanWorker, delete,
+                       load_cost_model, repacked_windows)
+from .pipeline.kept import KeptSamples, samples_key
 from .pipeline.buffers import BUFFERS
 from .pipeline.repack import RepackReport
 from .timing import StageTimer
@@ -219,7 +219,7 @@ class SSDLoader:
                            depth=2, name="gnnssd-plan")
         windows = PlanWorker(self._repacked_windows(iter(plans), directory, reuse_epochs if reuse else 1),
                              depth=2, name="gnnssd-repack")
-        done = kept.keep if kept is not None else partial(delete, directory=directory)
+        done = kept.keep if kept is not None else partial(delete, block_dir=directory)
         try:
             yield from self._trained(self._loaded(windows, directory, done))
             if kept is not None:  # iterated to its end: every plan was loaded

@@ -42,7 +42,7 @@ from gnnssd.sampler.order import degree_order, hotness, locality_order
 from gnnssd.sampler.plan import PlanConfig, Planner
 from gnnssd.sampler.readplan import pages_plan, per_row_requests, windows
 from gnnssd.sampler.seed_order import Proximity, Shuffled, seed_batches
-from gnnssd.pipeline.repack import remove, repack
+from gnnssd.pipeline.repack import delete, repack
 from gnnssd.storage_format import Store
 from gnnssd.storage_format.csc import renumber_csc
 from gnnssd.storage_format.manifest import PAGE
@@ -212,7 +212,8 @@ def main() -> None:
                     start = time.perf_counter()
                     size = repack(io, features, rb, window, scan, Path(args.work) / "blocks", staging)
                     t += time.perf_counter() - start + timed_loads(loader, window)
-                    remove(window, Path(args.work) / "blocks")
+                    for p in window:
+                        delete(p, Path(args.work) / "blocks")
                     peak, prev = max(peak, prev + size), size  # the next window is written while this one trains
                     scan_extents += len(scan.offsets)
                     scan_bytes += int(scan.lengths.sum()) + 2 * size

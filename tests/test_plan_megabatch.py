@@ -12,7 +12,7 @@ from gnnssd.pipeline import FeatureFile, MegaBatchBuffers
 from gnnssd.sampler.plan import PlanConfig, Planner, load_plan, save_plan
 from gnnssd.sampler.seed_order import Proximity, Sharded, Shuffled, seed_batches, shard
 from gnnssd.sampler.readplan import CostModel, pages_plan, windows
-from gnnssd.pipeline.repack import remove, repack, repacked_windows
+from gnnssd.pipeline.repack import delete, repack, repacked_windows
 from gnnssd.pipeline.worker import PlanWorker, replay, saving
 
 N, DIM = 6000, 24
@@ -179,7 +179,8 @@ def test_reads_through_real_file(graph, tmp_path, disk_budget, backend, dim, dty
             for i, m in enumerate(p.minibatches):
                 x = loader.gather(p, i, buffer)
                 assert x.dtype == np.float32 and np.array_equal(x, feats[m.input_nodes])  # float16 widened
-        remove(window, tmp_path / "blocks")
+        for p in window:
+            delete(p, tmp_path / "blocks")
     if disk_budget == 0:
         assert strategies == {"pages"}
     elif dtype == np.float32:  # (the 36 KiB float16 file is one merged extent: no block pays)
@@ -224,7 +225,8 @@ def test_repacked_windows_pipeline(graph, tmp_path):
                 buffer = loader.load(p, blocks)
                 for i, m in enumerate(p.minibatches):
                     assert np.array_equal(loader.gather(p, i, buffer), feats[m.input_nodes])
-            remove(window, blocks)
+            for p in window:
+                delete(p, blocks)
     assert "block" in strategies
     loader.source.close()
     io.shutdown()

@@ -11,8 +11,8 @@ from .calibration import calibrate, load_cost_model
 from .direct_io import DirectIO
 from .feature_file import FeatureFile
 from .hot_cache import HotCache, HotRanking, hottest_rows
-from .repack import remove, repack, repacked_windows
+from .repack import delete, repack, repacked_windows
 from .worker import PlanWorker, replay, saving
 
 __all__ = ["DirectIO", "FeatureFile", "HotCache", "HotRanking", "MegaBatchBuffers", "PlanWorker", "calibrate",
-           "hottest_rows", "load_cost_model", "remove", "repack", "repacked_windows", "replay", "saving"]
+           "hottest_rows", "load_cost_model", "delete", "repack", "repacked_windows", "replay", "saving"]

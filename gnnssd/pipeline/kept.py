@@ -19,7 +19,7 @@ import numpy as np
 
 from gnnssd.sampler.plan import MegaBatchPlan
 
-from .repack import block_path
+from .repack import delete, plan_files
 
 log = logging.getLogger("gnnssd.ssd")
 
@@ -33,18 +33,6 @@ def samples_key(batches: list[np.ndarray], fanouts: list[int], epoch: int,
             digest.update(np.ascontiguousarray(a, dtype=np.int64).tobytes())
             digest.update(b"|")
     return digest.hexdigest()
-
-
-def _files(plan: MegaBatchPlan, directory: Path) -> list[Path]:
-    """The files a loaded plan leaves: its spill file and its compact block, if any."""
-    return [f for f in (Path(plan.spill_path) if plan.spill_path else None, block_path(plan, directory))
-            if f is not None]
-
-
-def delete(plan: MegaBatchPlan, directory: Path) -> None:
-    """Delete a loaded plan's spill file and block (a plan not kept)."""
-    for f in _files(plan, directory):
-        f.unlink(missing_ok=True)
 
 
 class KeptSamples:
@@ -63,7 +51,7 @@ class KeptSamples:
         """Keep a loaded plan's files, or delete them (and all kept so far) once they would
         pass the limit; True if kept."""
         if self.keeping:
-            size = sum(f.stat().st_size for f in _files(plan, self.directory))
+            size = sum(f.stat().st_size for f in plan_files(plan, self.directory))
             if self.nbytes + size <= self.limit:
                 self.nbytes += size
                 empty = plan.rows[:0]

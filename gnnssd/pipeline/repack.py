@@ -3,7 +3,7 @@
 For each mega-batch of the window that the read planner gave a block, its read rows are
 written back to back (ascending row order, i.e. its buffer slot order) into its own file,
 padded to a page, so the loader reads it with a few large sequential requests straight
-into the buffer. Blocks live only while their window is trained: `remove` deletes them.
+into the buffer. Blocks live only while their window is trained: `delete` drops them.
 """
 from __future__ import annotations
 
@@ -62,12 +62,16 @@ def block_path(plan: MegaBatchPlan, block_dir: str | Path | None) -> Path | None
     return Path(block_dir) / plan.read.block
 
 
-def remove(plans: list[MegaBatchPlan], block_dir: str | Path) -> None:
-    """Delete the block files of a trained window."""
-    for p in plans:
-        path = block_path(p, block_dir)
-        if path is not None:
-            path.unlink(missing_ok=True)
+def plan_files(plan: MegaBatchPlan, block_dir: str | Path | None) -> list[Path]:
+    """The files a loaded plan leaves: its spill file and its compact block, if any."""
+    return [f for f in (Path(plan.spill_path) if plan.spill_path else None, block_path(plan, block_dir))
+            if f is not None]
+
+
+def delete(plan: MegaBatchPlan, block_dir: str | Path | None) -> None:
+    """Delete a trained plan's files (the one way the loader and benchmarks drop them)."""
+    for f in plan_files(plan, block_dir):
+        f.unlink(missing_ok=True)
 
 
 @dataclass(frozen=True)
@@ -97,7 +101,7 @@ def repacked_windows(
     readplan.choose_window) and their blocks written; `report` hears each window's repack
     cost.
 
-    Run it in a PlanWorker of depth 2 and `remove` each window once trained: at most two
+    Run it in a PlanWorker of depth 2 and `delete` each window's plans once trained: at most two
     windows of blocks (each within half the budget) are then on disk."""
     for window, scan in windows(plans, row_bytes, model, disk_budget, uses):
         start = time.perf_counter()
