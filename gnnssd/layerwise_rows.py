@@ -68,3 +68,24 @@ class CachedRows:
         out[torch.from_numpy(cached)] = self.hot[torch.from_numpy(slot[cached].astype(np.int64))]
         out[torch.from_numpy(~cached)] = self.source.rows(ids[~cached])
         return out
+
+
+class OffsetRows:
+    """Rows of one node type by its own IDs from a source over the global ID space (a
+    typed store's features file holds every featured type, each at its type's offset)."""
+
+    def __init__(self, source: Rows, offset: int):
+        self.source, self.offset, self.dim = source, int(offset), source.dim
+
+    def rows(self, ids: np.ndarray) -> torch.Tensor:
+        return self.source.rows(ids + self.offset)
+
+
+class ZeroRows:
+    """A featureless node type's input when it enters as zeros: nothing stored, nothing read."""
+
+    def __init__(self, dim: int):
+        self.dim = dim
+
+    def rows(self, ids: np.ndarray) -> torch.Tensor:
+        return torch.zeros(len(ids), self.dim)
