@@ -23,10 +23,10 @@ On a heterogeneous store (gnnssd.hetero_models' models) each layer is computed f
 node of the types a later layer reads (gnnssd.layerwise_blocks.layer_types: all the types
 the next layer's destinations and their in-neighbours are; at the last layer the target
 type), in chunks within each type's ID range, as heterogeneous blocks over the typed CSC;
-`h` and the layer's output are dicts of rows by node type. Layer 0 reads the featured types'
-rows, and the featureless types' zeros or the model's `embeddings[type]` rows; the layers'
-outputs are a tensor, or a scratch file, per node type. Outputs are the target type's rows,
-by its dataset IDs.
+`h` and the layer's output are dicts of rows by node type (gnnssd.layerwise_typed). Layer 0
+reads the featured types' rows, and the featureless types' zeros or the model's
+`embeddings[type]` rows; the layers' outputs are a tensor, or a scratch file, per node type.
+Outputs are the target type's rows, by its dataset IDs.
 """
 from __future__ import annotations
 
@@ -46,11 +46,12 @@ from gnnssd.storage_format.manifest import PAGE
 from .budget import format_bytes, parse_bytes
 from .checkpoint import load_checkpoint
 from .config import Config, ConfigError, SSDConfig
-from .layerwise_blocks import chunk_block, input_types, layer_types, typed_chunk_block
-from .layerwise_mean import cost_ranges, mean_layer_chunks
-from .layerwise_rows import CachedRows, FileRows, OffsetRows, Rows, TensorRows, ZeroRows
+from .layerwise_blocks import CHUNK_SHARE, chunk_block, chunk_bounds, input_types, layer_types
+from .layerwise_mean import mean_layer_chunks
+from .layerwise_rows import CachedRows, FileRows, Rows, TensorRows
+from .layerwise_typed import check_typed_model, first_inputs, in_neighbour_counts, typed_layer_chunks
 from .memory_loader import load_features
-from .models import BlockGNN, store_model
+from .models import store_model
 from .pipeline import DirectIO, FeatureFile, load_model
 from .pipeline.block_writer import BlockWriter
 from .rundir import reading
@@ -60,8 +61,8 @@ from .tasks import trainer_class
 log = logging.getLogger("gnnssd.layerwise")
 
 STAGING_BYTES = 8 << 20  # FileRows' staging: half read while the other half is copied
-CHUNK_SHARE = 8  # a chunk's input rows take at most 1/CHUNK_SHARE of the budget
-# (ssd mode: half the budget caches the most referenced input rows of each layer)
+# A chunk's inputs take 1/CHUNK_SHARE of the budget (gnnssd.layerwise_blocks); in ssd mode half
+# the budget caches the most referenced input rows of each layer.
 
 
 def most_referenced(indices: np.ndarray, num_nodes: int, count: int) -> np.ndarray:
@@ -75,14 +76,6 @@ def top_counts(refs: np.ndarray, count: int) -> np.ndarray:
     return np.argpartition(-refs, count - 1)[:count] if count else np.empty(0, np.int64)
 
 
-def chunk_bounds(indptr: np.ndarray, row_bytes: int, budget: int) -> list[tuple[int, int]]:
-    """Destination ranges [lo, hi) in store order whose nodes plus in-edges, as rows of
-    row_bytes, fit budget // CHUNK_SHARE (at least one node each)."""
-    limit = max(budget // CHUNK_SHARE // max(row_bytes, 1), 1)
-    # a chunk [lo, hi) needs at most (hi - lo) + (indptr[hi] - indptr[lo]) rows
-    return cost_ranges(np.arange(len(indptr), dtype=np.int64) + np.asarray(indptr, np.int64), limit)
-
-
 def layer_chunks(model: nn.Module, i: int, store: Store, source: Rows,
                  bounds: list[tuple[int, int]]) -> Iterator[torch.Tensor]:
     """Layer i's output rows, chunk by chunk in store order."""
@@ -90,39 +83,6 @@ def layer_chunks(model: nn.Module, i: int, store: Store, source: Rows,
     for lo, hi in bounds:
         block, src = chunk_block(indptr, indices, lo, hi)
         yield model.layer(i, block, source.rows(src))
-
-
-def typed_layer_chunks(model: nn.Module, i: int, store: Store, inputs: dict[str, Rows], t: int,
-                       budget: int) -> Iterator[torch.Tensor]:
-    """Layer i's output rows of node type t of a typed store, chunk by chunk in store
-    order, from `inputs` (each type's input rows by type-local ID)."""
-    lo, hi = (int(x) for x in store.schema.offsets[t:t + 2])
-    name = store.schema.type_names[t]
-    row_bytes = max(rows.dim for rows in inputs.values()) * 4
-    for a, b in chunk_bounds(store.indptr[lo:hi + 1], row_bytes, budget):
-        block, sources = typed_chunk_block(store, lo + a, lo + b)
-        out = model.layer(i, block, {n: inputs[n].rows(ids) for n, ids in sources.items() if len(ids)})
-        if not isinstance(out, dict):
-            raise TypeError(f"layer-wise inference on a heterogeneous store: model.layer({i}, block, h) "
-                            f"returned {type(out).__name__}; expected a dict of rows by node type")
-        yield out[name]
-
-
-def first_inputs(model: nn.Module, store: Store, features: Rows, types: list[int]) -> dict[str, Rows]:
-    """Layer 0's input rows of each of node types `types` by type-local ID: a featured
-    type's from `features` (the featured types' rows by store ID), a featureless type's
-    learned rows (`model.embeddings[type]`) or zeros."""
-    schema, embeddings = store.schema, getattr(model, "embeddings", {})
-    inputs: dict[str, Rows] = {}
-    for t in types:
-        name = schema.type_names[t]
-        if schema.node_types[t].features:
-            inputs[name] = OffsetRows(features, int(schema.offsets[t]))
-        elif name in embeddings:
-            inputs[name] = TensorRows(embeddings[name].weight.detach())
-        else:
-            inputs[name] = ZeroRows(store.feat_dim)
-    return inputs
 
 
 def output_rows(store: Store) -> np.ndarray:
@@ -135,19 +95,13 @@ def output_rows(store: Store) -> np.ndarray:
     return np.asarray(store.inv[lo:hi], np.int64) - lo
 
 
-def _typed_model(model: nn.Module) -> None:
-    if isinstance(model, BlockGNN):
-        raise TypeError("layer-wise inference on a heterogeneous store needs a model whose layer(i, block, h) "
-                        "takes and returns dicts of rows by node type (gnnssd.hetero_models), not a BlockGNN")
-
-
 @torch.no_grad()
 def typed_layerwise_memory(model: nn.Module, store: Store, features: torch.Tensor | None = None,
                            layers: int | None = None, budget: int = 256 << 20) -> torch.Tensor:
     """The target type's output of the first `layers` layers (default all) of a typed
     model, store order within the type, in RAM (each layer's outputs a tensor per type).
     Without `features` (the featured types' rows) the store's are loaded here."""
-    _typed_model(model)
+    check_typed_model(model)
     model.eval()
     schema = store.schema
     types = layer_types(schema, layers or model.num_layers)
@@ -295,7 +249,7 @@ class LayerwiseSSD:
         """The target type's rows of layer `layers` - 1 of a typed model, chunk by chunk;
         each earlier layer written as a file per node type it computes, each read through a
         cache of its most referenced rows by the next layer and deleted after it."""
-        _typed_model(model)
+        check_typed_model(model)
         model.eval()
         store, schema = self.store, self.store.schema
         self.scratch_dir.mkdir(parents=True, exist_ok=True)
@@ -330,20 +284,12 @@ class LayerwiseSSD:
                 self._consumed(source, path)
 
     def _hot(self, computed: list[int], files: list[int], slots: int, dim: int) -> np.ndarray:
-        """The store IDs of nodes of types `files` most referenced as in-neighbours of the
-        types `computed`, as many rows of `dim` as half the budget holds beside `slots`
-        cache slots (4 B each)."""
-        store, offsets = self.store, self.store.schema.offsets
-        refs = np.zeros(store.num_nodes, np.int64)
-        for t in computed:
-            edges = store.indices[store.indptr[offsets[t]]:store.indptr[offsets[t + 1]]]
-            refs += np.bincount(np.asarray(edges), minlength=store.num_nodes)
-        readable = np.zeros(store.num_nodes, bool)
-        for t in files:
-            readable[offsets[t]:offsets[t + 1]] = True
-        refs[~readable] = -1  # zeros or learned rows: nothing to cache
+        """The store IDs of nodes of types `files` (rows read from files) most referenced
+        as in-neighbours of the types `computed`, as many rows of `dim` as half the budget
+        holds beside `slots` cache slots (4 B each)."""
+        refs = in_neighbour_counts(self.store, computed, files)
         count = max(self.budget // 2 - slots * 4, 0) // (dim * 4)
-        return top_counts(refs, min(count, int(readable.sum())))
+        return top_counts(refs, min(count, int(np.count_nonzero(refs >= 0))))
 
     def original_order(self, layer_file: Path, dim: int) -> Iterator[np.ndarray]:
         """The layer file's rows in original node order (a typed store's target type's by

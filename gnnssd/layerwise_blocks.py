@@ -1,7 +1,7 @@
-"""The blocks of layer-wise inference (gnnssd.layerwise): a chunk of destination nodes over
-all their in-edges, as a DGL block on a homogeneous store, as a DGL heterogeneous block on a
-typed one (its CSC with the relation of each edge, etypes.npy), and which node types each
-layer of a typed model must be computed for.
+"""The blocks of layer-wise inference (gnnssd.layerwise): chunks of destination nodes
+within the memory budget, a chunk over all its in-edges as a DGL block on a homogeneous
+store or a DGL heterogeneous block on a typed one (its CSC with the relation of each edge,
+etypes.npy), and which node types each layer of a typed model must be computed for.
 """
 from __future__ import annotations
 
@@ -11,6 +11,18 @@ import torch
 
 from gnnssd.storage_format import Store
 from gnnssd.storage_format.schema import GraphSchema
+
+from .layerwise_mean import cost_ranges
+
+CHUNK_SHARE = 8  # a chunk's input rows take at most 1/CHUNK_SHARE of the budget
+
+
+def chunk_bounds(indptr: np.ndarray, row_bytes: int, budget: int) -> list[tuple[int, int]]:
+    """Destination ranges [lo, hi) in store order whose nodes plus in-edges, as rows of
+    row_bytes, fit budget // CHUNK_SHARE (at least one node each)."""
+    limit = max(budget // CHUNK_SHARE // max(row_bytes, 1), 1)
+    # a chunk [lo, hi) needs at most (hi - lo) + (indptr[hi] - indptr[lo]) rows
+    return cost_ranges(np.arange(len(indptr), dtype=np.int64) + np.asarray(indptr, np.int64), limit)
 
 
 def source_positions(nbrs: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:

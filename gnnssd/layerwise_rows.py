@@ -1,6 +1,7 @@
 """A layer's input rows for layer-wise inference (gnnssd.layerwise, gnnssd.layerwise_mean):
 float32 rows of node IDs from a tensor in RAM, from a features file through the ssd
-loader's reader, or from such a file with its most referenced rows held in memory."""
+loader's reader, or from such a file with its most referenced rows held in memory; on a
+typed store one node type's rows by its own IDs (OffsetRows) or its zeros (ZeroRows)."""
 from __future__ import annotations
 
 from typing import Callable, Protocol
