@@ -126,3 +126,20 @@ def test_layerwise_inference_of_a_homogeneous_model_on_a_typed_store_is_refused(
                                             "takes and returns dicts of rows by node type"):
             list(layerwise_inference(model, Store.open(typed_store), features, scratch_dir=tmp_path))
     assert not (tmp_path / "layerwise").exists() or not list((tmp_path / "layerwise").iterdir())
+
+
+def test_a_typed_model_whose_layer_returns_one_tensor_is_named(typed_store):
+    """A model of the user's whose layer gives one tensor, not rows by node type."""
+    import torch
+
+    from gnnssd.layerwise import layerwise_inference
+
+    class OneTensor(torch.nn.Module):
+        num_layers = 1
+
+        def layer(self, i, block, h):
+            return h["paper"][: block.num_dst_nodes("paper")]
+
+    with pytest.raises(TypeError, match=r"model.layer\(0, block, h\) returned Tensor; expected a dict "
+                                        "of rows by node type"):
+        list(layerwise_inference(OneTensor(), Store.open(typed_store), "memory"))
