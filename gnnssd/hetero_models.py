@@ -103,8 +103,14 @@ class TargetLinear(nn.Module):
         self.target = schema.target
         self.linear = nn.Linear(schema.node_types[schema.type_id(schema.target)].dim or feat_dim, num_classes)
 
+    num_layers = 1
+
+    def layer(self, i: int, block: dgl.DGLGraph, h: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The per-layer protocol of RelationalGNN (layer-wise inference): its one layer."""
+        return {self.target: self.linear(h[self.target][: block.num_dst_nodes(self.target)])}
+
     def forward(self, blocks: list[dgl.DGLGraph], x: dict[str, torch.Tensor]) -> torch.Tensor:
-        return self.linear(x[self.target][: blocks[-1].num_dst_nodes(self.target)])
+        return self.layer(0, blocks[-1], x)[self.target]
 
 
 def build_hetero_model(cfg: ModelConfig, schema: GraphSchema, feat_dim: int, num_classes: int) -> nn.Module:

@@ -18,6 +18,15 @@ on graphs without neighbourhood locality.
 The model must expose the per-layer interface of gnnssd.models.BlockGNN:
 `num_layers` and `layer(i, block, h)` (layer i on one DGL block, activation included), and
 may expose `mean_aggregation(i)`.
+
+On a heterogeneous store (gnnssd.hetero_models' models) each layer is computed for every
+node of the types a later layer reads (gnnssd.layerwise_blocks.layer_types: all the types
+the next layer's destinations and their in-neighbours are; at the last layer the target
+type), in chunks within each type's ID range, as heterogeneous blocks over the typed CSC;
+`h` and the layer's output are dicts of rows by node type (gnnssd.layerwise_typed). Layer 0
+reads the featured types' rows, and the featureless types' zeros or the model's
+`embeddings[type]` rows; the layers' outputs are a tensor, or a scratch file, per node type.
+Outputs are the target type's rows, by its dataset IDs.
 """
 from __future__ import annotations
 
@@ -27,7 +36,6 @@ import shutil
 from pathlib import Path
 from typing import Callable, Iterator
 
-import dgl
 import numpy as np
 import torch
 from torch import nn
@@ -39,10 +47,12 @@ from gnnssd.storage_format.manifest import PAGE
 from .budget import format_bytes, parse_bytes
 from .checkpoint import load_checkpoint
 from .config import Config, ConfigError, SSDConfig
-from .layerwise_mean import cost_ranges, mean_layer_chunks
+from .layerwise_blocks import CHUNK_SHARE, chunk_block, chunk_bounds, input_types, layer_types
+from .layerwise_mean import mean_layer_chunks
 from .layerwise_rows import CachedRows, FileRows, Rows, TensorRows
+from .layerwise_typed import check_typed_model, first_inputs, typed_layer_chunks
 from .memory_loader import load_features
-from .models import build_model
+from .models import store_model
 from .pipeline import DirectIO, FeatureFile, load_cost_model
 from .pipeline.block_writer import BlockWriter
 from .rundir import reading
@@ -52,30 +62,10 @@ from .tasks import trainer_class
 log = logging.getLogger("gnnssd.layerwise")
 
 STAGING_BYTES = 8 << 20  # FileRows' staging: half read while the other half is copied
-CHUNK_SHARE = 8  # a chunk's input rows take at most 1/CHUNK_SHARE of the budget
-# (ssd mode: half the budget caches the most referenced input rows of each layer)
+# A chunk's inputs take 1/CHUNK_SHARE of the budget (gnnssd.layerwise_blocks); in ssd mode half
+# the budget caches the most referenced input rows of each layer.
 
 
-def chunk_bounds(indptr: np.ndarray, row_bytes: int, budget: int) -> list[tuple[int, int]]:
-    """Destination ranges [lo, hi) in store order whose nodes plus in-edges, as rows of
-    row_bytes, fit budget // CHUNK_SHARE (at least one node each)."""
-    limit = max(budget // CHUNK_SHARE // max(row_bytes, 1), 1)
-    # a chunk [lo, hi) needs at most (hi - lo) + (indptr[hi] - indptr[lo]) rows
-    return cost_ranges(np.arange(len(indptr), dtype=np.int64) + np.asarray(indptr, np.int64), limit)
-
-
-def chunk_block(indptr: np.ndarray, indices: np.ndarray, lo: int, hi: int) -> tuple[dgl.DGLGraph, np.ndarray]:
-    """The block of destinations lo..hi-1 over all their in-neighbours, and its source
-    node IDs (the destinations first, as DGL blocks have them)."""
-    a, b = int(indptr[lo]), int(indptr[hi])
-    nbrs = np.asarray(indices[a:b], np.int64)
-    dst_local = np.repeat(np.arange(hi - lo), np.diff(np.asarray(indptr[lo:hi + 1], np.int64)))
-    inside = (nbrs >= lo) & (nbrs < hi)
-    extra = np.unique(nbrs[~inside])
-    src_local = np.where(inside, nbrs - lo, (hi - lo) + np.searchsorted(extra, nbrs))
-    block = dgl.create_block((torch.from_numpy(src_local), torch.from_numpy(dst_local)),
-                             num_src_nodes=(hi - lo) + len(extra), num_dst_nodes=hi - lo)
-    return block, np.concatenate([np.arange(lo, hi, dtype=np.int64), extra])
 
 
 def layer_chunks(model: nn.Module, i: int, store: Store, source: Rows,
@@ -87,11 +77,44 @@ def layer_chunks(model: nn.Module, i: int, store: Store, source: Rows,
         yield model.layer(i, block, source.rows(src))
 
 
+def output_rows(store: Store) -> np.ndarray:
+    """The row of the layer-wise outputs (store order) of each node in the dataset's order:
+    store.inv; on a typed store, of each target-type node by its ID within the type."""
+    if store.schema.is_homogeneous:
+        return np.asarray(store.inv)
+    t = store.schema.type_id(store.schema.target)
+    lo, hi = store.schema.offsets[t:t + 2]
+    return np.asarray(store.inv[lo:hi], np.int64) - lo
+
+
+@torch.no_grad()
+def typed_layerwise_memory(model: nn.Module, store: Store, features: torch.Tensor | None = None,
+                           layers: int | None = None, budget: int = 256 << 20) -> torch.Tensor:
+    """The target type's output of the first `layers` layers (default all) of a typed
+    model, store order within the type, in RAM (each layer's outputs a tensor per type).
+    Without `features` (the featured types' rows) the store's are loaded here."""
+    check_typed_model(model)
+    model.eval()
+    schema = store.schema
+    types = layer_types(schema, layers or model.num_layers)
+    features = TensorRows(load_features(store) if features is None else features)
+    inputs = first_inputs(model, store, features, input_types(schema, types[0]))
+    del features
+    for i, computed in enumerate(types):
+        h = {schema.type_names[t]: _filled(typed_layer_chunks(model, i, store, inputs, t, budget),
+                                           schema.node_types[t].count) for t in computed}
+        inputs = {name: TensorRows(rows) for name, rows in h.items()}
+    return h[schema.target]
+
+
 @torch.no_grad()
 def layerwise_memory(model: nn.Module, store: Store, features: torch.Tensor | None = None,
                      layers: int | None = None, budget: int = 256 << 20) -> torch.Tensor:
-    """Every node's output of the first `layers` layers (default all), store order, in RAM.
-    Without `features` the store's are loaded here, and freed once layer 0 is done."""
+    """Every node's output of the first `layers` layers (default all), store order, in RAM
+    (on a typed store the target type's: typed_layerwise_memory). Without `features` the
+    store's are loaded here, and freed once layer 0 is done."""
+    if not store.schema.is_homogeneous:
+        return typed_layerwise_memory(model, store, features, layers, budget)
     model.eval()
     h = load_features(store) if features is None else features
     del features
@@ -131,21 +154,28 @@ class LayerwiseSSD:
 
     @torch.no_grad()
     def run(self, model: nn.Module, layers: int | None = None) -> tuple[Path, int]:
-        """Compute layers 0..layers-1 (default all); returns the last layer's file and width."""
+        """Compute layers 0..layers-1 (default all); returns the last layer's file and width
+        (on a typed store the target type's rows)."""
         last = (layers or model.num_layers) - 1
-        source, path = self._last_input(model, last)
         out = self.scratch_dir / f"layer{last}.bin"
+        if not self.store.schema.is_homogeneous:
+            return out, self._write(self.store_order_outputs(model, layers), out)
+        source, path = self._last_input(model, last)
         try:
-            dim = self._write_layer(model, last, source, out)
+            dim = self._write(self._layer_chunks(model, last, source), out)
         finally:
             self._consumed(source, path)
         return out, dim
 
     @torch.no_grad()
-    def store_order_outputs(self, model: nn.Module) -> Iterator[torch.Tensor]:
-        """The last layer's rows in store order, chunk by chunk, never written to disk: for a
-        consumer that reduces each row (predict's argmax), one layer file less."""
-        last = model.num_layers - 1
+    def store_order_outputs(self, model: nn.Module, layers: int | None = None) -> Iterator[torch.Tensor]:
+        """The rows of layer `layers` - 1 (default the last; a typed store's target type's)
+        in store order, chunk by chunk, never written to disk: for a consumer that reduces
+        each row (predict's argmax), one layer file less."""
+        if not self.store.schema.is_homogeneous:
+            yield from self._typed_outputs(model, layers or model.num_layers)
+            return
+        last = (layers or model.num_layers) - 1
         source, path = self._last_input(model, last)
         try:
             yield from self._layer_chunks(model, last, source)
@@ -162,7 +192,7 @@ class LayerwiseSSD:
         for i in range(last):
             out = self.scratch_dir / f"layer{i}.bin"
             try:
-                dim = self._write_layer(model, i, source, out)
+                dim = self._write(self._layer_chunks(model, i, source), out)
             finally:
                 self._consumed(source, path)
             path, source = out, self._rows(out, dim, self.layer_dtype)
@@ -179,8 +209,8 @@ class LayerwiseSSD:
               as_float32: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None) -> FileRows:
         return FileRows(FeatureFile(self.io, path, dim, dtype, self.model, STAGING_BYTES), as_float32)
 
-    def _write_layer(self, model: nn.Module, i: int, source: FileRows, out: Path) -> int:
-        chunks = self._layer_chunks(model, i, source)
+    def _write(self, chunks: Iterator[torch.Tensor], out: Path) -> int:
+        """Write the rows of `chunks` as the layer file `out`; returns their width."""
         first = next(chunks).contiguous()
         row_bytes = first.shape[1] * self.layer_dtype.itemsize
         with BlockWriter([out], row_bytes, self.io.alloc,
@@ -207,13 +237,65 @@ class LayerwiseSSD:
         hot = hot_order(store.indptr, store.indices, [-1])[:hot_bytes // (source.dim * 4)]
         return layer_chunks(model, i, store, CachedRows(source, hot, store.num_nodes), bounds)
 
+    def _typed_outputs(self, model: nn.Module, layers: int) -> Iterator[torch.Tensor]:
+        """The target type's rows of layer `layers` - 1 of a typed model, chunk by chunk;
+        each earlier layer written as a file per node type it computes, each read through a
+        cache of its most referenced rows by the next layer and deleted after it."""
+        check_typed_model(model)
+        model.eval()
+        store, schema = self.store, self.store.schema
+        self.scratch_dir.mkdir(parents=True, exist_ok=True)
+        types = layer_types(schema, layers)
+        reads = input_types(schema, types[0])
+        featured = [t for t in reads if schema.node_types[t].features]
+        features = self._rows(store.features_path, store.feat_dim, store.feat_dtype, store.as_float32)
+        opened = [(features, store.features_path)]
+        try:
+            hot = self._hot(types[0], featured, store.feature_rows, store.feat_dim)
+            inputs = first_inputs(model, store, CachedRows(features, hot, store.feature_rows), reads)
+            for i, computed in enumerate(types[:-1]):
+                written = {}
+                for t in computed:
+                    out = self.scratch_dir / f"layer{i}.type{t}.bin"
+                    written[t] = out, self._write(typed_layer_chunks(model, i, store, inputs, t, self.budget), out)
+                for source, path in opened:
+                    self._consumed(source, path)
+                opened, inputs = [], {}
+                dim = max(d for _, d in written.values())
+                hot = self._hot(types[i + 1], computed, sum(schema.node_types[t].count for t in computed), dim)
+                for t, (path, width) in written.items():
+                    lo, hi = (int(x) for x in schema.offsets[t:t + 2])
+                    source = self._rows(path, width, self.layer_dtype)
+                    opened.append((source, path))
+                    mine = hot[(hot >= lo) & (hot < hi)] - lo
+                    inputs[schema.type_names[t]] = CachedRows(source, mine, hi - lo)
+            yield from typed_layer_chunks(model, len(types) - 1, store, inputs, schema.type_id(schema.target),
+                                          self.budget)
+        finally:
+            for source, path in opened:
+                self._consumed(source, path)
+
+    def _hot(self, computed: list[int], files: list[int], slots: int, dim: int) -> np.ndarray:
+        """The store IDs of nodes of types `files` (rows read from files) most referenced
+        as in-neighbours of the types `computed`, as many rows of `dim` as half the budget
+        holds beside `slots` cache slots (4 B each)."""
+        store, offsets = self.store, self.store.schema.offsets
+        seeds = np.concatenate([np.arange(offsets[t], offsets[t + 1]) for t in computed])
+        read = np.zeros(store.num_nodes, bool)
+        for t in files:
+            read[offsets[t]:offsets[t + 1]] = True
+        order = hot_order(store.indptr, store.indices, [-1], seeds)
+        count = max(self.budget // 2 - slots * 4, 0) // (dim * 4)
+        return order[read[order]][:count]
+
     def original_order(self, layer_file: Path, dim: int) -> Iterator[np.ndarray]:
-        """The layer file's rows in original node order, in chunks within the budget."""
-        inv = np.asarray(self.store.inv)
+        """The layer file's rows in original node order (a typed store's target type's by
+        their IDs within the type), in chunks within the budget."""
+        inv = output_rows(self.store)
         rows = self._rows(layer_file, dim, self.layer_dtype)
         step = max(self.budget // CHUNK_SHARE // (dim * 4), 1)
         try:
-            for lo in range(0, self.store.num_nodes, step):
+            for lo in range(0, len(inv), step):
                 yield rows.rows(inv[lo:lo + step]).numpy()
         finally:
             rows.close()
@@ -234,12 +316,8 @@ def trained_model(config: Config) -> nn.Module:
     """The config's built-in model with the best weights of its run directory's checkpoint
     (a link run's encoder)."""
     store = Store.open(config.store_path())
-    if not store.schema.is_homogeneous:
-        raise ConfigError(f"store {config.store}: layer-wise inference (embed, predict --layerwise) "
-                          "does not support heterogeneous stores yet; use `gnnssd predict` without "
-                          "--layerwise (sampled with sampler.eval_fanouts)")
     task = trainer_class(config.task)
-    model = build_model(config.model, store.feat_dim, task.output_dim(config, store))
+    model = store_model(config.model, store, task.output_dim(config, store))
     checkpoint = load_checkpoint(config.run_path(), store)
     if checkpoint is None:
         raise RuntimeError(f"{config.run_path()}: no checkpoint; train first")
@@ -255,13 +333,14 @@ def layerwise_inference(model: nn.Module, store: Store, features: str = "memory"
                         layer_dtype: np.dtype = np.dtype(np.float32)) -> Iterator[np.ndarray]:
     """Every node's output of the first `layers` layers of `model` (any module with the
     per-layer interface: see the module docstring and examples/layerwise_user_model.py),
-    in the dataset's node order, in chunks: computed in RAM (`features="memory"`) or
-    through files of `layer_dtype` in `scratch_dir` (`"ssd"`, within `ssd.memory_budget`)."""
+    in the dataset's node order (a typed store's: the target type's nodes by their IDs
+    within the type), in chunks: computed in RAM (`features="memory"`) or through files
+    of `layer_dtype` in `scratch_dir` (`"ssd"`, within `ssd.memory_budget`)."""
     ssd = ssd or SSDConfig()
     budget = parse_bytes(ssd.memory_budget)
     if features == "memory":
         h = layerwise_memory(model, store, layers=layers, budget=budget)
-        yield h[torch.from_numpy(np.array(store.inv, np.int64))].numpy()
+        yield h[torch.from_numpy(output_rows(store))].numpy()
         return
     if scratch_dir is None:
         raise ValueError("layer-wise inference with features ssd needs a scratch_dir for its layer files")
@@ -323,8 +402,9 @@ def layer_dtype(config: Config, store: Store, layers: int, out: Path | None, las
 
 def embed(config: Config, out: Path, layers: int | None = None) -> tuple[int, int]:
     """Write the embeddings (layer `layers`, default the last) of every node as an .npy in
-    original node order; returns its shape. Holds the run directory's reader lock; layer
-    files go to this process's scratch directory in it."""
+    original node order (a typed store's target-type nodes by their IDs within the type);
+    returns its shape. Holds the run directory's reader lock; layer files go to this
+    process's scratch directory in it."""
     with reading(config.run_path()) as scratch:
         model = trained_model(config)
         if layers is not None and not 1 <= layers <= model.num_layers:
@@ -332,13 +412,14 @@ def embed(config: Config, out: Path, layers: int | None = None) -> tuple[int, in
         store = Store.open(config.store_path())
         dtype = layer_dtype(config, store, layers or model.num_layers, out)
         chunks = layerwise_inference(model, store, config.features, config.ssd, scratch.path, layers, dtype)
-        return _write_npy(out, chunks, store.num_nodes)
+        return _write_npy(out, chunks, len(output_rows(store)))
 
 
 def predict_layerwise(config: Config) -> np.ndarray:
-    """Every node's predicted class (original IDs) by layer-wise inference of a node
-    run's best model, under the run directory's reader lock. In ssd mode the last layer's
-    rows are reduced to their argmax as they are computed (never written)."""
+    """Every node's predicted class (original IDs; a typed store's target-type nodes by
+    their IDs within the type) by layer-wise inference of a node run's best model, under
+    the run directory's reader lock. In ssd mode the last layer's rows are reduced to their
+    argmax as they are computed (never written)."""
     if not trainer_class(config.task).CLASSIFIES:
         raise ConfigError(f"predict is for a node classification task, not task: {config.task}; "
                           "use `gnnssd embed`")
@@ -349,7 +430,8 @@ def predict_layerwise(config: Config) -> np.ndarray:
         if config.features != "ssd":
             chunks = layerwise_inference(model, store, config.features, config.ssd)
             return np.concatenate([chunk.argmax(1) for chunk in chunks])
-        by_store_id = np.empty(store.num_nodes, np.int64)
+        rows = output_rows(store)
+        by_store_id = np.empty(len(rows), np.int64)
         runner = _runner(store, config.ssd, scratch.path, dtype)
         try:
             n = 0
@@ -358,7 +440,7 @@ def predict_layerwise(config: Config) -> np.ndarray:
                 n += len(h)
         finally:
             runner.close()
-        return by_store_id[np.asarray(store.inv)]
+        return by_store_id[rows]
 
 
 def _write_npy(out: Path, chunks: Iterator[np.ndarray], total: int) -> tuple[int, int]:

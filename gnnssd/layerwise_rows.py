@@ -1,6 +1,7 @@
 """A layer's input rows for layer-wise inference (gnnssd.layerwise, gnnssd.layerwise_mean):
 float32 rows of node IDs from a tensor in RAM, from a features file through the ssd
-loader's reader, or from such a file with its most referenced rows held in memory."""
+loader's reader, or from such a file with its most referenced rows held in memory; on a
+typed store one node type's rows by its own IDs (OffsetRows) or its zeros (ZeroRows)."""
 from __future__ import annotations
 
 from typing import Callable, Protocol
@@ -68,3 +69,25 @@ class CachedRows:
         out[torch.from_numpy(cached)] = self.hot[torch.from_numpy(slot[cached].astype(np.int64))]
         out[torch.from_numpy(~cached)] = self.source.rows(ids[~cached])
         return out
+
+
+class OffsetRows:
+    """Rows of one node type by its own IDs from a source over the global ID space (a
+    typed store's features file holds every featured type, each at its type's offset), at
+    the type's own width `dim` (rows of narrower types are stored padded; default: all)."""
+
+    def __init__(self, source: Rows, offset: int, dim: int | None = None):
+        self.source, self.offset, self.dim = source, int(offset), dim or source.dim
+
+    def rows(self, ids: np.ndarray) -> torch.Tensor:
+        return self.source.rows(ids + self.offset)[:, :self.dim]
+
+
+class ZeroRows:
+    """A featureless node type's input when it enters as zeros: nothing stored, nothing read."""
+
+    def __init__(self, dim: int):
+        self.dim = dim
+
+    def rows(self, ids: np.ndarray) -> torch.Tensor:
+        return torch.zeros(len(ids), self.dim)

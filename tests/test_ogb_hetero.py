@@ -5,13 +5,16 @@ from __future__ import annotations
 import gzip
 from pathlib import Path
 
+import dgl
 import numpy as np
 import pytest
+import torch
 
 from gnnssd import NodeLoader
-from gnnssd.config import ModelConfig
+from gnnssd.config import ModelConfig, SSDConfig
 from gnnssd.datasets.ogb_hetero import OGBHeteroSource
 from gnnssd.hetero_models import build_hetero_model
+from gnnssd.layerwise import layerwise_inference
 from gnnssd.storage_format import DatasetError, Store, write_store
 from tests.hetero_graph import ToyHeteroSource
 
@@ -98,6 +101,19 @@ def test_featured_types_of_different_dims_keep_their_own(toy_root, tmp_path, mod
                 logits = net(mb.blocks, mb.x)
                 assert logits.shape == (len(mb.output_nodes["paper"]), store.num_classes)
                 logits.sum().backward()
+    # layer-wise inference reads each type at its own width too: equal to the model on DGL's
+    # full-neighbour blocks of the store's heterograph fed the source's rows
+    net.eval()
+    papers = torch.arange(300)
+    _, _, blocks = dgl.dataloading.MultiLayerFullNeighborSampler(2).sample_blocks(store.graph(), {"paper": papers})
+    given = {"author": author, "paper": toy.features}
+    with torch.no_grad():
+        expected = net(blocks, {t: torch.from_numpy(given[t][blocks[0].srcnodes[t].data[dgl.NID].numpy()])
+                                for t in given}).numpy()
+    for mode in ("memory", "ssd"):
+        got = np.concatenate(list(layerwise_inference(net, store, mode, SSDConfig(memory_budget="64KiB"),
+                                                      tmp_path / f"scratch-{mode}")))
+        np.testing.assert_allclose(got, expected, atol=1e-4)
 
 
 def test_a_short_feature_file_is_refused(toy_root, tmp_path):

@@ -130,3 +130,35 @@ def test_a_typed_topology_above_the_memory_limit_is_refused_not_built(tmp_path, 
                                            r"--memory-limit 0\.00 GiB; raise --memory-limit"):
         write_store(tmp_path / "out", ToyHeteroSource(), memory_limit=limit)
     assert not (tmp_path / "out").exists()
+
+
+def test_layerwise_inference_of_a_homogeneous_model_on_a_typed_store_is_refused(typed_store, tmp_path):
+    """A model whose layers take one tensor cannot run over a typed store's blocks: refused
+    before any layer runs, naming what a typed model's layer takes."""
+    from gnnssd.config import ModelConfig
+    from gnnssd.layerwise import layerwise_inference
+    from gnnssd.models import build_model
+
+    model = build_model(ModelConfig(name="sage", hidden=8, layers=2), 8, 4)
+    for features in ("memory", "ssd"):
+        with pytest.raises(TypeError, match=r"heterogeneous store needs a model whose layer\(i, block, h\) "
+                                            "takes and returns dicts of rows by node type"):
+            list(layerwise_inference(model, Store.open(typed_store), features, scratch_dir=tmp_path))
+    assert not (tmp_path / "layerwise").exists() or not list((tmp_path / "layerwise").iterdir())
+
+
+def test_a_typed_model_whose_layer_returns_one_tensor_is_named(typed_store):
+    """A model of the user's whose layer gives one tensor, not rows by node type."""
+    import torch
+
+    from gnnssd.layerwise import layerwise_inference
+
+    class OneTensor(torch.nn.Module):
+        num_layers = 1
+
+        def layer(self, i, block, h):
+            return h["paper"][: block.num_dst_nodes("paper")]
+
+    with pytest.raises(TypeError, match=r"model.layer\(0, block, h\) returned Tensor; expected a dict "
+                                        "of rows by node type"):
+        list(layerwise_inference(OneTensor(), Store.open(typed_store), "memory"))

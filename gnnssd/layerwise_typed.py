@@ -1,0 +1,62 @@
+"""Layer-wise inference on a heterogeneous store, the parts gnnssd.layerwise's memory and
+ssd runners share: a layer's chunks of one node type over heterogeneous blocks, layer 0's
+input rows per type, and how often each node is read as an in-neighbour (the ssd cache).
+
+The model's per-layer protocol on a typed store (gnnssd.hetero_models' RelationalGNN and
+TargetLinear): `num_layers`, `layer(i, block, h)` with `h` and the result dicts of rows by
+node type, and optionally `embeddings[type]` (learned rows of a featureless type; without
+one the type enters as zeros).
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+import numpy as np
+import torch
+from torch import nn
+
+from gnnssd.storage_format import Store
+
+from .layerwise_blocks import chunk_bounds, typed_chunk_block
+from .layerwise_rows import OffsetRows, Rows, TensorRows, ZeroRows
+from .models import BlockGNN
+
+
+def check_typed_model(model: nn.Module) -> None:
+    """Refuse a homogeneous model before any layer runs (its layers take one tensor)."""
+    if isinstance(model, BlockGNN):
+        raise TypeError("layer-wise inference on a heterogeneous store needs a model whose layer(i, block, h) "
+                        "takes and returns dicts of rows by node type (gnnssd.hetero_models), not a BlockGNN")
+
+
+def typed_layer_chunks(model: nn.Module, i: int, store: Store, inputs: dict[str, Rows], t: int,
+                       budget: int) -> Iterator[torch.Tensor]:
+    """Layer i's output rows of node type t, chunk by chunk in store order, from `inputs`
+    (each type's input rows by type-local ID)."""
+    lo, hi = (int(x) for x in store.schema.offsets[t:t + 2])
+    name = store.schema.type_names[t]
+    row_bytes = max(rows.dim for rows in inputs.values()) * 4
+    for a, b in chunk_bounds(store.indptr[lo:hi + 1], row_bytes, budget):
+        block, sources = typed_chunk_block(store, lo + a, lo + b)
+        out = model.layer(i, block, {n: inputs[n].rows(ids) for n, ids in sources.items() if len(ids)})
+        if not isinstance(out, dict):
+            raise TypeError(f"layer-wise inference on a heterogeneous store: model.layer({i}, block, h) "
+                            f"returned {type(out).__name__}; expected a dict of rows by node type")
+        yield out[name]
+
+
+def first_inputs(model: nn.Module, store: Store, features: Rows, types: list[int]) -> dict[str, Rows]:
+    """Layer 0's input rows of each of node types `types` by type-local ID: a featured
+    type's from `features` (the featured types' rows by store ID), a featureless type's
+    learned rows (`model.embeddings[type]`) or zeros."""
+    schema, embeddings = store.schema, getattr(model, "embeddings", {})
+    inputs: dict[str, Rows] = {}
+    for t in types:
+        name = schema.type_names[t]
+        if schema.node_types[t].features:
+            inputs[name] = OffsetRows(features, int(schema.offsets[t]), schema.node_types[t].dim)
+        elif name in embeddings:
+            inputs[name] = TensorRows(embeddings[name].weight.detach())
+        else:
+            inputs[name] = ZeroRows(store.feat_dim)
+    return inputs
