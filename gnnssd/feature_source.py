@@ -138,6 +138,18 @@ class FeatureSource:
             self._perms[store_ids.device] = torch.from_numpy(np.array(self.store.perm, dtype=np.int64)).to(store_ids.device)
         return self._perms[store_ids.device][store_ids]
 
+    def _original_ids(self, ids: torch.Tensor | dict[str, torch.Tensor]) -> torch.Tensor | dict[str, torch.Tensor]:
+        """`_original` of global store IDs, or of a typed store's per-type IDs by type."""
+        if not isinstance(ids, dict):
+            return self._original(ids)
+        return {name: self._original_of_type(name, v) for name, v in ids.items()}
+
+    def _original_of_type(self, node_type: str, ids: torch.Tensor) -> torch.Tensor:
+        """A typed store's per-type IDs of `node_type` in the dataset's: a node order keeps
+        each type's range, so the type's offset goes in and the same offset comes out."""
+        offset = int(self.store.schema.offsets[self.store.schema.type_id(node_type)])
+        return self._original(ids + offset) - offset
+
     @cached_property
     def _inv(self) -> np.ndarray:
         return np.asarray(self.store.inv)
@@ -157,11 +169,18 @@ class FeatureSource:
         if not self.renumbered:
             return batch
         for block in batch.blocks:
-            for data in (block.srcdata, block.dstdata):
-                if dgl.NID in data:
-                    data[dgl.NID] = self._original(data[dgl.NID])
-        return dataclasses.replace(batch, input_nodes=self._original(batch.input_nodes),
-                                   output_nodes=self._original(batch.output_nodes))
+            if self.store.schema.is_homogeneous:
+                for data in (block.srcdata, block.dstdata):
+                    if dgl.NID in data:
+                        data[dgl.NID] = self._original(data[dgl.NID])
+                continue
+            for nodes, types in ((block.srcnodes, block.srctypes), (block.dstnodes, block.dsttypes)):
+                for node_type in types:
+                    data = nodes[node_type].data
+                    if dgl.NID in data:
+                        data[dgl.NID] = self._original_of_type(node_type, data[dgl.NID])
+        return dataclasses.replace(batch, input_nodes=self._original_ids(batch.input_nodes),
+                                   output_nodes=self._original_ids(batch.output_nodes))
 
     @property
     def out_of_core(self) -> bool:

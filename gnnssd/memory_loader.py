@@ -187,7 +187,7 @@ class SampledLoader:
     def __init__(self, store: Store, device: torch.device, timer: StageTimer, seed: int = 0):
         self.store, self.seed = store, seed
         check_memory(store, self.NAME, self._memory_needs(store))
-        self.graph = store_graph(store) if store.schema.is_homogeneous else store.graph()
+        self.graph = store_graph(store) if store.schema.is_homogeneous else store.graph(store_ids=True)
         self.labels = Labels(store)
         self.device = device
         self.timer = timer

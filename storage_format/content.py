@@ -1,7 +1,7 @@
 """What a store's arrays must hold, beyond their checksums (which anyone can recompute):
 cheap checks for `Store.open` (dtypes, byte order, shapes, endpoints, value ranges from
 one min/max pass) and full ones for `verify` (indptr monotone, every index in range,
-perm and inv inverse permutations, split IDs distinct, int8 row scales finite). Loaders
+perm and inv inverse permutations keeping each node type's range, split IDs distinct, int8 row scales finite). Loaders
 index with these arrays, so they must hold before anything reads through them."""
 from __future__ import annotations
 
@@ -109,6 +109,19 @@ def _first_mistyped_edge(indptr, indices, etypes, offsets, rel_src, rel_dst):
             if v < offsets[rel_dst[r]] or v >= offsets[rel_dst[r] + 1]:
                 return e, 2
     return -1, 0
+
+
+def check_within_types(file: Path, perm: np.ndarray, schema: GraphSchema) -> None:
+    """perm maps each node type's range of store IDs onto itself (the store's per-type IDs
+    are the dataset's only then)."""
+    for part in _chunks(perm.shape[0], perm):
+        store_type = schema.type_of(np.arange(part.start, part.stop))
+        wrong = np.flatnonzero(schema.type_of(np.asarray(perm[part])) != store_type)
+        if wrong.size:
+            i = part.start + int(wrong[0])
+            raise content_error(file, f"perm[{i}] = {int(perm[i])}: store ID {i} is a "
+                                      f"{schema.type_names[store_type[wrong[0]]]!r} node, its dataset ID "
+                                      "another type's; a node order keeps each type's range")
 
 
 def check_typed_edges(file: Path, indptr: np.ndarray, indices: np.ndarray, etypes: np.ndarray,

@@ -10,7 +10,8 @@ import numpy as np
 
 from .atomic import CHUNK_BYTES, crc32_of_file
 from .content import (check_distinct, check_finite, check_indptr_ends, check_indptr_monotone,
-                      check_integer_array, check_inverse, check_range, check_typed_edges, max_of)
+                      check_integer_array, check_inverse, check_range, check_typed_edges,
+                      check_within_types, max_of)
 from .errors import DatasetError, StoreError
 from .manifest import (ETYPES, FEATURE_DTYPES, FEATURES, MANIFEST, PAGE, PAGE_CHECKSUMS, ROW_SCALES,
                        manifest_checksum, read_manifest)
@@ -208,6 +209,7 @@ class Store:
         if self.row_scales is not None:
             check_finite(self.path / ROW_SCALES, self.row_scales)
         if self.etypes is not None:
+            check_within_types(self.path / "perm.npy", self.perm, self.schema)
             check_typed_edges(self.path / f"{ETYPES}.npy", self.indptr, self.indices,
                               self.etypes, self.schema)
 
@@ -395,22 +397,24 @@ class Store:
                     raise page_checksum_error(str(self.features_path), bad[0], bad[1],
                                               int(sums[bad[0]]))
 
-    def graph(self) -> Any:
+    def graph(self, store_ids: bool = False) -> Any:
         """The topology as a DGLGraph in the dataset's node IDs (int64 IDs; no features:
         they stay on disk); a heterogeneous store's as a DGLHeteroGraph in per-type IDs.
-        Needs DGL, which the store itself does not."""
+        `store_ids`: in the store's own IDs instead (what the loaders sample on). Needs
+        DGL, which the store itself does not."""
         import dgl
         import torch
 
         if not self.schema.is_homogeneous:
-            return self._typed_graph()
-        perm = np.asarray(self.perm)
+            return self._typed_graph(store_ids)
+        perm = np.arange(self.num_nodes) if store_ids else np.asarray(self.perm)
         dst = np.repeat(np.arange(self.num_nodes, dtype=np.int64), np.diff(np.asarray(self.indptr)))
         src = perm[np.asarray(self.indices, dtype=np.int64)]
         return dgl.graph((torch.from_numpy(src), torch.from_numpy(perm[dst])), num_nodes=self.num_nodes)
 
-    def _typed_graph(self) -> Any:
-        """One canonical edge type per relation, built from the CSC and its edge types."""
+    def _typed_graph(self, store_ids: bool) -> Any:
+        """One canonical edge type per relation, built from the CSC and its edge types (a
+        node order keeps each type's range, so perm maps per-type IDs within the type)."""
         import dgl
         import torch
 
@@ -418,6 +422,9 @@ class Store:
         indptr = np.asarray(self.indptr)
         dst = np.repeat(np.arange(schema.num_nodes, dtype=np.int64), np.diff(indptr))
         src = np.asarray(self.indices, dtype=np.int64)
+        if not store_ids:
+            perm = np.asarray(self.perm)
+            src, dst = perm[src], perm[dst]
         etypes = np.asarray(self.etypes)
         data = {}
         for r, (s, name, d) in enumerate(schema.relations):

@@ -5,7 +5,8 @@ Each relation's edges become a CSC of their own (the homogeneous builder), check
 the relation's source and destination types; the per-relation CSCs are then interleaved
 node by node, so each node's in-edges are grouped by relation (in the schema's order) and
 sorted by source within a relation: the sampler finds a relation's neighbours of a node
-as one contiguous run.
+as one contiguous run. A store in another node order is built the same way from the
+relabelled endpoints, so the grouping and sorting hold in the store's IDs.
 """
 from __future__ import annotations
 
@@ -36,9 +37,10 @@ def _interleave(indptrs, cat, starts, out_indptr, out_indices, out_etypes):
                 o += 1
 
 
-def _relation_edges(source: TypedSource, schema: GraphSchema, r: int) -> tuple[np.ndarray, np.ndarray]:
+def _relation_edges(source: TypedSource, schema: GraphSchema, r: int,
+                    relabel: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
     """Relation r's (src, dst), checked: integer 1-D arrays of equal length whose ends
-    are nodes of the relation's source and destination types."""
+    are nodes of the relation's source and destination types; each end v as relabel[v]."""
     offsets = schema.offsets
     src_type, name, dst_type = schema.relations[r]
     src, dst = (np.asarray(a) for a in source.load_relation_edges(r))
@@ -55,6 +57,8 @@ def _relation_edges(source: TypedSource, schema: GraphSchema, r: int) -> tuple[n
         if bad.size:
             raise DatasetError(f"{source.name}: relation {name!r} edge {bad[0]} has {side} "
                                f"{ends[bad[0]]}, not a {ntype!r} node ({lo}..{hi - 1})")
+    if relabel is not None:
+        return relabel[src], relabel[dst]
     dtype = index_dtype(schema.num_nodes)
     return src.astype(dtype, copy=False), dst.astype(dtype, copy=False)
 
@@ -67,23 +71,28 @@ def _check_fits(source: TypedSource, needed: int, memory_limit: int, what: str) 
                            "is not sorted out of core yet)")
 
 
-def typed_csc(source: TypedSource, notify: Notify,
-              memory_limit: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(indptr, indices, etypes) of the source's graph in its own node IDs; repeated edges
-    of one relation are kept once, the same pair in two relations once per relation.
-    Built in memory: refused (before the step that would pass it) when it needs more
-    than `memory_limit` bytes."""
+def typed_csc(source: TypedSource, notify: Notify, memory_limit: int | None = None,
+              relabel: list[np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(indptr, indices, etypes) of the source's graph in its own node IDs, or with
+    `relabel` ([store_id], store_id[v] of every source ID v, in the index dtype) in
+    those; repeated edges of one relation are kept once, the same pair in two relations
+    once per relation. Built in memory: refused (before the step that would pass it)
+    when it needs more than `memory_limit` bytes. The relabelling is taken out of its
+    list once the relations are read, so it is gone before the interleave's peak."""
     schema = source.schema
     n = schema.num_nodes
     limit = memory_limit or np.iinfo(np.int64).max
-    _check_fits(source, len(schema.relations) * (n + 1) * 8, limit, "the relations' offsets")
+    store_id = relabel.pop() if relabel else None
+    relabel_bytes = 0 if store_id is None else store_id.nbytes
+    _check_fits(source, len(schema.relations) * (n + 1) * 8 + relabel_bytes, limit, "the relations' offsets")
     indptrs = np.zeros((len(schema.relations), n + 1), np.int64)
     parts = []
     for r in range(len(schema.relations)):
-        indptr, indices = csc_from_edges(*_relation_edges(source, schema, r), n)
+        indptr, indices = csc_from_edges(*_relation_edges(source, schema, r, store_id), n)
         indptrs[r] = indptr
         parts.append(indices)
         notify("relations", r + 1, len(schema.relations))
+    del store_id
     edges = sum(len(p) for p in parts)
     index_bytes = index_dtype(n).itemsize
     _check_fits(source, indptrs.nbytes + edges * (2 * index_bytes + schema.etype_dtype().itemsize), limit,

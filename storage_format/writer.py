@@ -86,7 +86,7 @@ def write_store(out: str | Path, source: DatasetSource, order: str | NodeOrder =
     if source.feat_dim < 1:
         raise DatasetError(f"{source.name}: feature dim {source.feat_dim}; every node needs at "
                            "least one feature")
-    _check_typed_options(source, order, edge_split)
+    _check_typed_options(source, edge_split)
     inputs = [Path(p).resolve() for p in getattr(source, "input_paths", list)()]
     _check_no_overlap(out, inputs)
     with _destination_lock(out):
@@ -116,15 +116,10 @@ def write_store(out: str | Path, source: DatasetSource, order: str | NodeOrder =
     return out
 
 
-def _check_typed_options(source: DatasetSource, order: str | NodeOrder,
-                         edge_split: tuple[float, float, float] | None) -> None:
-    """What a heterogeneous store cannot have yet: a node order other than the source's
-    (a renumbering must keep each type's IDs contiguous) and a link split."""
+def _check_typed_options(source: DatasetSource, edge_split: tuple[float, float, float] | None) -> None:
+    """What a heterogeneous store cannot have yet: a link split."""
     if schema_of(source).is_homogeneous:
         return
-    if order_name(order) != "original":
-        raise DatasetError(f"{source.name}: --order {order_name(order)}: a heterogeneous graph "
-                           "keeps its own node order for now; use --order original")
     if edge_split is not None or hasattr(source, "load_link_split"):
         raise DatasetError(f"{source.name}: link splits of heterogeneous graphs are not "
                            "supported yet; drop --edge-split")
@@ -158,8 +153,9 @@ def _write_partial(partial: Path, source: DatasetSource, order: str | NodeOrder,
             files[FEATURES] = _stream_features(partial, FEATURES, source, written, notify)
         else:
             row_bytes = source.feat_dim * np.dtype(written).itemsize
+            # the featured types are the prefix of the IDs, which a typed order keeps
             files[FEATURES] = reordered_features(
-                partial, FEATURES, _checked_feature_rows(source, written), inv, row_bytes,
+                partial, FEATURES, _checked_feature_rows(source, written), inv[:schema.feature_rows], row_bytes,
                 _window_rows(spare_memory(limit), row_bytes), notify)
     if dtype == "int8":
         with _step(steps, "quantize"):
@@ -269,13 +265,20 @@ def _store_topology(partial: Path, source: DatasetSource, order: str | NodeOrder
     resumed run skips the finished ones."""
     name = order_name(order)
     if not state_of(partial, "renumber")["done"]:
+        schema = schema_of(source)
         with _step(steps, "topology"):
             indptr, indices = _resumable_csc(partial, source, link, limit, notify)
         with _step(steps, "order"):
-            perm = _resumable_order(partial, order, indptr, indices, train_idx)
-        with _step(steps, "renumber"):
-            _renumber(partial, name, indptr, indices, perm, _inverse(perm), limit, notify)
-        del indptr, indices
+            perm = _resumable_order(partial, order, indptr, indices, train_idx,
+                                    None if schema.is_homogeneous else schema.offsets)
+        if schema.is_homogeneous or name == "original":
+            with _step(steps, "renumber"):
+                _renumber(partial, name, indptr, indices, perm, _inverse(perm), limit, notify)
+            del indptr, indices
+        else:
+            del indptr, indices, perm  # the typed topology is rebuilt from the edges, in memory
+            with _step(steps, "renumber"):
+                _renumber_typed(partial, source, limit, notify)
     perm = np.arange(source.num_nodes, dtype=np.int64) if name == "original" else np.load(partial / ORDER_PERM)
     return (name, perm, _inverse(perm), np.load(partial / STORE_INDPTR),
             np.load(partial / "indices.npy", mmap_mode="r"))
@@ -306,13 +309,14 @@ def _resumable_csc(partial: Path, source: DatasetSource, link: LinkSplit | None,
     return np.load(partial / CSC_INDPTR), np.load(partial / CSC_INDICES, mmap_mode="r")
 
 
-def _resumable_order(partial: Path, order: str | NodeOrder, indptr: np.ndarray,
-                     indices: np.ndarray, train_idx: np.ndarray) -> np.ndarray:
-    """perm of the node order (saved unless it is the original's identity)."""
+def _resumable_order(partial: Path, order: str | NodeOrder, indptr: np.ndarray, indices: np.ndarray,
+                     train_idx: np.ndarray, type_offsets: np.ndarray | None) -> np.ndarray:
+    """perm of the node order (saved unless it is the original's identity); with
+    `type_offsets` (a typed graph) kept within each node type."""
     if order_name(order) == "original":
         return resolve_order(order, indptr, indices, train_idx)[1]
     if not state_of(partial, "order")["done"]:
-        _save_array(partial / ORDER_PERM, resolve_order(order, indptr, indices, train_idx)[1])
+        _save_array(partial / ORDER_PERM, resolve_order(order, indptr, indices, train_idx, type_offsets)[1])
         record(partial, "order", {"done": 1})
     return np.load(partial / ORDER_PERM)
 
@@ -333,6 +337,24 @@ def _renumber(partial: Path, order: str, indptr: np.ndarray, indices: np.ndarray
         new_indptr, _ = renumber_csc_to_file(indptr, indices, perm, inv, final, chunk,
                                              lambda done, total: notify("renumber", done, total))
     _save_array(partial / STORE_INDPTR, new_indptr)
+    record(partial, "renumber", {"done": 1})
+    (partial / CSC_INDICES).unlink()
+
+
+def _renumber_typed(partial: Path, source: DatasetSource, limit: int,
+                    notify: Callable[[str, int, int], None]) -> None:
+    """The typed topology in store order: built again from the source's edges with each
+    end relabelled (its relation runs and their source order hold in the new IDs), as
+    indices.npy and etypes.npy (the source-order ones replaced) of the partial folder.
+    Peak memory: the source-order build's, the relabelling being dropped before the
+    interleave (typed_csc)."""
+    dtype = index_dtype(schema_of(source).num_nodes)
+    # no name here holds the relabelling: typed_csc takes it out of the list and drops it
+    indptr, indices, etypes = typed_csc(source, notify, limit,
+                                        relabel=[_inverse(np.load(partial / ORDER_PERM)).astype(dtype)])
+    for path, array in ((partial / "indices.npy", indices), (partial / f"{ETYPES}.npy", etypes),
+                        (partial / STORE_INDPTR, indptr)):
+        _save_array(path, array)
     record(partial, "renumber", {"done": 1})
     (partial / CSC_INDICES).unlink()
 
@@ -383,7 +405,8 @@ def _space_needed(source: DatasetSource, dtype: str, order: str, num_edges: int 
     the edge spill (two IDs per edge), the renumbered topology's second copy, or the feature
     windows of a reorder (or the float32 rows an int8 store is quantized from)."""
     written = np.dtype(_written_dtype(dtype)).itemsize
-    features = -(-source.num_nodes * source.feat_dim * np.dtype(dtype).itemsize // PAGE) * PAGE
+    rows = schema_of(source).feature_rows  # a typed graph's featured types only
+    features = -(-rows * source.feat_dim * np.dtype(dtype).itemsize // PAGE) * PAGE
     if num_edges is None:
         num_edges = (edge_count(source) or 0) * (2 if source.symmetric else 1)
     ids = index_dtype(source.num_nodes).itemsize
@@ -391,9 +414,9 @@ def _space_needed(source: DatasetSource, dtype: str, order: str, num_edges: int 
     row_bytes = source.feat_dim * written
     staged = 0
     if order != "original":
-        staged = source.num_nodes * row_bytes + _window_rows(memory_limit // 2, row_bytes) * row_bytes
+        staged = rows * row_bytes + _window_rows(memory_limit // 2, row_bytes) * row_bytes
     if dtype == "int8":
-        staged = max(staged, source.num_nodes * row_bytes)
+        staged = max(staged, rows * row_bytes)
     scratch = max(2 * ids * num_edges, indices, staged)
     return features + scratch + features // PAGE * 4 + 8 * 6 * source.num_nodes + indices
 

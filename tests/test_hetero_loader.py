@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import gnnssd
+from gnnssd.sampler import node_order
 from gnnssd.storage_format import Store, write_store
 from tests.hetero_graph import ToyHeteroSource
 from tests.test_hetero_sampling import _edge_sets, _node_sets
@@ -70,3 +71,46 @@ def test_seeds_name_one_node_type(toy):
         gnnssd.NodeLoader(store, {"author": [2000]}, fanouts=[2], batch_size=4)
     with pytest.raises(ValueError, match="one per relation|relations"):
         list(gnnssd.NodeLoader(store, {"paper": [1]}, fanouts=[{"cited": 2}], batch_size=4))
+
+
+@pytest.fixture(scope="module")
+def renumbered(toy, tmp_path_factory):
+    source, _ = toy
+    path = write_store(tmp_path_factory.mktemp("hetero") / "degree", source, order=node_order("degree"))
+    return Store.open(path, verify=True)
+
+
+def test_a_renumbered_store_gives_the_same_minibatches_in_dataset_ids(toy, renumbered):
+    """Degree order (store IDs differ from the dataset's within every type): memory and ssd
+    give the original-order store's mini-batches and DGL's own full-neighbour hetero
+    sampler's blocks, all in the dataset's per-type IDs; x the source's rows by those IDs."""
+    source, store = toy
+    assert renumbered.manifest["order"] == "degree"
+    assert not np.array_equal(np.asarray(renumbered.perm)[:3000], np.arange(3000))
+    seeds = {"paper": np.sort(source.splits["train"])[:600]}  # one seed order for both stores
+    np.testing.assert_array_equal(np.sort(renumbered.train_idx), np.sort(source.splits["train"]))
+    runs = {(name, features): _batches_of(s, seeds, features)
+            for name, s in (("original", store), ("degree", renumbered)) for features in ("memory", "ssd")}
+    graph, dgl_sampler = source.dgl_graph(), dgl.dataloading.MultiLayerFullNeighborSampler(2)
+    reference = runs["original", "memory"]
+    for run in runs.values():
+        assert len(run) == len(reference) == -(-len(seeds["paper"]) // 256)
+        for ref, batch in zip(reference, run):
+            assert set(batch.output_nodes["paper"].tolist()) == set(ref.output_nodes["paper"].tolist())
+            _, _, theirs = dgl_sampler.sample_blocks(graph, {"paper": batch.output_nodes["paper"]})
+            for block, expected in zip(batch.blocks, theirs):
+                assert _edge_sets(block) == _edge_sets(expected)
+                assert _node_sets(block) == _node_sets(expected)
+            assert {t: set(ids.tolist()) for t, ids in batch.input_nodes.items()} == \
+                   {t: set(ids.tolist()) for t, ids in ref.input_nodes.items()}
+            for t, ids in batch.input_nodes.items():
+                assert torch.equal(batch.blocks[0].srcnodes[t].data[dgl.NID], ids)
+            papers = batch.input_nodes["paper"].numpy()
+            np.testing.assert_array_equal(batch.x["paper"].numpy(), source.features[papers])
+            np.testing.assert_array_equal(batch.y.numpy(), source.labels[batch.output_nodes["paper"].numpy()])
+
+
+def _batches_of(store, seeds, features):
+    options = {"memory_budget": "14.5MiB", "hot_fraction": 0.2, "mega_batch": 4} if features == "ssd" else {}
+    with gnnssd.NodeLoader(store, seeds, fanouts=[-1, -1], batch_size=256, features=features, **options) as loader:
+        return list(loader)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from gnnssd.sampler import NeighborSampler
+from gnnssd.sampler import NeighborSampler, node_order
 from gnnssd.sampler.blocks import to_dgl_blocks
 from gnnssd.storage_format import Store, write_store
 from tests.hetero_graph import ToyHeteroSource
@@ -99,8 +99,11 @@ def test_featureless_types_read_no_rows(toy):
     np.testing.assert_array_equal(mfgs.input_rows, mfgs.input_nodes[mfgs.input_nodes < 300])
 
 
-def test_store_graph_is_the_sources_heterograph(toy):
+@pytest.mark.parametrize("order", ["original", "degree"])
+def test_store_graph_is_the_sources_heterograph(toy, order, tmp_path):
     source, store = toy
+    if order != "original":  # store IDs differ from the dataset's within every type
+        store = Store.open(write_store(tmp_path / "store", source, order=node_order(order)))
     ours, theirs = store.graph(), source.dgl_graph()
     assert sorted(ours.canonical_etypes) == sorted(theirs.canonical_etypes)
     for rel in theirs.canonical_etypes:

@@ -11,6 +11,8 @@ from gnnssd.pipeline import DirectIO, FeatureFile, HotCache, MegaBatchBuffers, h
 from gnnssd.sampler import HotRows, PlanConfig, Planner, Shuffled, hotness, node_order, seed_batches
 from gnnssd.sampler.plan import RowUnion
 from gnnssd.storage_format import PageChecksumError, Store, StoreError, write_store
+from gnnssd.storage_format.schema import GraphSchema, NodeType
+from tests.hetero_graph import RELATIONS, ToyHeteroSource
 
 FANOUTS = [5, 5]
 
@@ -39,6 +41,30 @@ def test_hottest_rows_follow_the_sampling_heat(store):
         heat = hotness(store.indptr, store.indices, FANOUTS, np.asarray(store.train_store_ids))
         assert np.all(np.diff(rows) > 0) and heat[rows].min() >= np.sort(heat)[-400]
     assert len(hottest_rows(store, 0, FANOUTS)) == 0
+
+
+class TwoFeaturedTypes(ToyHeteroSource):
+    """The toy graph with authors' feature rows too: the file holds papers, then authors."""
+
+    def __init__(self):
+        super().__init__()
+        self.schema = GraphSchema((NodeType("paper", 300, True), NodeType("author", 200, True),
+                                   NodeType("institution", 20, False)), RELATIONS, "paper")
+        self.features = np.random.default_rng(1).standard_normal((500, self.feat_dim)).astype(np.float32)
+
+
+@pytest.mark.parametrize("source", [ToyHeteroSource, TwoFeaturedTypes])
+def test_typed_store_in_degree_order_caches_the_hottest_rows(source, tmp_path):
+    """One featured type: degree order put its hottest rows at the front of the file. Two:
+    each type's hottest rows lead its own range, so the front is not the hottest: ranked."""
+    store = Store.open(write_store(tmp_path / "s", source(), order=node_order("degree")))
+    rows = hottest_rows(store, 60, FANOUTS)
+    heat = hotness(store.indptr, store.indices, FANOUTS, np.asarray(store.train_store_ids))[:store.feature_rows]
+    if store.feature_rows == 300:
+        np.testing.assert_array_equal(rows, np.arange(60))
+    else:
+        np.testing.assert_array_equal(rows, np.sort(np.argsort(-heat, kind="stable")[:60]))
+        assert (rows >= 300).any()  # authors among the hottest, past the papers' range
 
 
 def test_cache_holds_its_rows_as_a_plain_pread_reads_them(store):

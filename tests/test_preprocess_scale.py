@@ -15,6 +15,8 @@ from gnnssd.storage_format import reorder, writer
 from gnnssd.storage_format.csc import csc_from_edges, renumber_csc, renumber_csc_to_file
 from gnnssd.storage_format.csc_external import external_csc
 
+from tests.hetero_graph import ToyHeteroSource
+
 from .conftest import random_graph_arrays
 
 
@@ -184,3 +186,31 @@ def test_resumed_reorder_keeps_its_window_size(tmp_path, monkeypatch):
     perm = np.asarray(Store.open(out, verify=True).perm)
     rows = np.fromfile(out / "features.bin", dtype=np.float32)[:2000 * 16].reshape(2000, 16)
     np.testing.assert_array_equal(rows, data["features"][perm])
+
+
+# "relations" heard 5 times while the topology is built in the source's order, then again
+# while it is rebuilt in the store's: the 7th is in the middle of the rebuild
+@pytest.mark.parametrize("stage, count", [("relations", 3), ("relations", 7), ("features", 2), ("reorder", 2)])
+def test_typed_store_in_another_order_interrupted_in_any_step_resumes_to_the_same_store(
+        tmp_path, monkeypatch, stage, count):
+    """A heterogeneous store in degree order: stopped in the middle of `stage`, rerun, and
+    every file equals that of a run never stopped."""
+    monkeypatch.setattr(writer, "CHUNK_BYTES", 4096)  # 32 rows of 64 float16
+    monkeypatch.setattr(reorder, "SYNC_BYTES", 4096)
+    monkeypatch.setattr(writer, "_window_rows", lambda spare, row_bytes: 70)
+    source = lambda: ToyHeteroSource(feat_dim=64)  # noqa: E731
+    kwargs = dict(order=node_order("degree"), dtype="float16")
+    reference = write_store(tmp_path / "reference", source(), **kwargs)
+    out = tmp_path / "store"
+    with pytest.raises(Interrupted):
+        write_store(out, source(), progress=_interrupt_at(stage, count), **kwargs)
+    assert not out.exists() and (tmp_path / ".store.partial").exists()
+    write_store(out, source(), **kwargs)
+    store = Store.open(out, verify=True)
+    names = sorted(p.name for p in reference.iterdir())
+    assert sorted(p.name for p in out.iterdir()) == names
+    for name in names:
+        if name != "manifest.json":
+            assert (out / name).read_bytes() == (reference / name).read_bytes(), name
+    assert store.manifest["order"] == "degree"
+    np.testing.assert_array_equal(store.read_features(), source().features.astype(np.float16)[np.asarray(store.perm)[:300]])

@@ -26,9 +26,12 @@ class HotRanking:
 
     @functools.cached_property
     def _order(self) -> np.ndarray | None:
-        """Rows hottest first; None when the store's order already put them first."""
+        """Rows hottest first; None when the store's order already put them first: a
+        hot-first order over one featured type. With several, each type's hottest rows
+        lead its own range (a typed order keeps the types' ranges), so rows are ranked."""
         order = ORDERS.get(self.store.manifest["order"])
-        if order is not None and order.hot_first:
+        featured_types = sum(t.features for t in self.store.schema.node_types)
+        if order is not None and order.hot_first and featured_types == 1:
             return None
         train = np.asarray(self.store.train_store_ids)  # empty in a link store: seeds are anywhere
         # only the featured node types have rows (a prefix of the IDs): rank those

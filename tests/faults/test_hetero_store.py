@@ -45,11 +45,25 @@ def test_split_outside_the_target_type_is_refused(tmp_path):
         write_store(tmp_path / "out", source)
 
 
-def test_node_order_and_link_split_are_refused_for_a_typed_graph(tmp_path):
-    with pytest.raises(DatasetError, match="--order degree: a heterogeneous graph keeps its own node order"):
-        write_store(tmp_path / "out", ToyHeteroSource(), order=node_order("degree"))
+def test_link_split_is_refused_for_a_typed_graph(tmp_path):
     with pytest.raises(DatasetError, match="link splits of heterogeneous graphs"):
         write_store(tmp_path / "out", ToyHeteroSource(), edge_split=(0.8, 0.1, 0.1))
+
+
+def test_a_node_order_moving_a_node_into_another_types_range_is_refused_by_verify(tmp_path):
+    """perm and inv still inverse permutations, checksums valid, but store ID 299 (a
+    paper's place) holds author 300: per-type IDs would name the wrong nodes."""
+    path = write_store(tmp_path / "store", ToyHeteroSource(), order=node_order("degree"))
+    perm, inv = _array(path, "perm.npy"), _array(path, "inv.npy")
+    paper, author = int(perm[299]), int(perm[300])
+    perm[299], perm[300] = author, paper
+    inv[author], inv[paper] = 299, 300
+    _tamper(path, "perm.npy", perm)
+    _tamper(path, "inv.npy", inv)
+    Store.open(path)  # the cheap checks pass
+    with pytest.raises(StoreError, match=rf"perm\.npy: perm\[299\] = {author}: store ID 299 is a 'paper' "
+                                         "node, its dataset ID another type's"):
+        Store.open(path).verify()
 
 
 def test_schema_with_featureless_types_first_is_refused():
