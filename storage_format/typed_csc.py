@@ -16,6 +16,7 @@ import numpy as np
 
 from .csc import csc_from_edges, index_dtype
 from .errors import DatasetError
+from .link_split import LinkSplit, held_out_mask
 from .schema import GraphSchema
 from .source import TypedSource
 
@@ -36,7 +37,7 @@ def _interleave(indptrs, cat, starts, out_indptr, out_indices, out_etypes):
                 o += 1
 
 
-def _relation_edges(source: TypedSource, schema: GraphSchema, r: int) -> tuple[np.ndarray, np.ndarray]:
+def checked_relation_edges(source: TypedSource, schema: GraphSchema, r: int) -> tuple[np.ndarray, np.ndarray]:
     """Relation r's (src, dst), checked: integer 1-D arrays of equal length whose ends
     are nodes of the relation's source and destination types."""
     offsets = schema.offsets
@@ -67,10 +68,19 @@ def _check_fits(source: TypedSource, needed: int, memory_limit: int, what: str) 
                            "is not sorted out of core yet)")
 
 
-def typed_csc(source: TypedSource, notify: Notify,
-              memory_limit: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _kept(edges: tuple[np.ndarray, np.ndarray], n: int, link: LinkSplit | None) -> tuple[np.ndarray, np.ndarray]:
+    """The edges minus the link split's held-out pairs (either direction), if any."""
+    if link is None:
+        return edges
+    kept = ~held_out_mask(*edges, n, link)
+    return edges[0][kept], edges[1][kept]
+
+
+def typed_csc(source: TypedSource, notify: Notify, memory_limit: int | None = None,
+              link: LinkSplit | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(indptr, indices, etypes) of the source's graph in its own node IDs; repeated edges
-    of one relation are kept once, the same pair in two relations once per relation.
+    of one relation are kept once, the same pair in two relations once per relation; the
+    valid and test pairs of `link` are left out of every relation, both directions.
     Built in memory: refused (before the step that would pass it) when it needs more
     than `memory_limit` bytes."""
     schema = source.schema
@@ -80,7 +90,7 @@ def typed_csc(source: TypedSource, notify: Notify,
     indptrs = np.zeros((len(schema.relations), n + 1), np.int64)
     parts = []
     for r in range(len(schema.relations)):
-        indptr, indices = csc_from_edges(*_relation_edges(source, schema, r), n)
+        indptr, indices = csc_from_edges(*_kept(checked_relation_edges(source, schema, r), n, link), n)
         indptrs[r] = indptr
         parts.append(indices)
         notify("relations", r + 1, len(schema.relations))

@@ -29,7 +29,8 @@ from .atomic import ChecksummedWriter, atomic_write_json, crc32_of_file, fsync_d
 from .csc import csc_from_edges, index_dtype, renumber_csc_to_file
 from .csc_external import BUCKET_IDS_PER_EDGE, external_csc
 from .errors import DatasetError, StoreError
-from .link_split import LinkSplit, checked_link_split, held_out_mask, random_link_split
+from .link_split import (LinkSplit, checked_link_split, held_out_mask, random_link_split,
+                         relation_link_split, split_relation)
 from .manifest import (ARRAY_FILES, ETYPES, FEATURE_DTYPES, FEATURES, FORMAT_NAME, FORMAT_VERSION,
                        MANIFEST, PAGE, PAGE_CHECKSUMS, ROW_SCALES, is_store_manifest, manifest_checksum)
 from .order import NodeOrder, order_name, resolve_order
@@ -39,7 +40,7 @@ from .quantize import quantize_rows
 from .reorder import reordered_features
 from .schema import GraphSchema
 from .source import DatasetSource, edge_chunks, edge_count, schema_of
-from .typed_csc import typed_csc
+from .typed_csc import checked_relation_edges, typed_csc
 
 log = logging.getLogger(__name__)
 
@@ -67,13 +68,15 @@ def write_store(out: str | Path, source: DatasetSource, order: str | NodeOrder =
                 dtype: str = "float32", progress: Callable[[str, int, int], None] | None = None,
                 memory_limit: int | None = None,
                 edge_split: tuple[float, float, float] | None = None, split_seed: int = 0,
-                eval_negatives: int = 1000) -> Path:
+                eval_negatives: int = 1000, edge_split_relation: str | None = None) -> Path:
     """Preprocess `source` into the store directory `out`; returns its path. `order`:
     "original", or a NodeOrder from the planner (`gnnssd.sampler.node_order`).
 
     With `edge_split` (train, valid, test fractions), or a source that has a link split
     of its own (`load_link_split`), the valid and test edges are held out of the stored
-    graph and stored with `eval_negatives` fixed negatives each (see link_split).
+    graph and stored with `eval_negatives` fixed negatives each (see link_split); on a
+    heterogeneous graph the split is of the relation `edge_split_relation` (required
+    when there are several).
 
     `out` must be new, an empty directory or an existing store (replaced atomically) and
     must not overlap the input; one preprocess at a time holds it (a lock file beside it).
@@ -87,6 +90,9 @@ def write_store(out: str | Path, source: DatasetSource, order: str | NodeOrder =
         raise DatasetError(f"{source.name}: feature dim {source.feat_dim}; every node needs at "
                            "least one feature")
     _check_typed_options(source, order, edge_split)
+    if edge_split is None and edge_split_relation is not None:
+        raise DatasetError(f"--edge-split-relation {edge_split_relation!r} without --edge-split: "
+                           "name the fractions too, e.g. --edge-split 0.85,0.05,0.10")
     inputs = [Path(p).resolve() for p in getattr(source, "input_paths", list)()]
     _check_no_overlap(out, inputs)
     with _destination_lock(out):
@@ -97,6 +103,10 @@ def write_store(out: str | Path, source: DatasetSource, order: str | NodeOrder =
         if edge_split is not None:
             params["edge_split"] = {"fractions": list(edge_split), "seed": split_seed,
                                     "eval_negatives": eval_negatives}
+            schema = schema_of(source)
+            r = split_relation(schema, edge_split_relation, source.name)  # refuses a missing or unknown name
+            if not schema.is_homogeneous:
+                params["edge_split"]["relation"] = schema.relations[r][1]
         topology: dict[str, int] = {}
         limit = memory_limit or default_memory_limit()
         _check_free_space(out, _partial_dir(out), _space_needed(source, dtype, order_name(order), None, limit))
@@ -119,15 +129,15 @@ def write_store(out: str | Path, source: DatasetSource, order: str | NodeOrder =
 def _check_typed_options(source: DatasetSource, order: str | NodeOrder,
                          edge_split: tuple[float, float, float] | None) -> None:
     """What a heterogeneous store cannot have yet: a node order other than the source's
-    (a renumbering must keep each type's IDs contiguous) and a link split."""
+    (a renumbering must keep each type's IDs contiguous) and a dataset's own link split."""
     if schema_of(source).is_homogeneous:
         return
     if order_name(order) != "original":
         raise DatasetError(f"{source.name}: --order {order_name(order)}: a heterogeneous graph "
                            "keeps its own node order for now; use --order original")
-    if edge_split is not None or hasattr(source, "load_link_split"):
-        raise DatasetError(f"{source.name}: link splits of heterogeneous graphs are not "
-                           "supported yet; drop --edge-split")
+    if hasattr(source, "load_link_split"):
+        raise DatasetError(f"{source.name}: a heterogeneous dataset's own link split is not "
+                           "supported yet; split one relation with --edge-split")
 
 
 def _write_partial(partial: Path, source: DatasetSource, order: str | NodeOrder, dtype: str,
@@ -201,6 +211,8 @@ def _write_partial(partial: Path, source: DatasetSource, order: str | NodeOrder,
         manifest["schema"] = schema.to_manifest()
     if link is not None:
         manifest["link"] = {"split": params.get("edge_split", "dataset"),
+                            **({} if schema.is_homogeneous else
+                               {"relation": list(schema.relations[_relation_index(schema, params["edge_split"])])}),
                             "edges": {k: len(v) for k, v in link.edges.items()},
                             "eval_negatives": int(link.negatives["test"].shape[1])}
     manifest["checksum"] = manifest_checksum(manifest)
@@ -292,7 +304,7 @@ def _resumable_csc(partial: Path, source: DatasetSource, link: LinkSplit | None,
     """The CSC in the source's node order (indices mapped from the partial folder)."""
     if not state_of(partial, "csc")["done"]:
         if not schema_of(source).is_homogeneous:
-            indptr, indices, etypes = typed_csc(source, notify, limit)
+            indptr, indices, etypes = typed_csc(source, notify, limit, link)
             _save_array(partial / f"{ETYPES}.npy", etypes)
             del etypes
         elif link is None:
@@ -650,9 +662,21 @@ def _link_split(source: DatasetSource, edge_split: tuple[float, float, float] | 
     if request["eval_negatives"] < 1:
         raise DatasetError(f"--eval-negatives {request['eval_negatives']}: expected a positive "
                            "integer")
+    schema = schema_of(source)
+    if not schema.is_homogeneous:
+        r = _relation_index(schema, request)
+        t = schema.type_id(schema.relations[r][2])
+        dst_nodes = (int(schema.offsets[t]), schema.node_types[t].count)
+        return relation_link_split(*checked_relation_edges(source, schema, r), source.num_nodes, dst_nodes,
+                                   edge_split, request["seed"], request["eval_negatives"], schema.relations[r][1])
     src, dst = _checked_edges(source, *source.load_edges(), first=0)
     return random_link_split(src, dst, source.num_nodes, edge_split, request["seed"],
                              request["eval_negatives"])
+
+
+def _relation_index(schema: GraphSchema, edge_split: dict[str, Any]) -> int:
+    """The relation a typed store's edge split is on (named in the split's parameters)."""
+    return [r for _, r, _ in schema.relations].index(edge_split["relation"])
 
 
 def _csc_without_held_out(source: DatasetSource, link: LinkSplit) -> tuple[np.ndarray, np.ndarray]:
