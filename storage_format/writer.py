@@ -93,6 +93,9 @@ def write_store(out: str | Path, source: DatasetSource, order: str | NodeOrder =
     if edge_split is None and edge_split_relation is not None:
         raise DatasetError(f"--edge-split-relation {edge_split_relation!r} without --edge-split: "
                            "name the fractions too, e.g. --edge-split 0.85,0.05,0.10")
+    schema = schema_of(source)
+    # refuses a missing or unknown relation name before anything is written
+    relation = None if edge_split is None else split_relation(schema, edge_split_relation, source.name)
     inputs = [Path(p).resolve() for p in getattr(source, "input_paths", list)()]
     _check_no_overlap(out, inputs)
     with _destination_lock(out):
@@ -103,10 +106,8 @@ def write_store(out: str | Path, source: DatasetSource, order: str | NodeOrder =
         if edge_split is not None:
             params["edge_split"] = {"fractions": list(edge_split), "seed": split_seed,
                                     "eval_negatives": eval_negatives}
-            schema = schema_of(source)
-            r = split_relation(schema, edge_split_relation, source.name)  # refuses a missing or unknown name
             if not schema.is_homogeneous:
-                params["edge_split"]["relation"] = schema.relations[r][1]
+                params["edge_split"]["relation"] = schema.relations[relation][1]
         topology: dict[str, int] = {}
         limit = memory_limit or default_memory_limit()
         _check_free_space(out, _partial_dir(out), _space_needed(source, dtype, order_name(order), None, limit))
