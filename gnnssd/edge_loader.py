@@ -125,9 +125,10 @@ def relation_edges(edges: Any, schema: GraphSchema) -> tuple[tuple[str, str, str
 class EdgeLoader(SourceLoader):
     """Edge mini-batches of `edges` (the dataset's node IDs, as `store.link_edges` gives
     them; (src, dst) or (E, 2); on a heterogeneous store a dict of one relation's, e.g.
-    {"cites": (src, dst)}) with `negatives` negatives per positive, features from `source` (a FeatureSource, or a Store or its path
-    for which it opens its own from `source_options`, NodeLoader's: memory_budget, device,
-    eval_fanouts, scratch_dir, ...; features memory or ssd).
+    {"cites": (src, dst)}) with `negatives` negatives per positive, features from
+    `source` (a FeatureSource, or a Store or its path for which it opens its own from
+    `source_options`, NodeLoader's: memory_budget, device, eval_fanouts, scratch_dir, ...;
+    features memory or ssd).
 
     Each batch's positive edges and their reverses are excluded from its sampled blocks
     (DGL's exclude="reverse_id"), so no batch sees the edges it is asked to predict.
@@ -159,7 +160,7 @@ class EdgeLoader(SourceLoader):
         self.store_edges = source.store_ids(self.edges)  # what sampling and exclusion take
         schema = self.store.schema
         src_type, _, dst_type = self.relation or (schema.target, None, schema.target)  # homogeneous: one type
-        self._ends_first = (int(schema.offsets[schema.type_id(src_type)]), int(schema.offsets[schema.type_id(dst_type)]))
+        self._ends_first = tuple(int(schema.offsets[schema.type_id(t)]) for t in (src_type, dst_type))
         self._dst_nodes = (self._ends_first[1], schema.node_types[schema.type_id(dst_type)].count)
         self.batch_size, self.negatives, self.shuffle, self.drop_last = batch_size, negatives, shuffle, drop_last
         self.fanouts, self.seed = fanouts, source.seed
