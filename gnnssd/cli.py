@@ -99,7 +99,7 @@ def cmd_preprocess(args: argparse.Namespace) -> None:
     out = write_store(args.out, source, order=node_order(args.order), dtype=dtype,
                       progress=_progress_bar(), memory_limit=args.memory_limit,
                       edge_split=edge_split, split_seed=args.split_seed,
-                      eval_negatives=args.eval_negatives)
+                      eval_negatives=args.eval_negatives, edge_split_relation=args.edge_split_relation)
     print(Store.open(out).summary())
 
 
@@ -342,6 +342,9 @@ def build_parser() -> argparse.ArgumentParser:
                               "sorted out of core (default: half the available memory)")
         sub.add_argument("--edge-split", metavar="TRAIN,VALID,TEST",
                          help="hold out valid/test edges for link prediction, e.g. 0.85,0.05,0.10")
+        sub.add_argument("--edge-split-relation", metavar="RELATION",
+                         help="the relation a heterogeneous graph's --edge-split holds out edges of, "
+                              "e.g. cites (its reverse's twins are held out too)")
         sub.add_argument("--split-seed", type=int, default=0, help="seed of the edge split and negatives")
         sub.add_argument("--eval-negatives", type=int, default=1000,
                          help="fixed negatives stored per valid/test edge")

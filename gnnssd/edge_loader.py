@@ -9,6 +9,13 @@ the same protocol as node batches, `backend.minibatches(seeds, fanouts, epoch,
 exclude=pairs)`: memory mode through DGL's `exclude_eids`, ssd mode through the mega-batch
 planner and its numba sampler, so edge mini-batches are planned ahead and read out of core
 like node mini-batches.
+
+On a heterogeneous store the edges are of one relation (`edges={"cites": (src, dst)}`,
+IDs within the relation's source and destination types, as `store.link_edges` gives
+them): negatives are drawn from the destination type, the seeds are typed, the blocks
+heterogeneous (a batch's pairs excluded in every relation, both directions, so a reverse
+relation's twin edge is excluded too) and `pos`/`neg` index `output_nodes` of the
+relation's source type (column 0) and destination type (column 1).
 """
 from __future__ import annotations
 
@@ -21,6 +28,7 @@ import torch
 
 from gnnssd.storage_format import Store
 from gnnssd.storage_format.link_split import random_negatives
+from gnnssd.storage_format.schema import GraphSchema
 
 from .feature_source import FeatureSource, SourceLoader
 from .memory_loader import MiniBatch
@@ -32,10 +40,13 @@ EDGE_FEATURES = ("memory", "ssd")
 @dataclass
 class EdgeBatch(MiniBatch):
     """One edge mini-batch: a MiniBatch of all the endpoints (and negatives) with `pos`
-    (B, 2) and `neg` (B * k, 2), index pairs into `output_nodes`."""
+    (B, 2) and `neg` (B * k, 2), index pairs into `output_nodes` (on a heterogeneous
+    store into output_nodes[relation[0]] and output_nodes[relation[2]])."""
 
     pos: torch.Tensor
     neg: torch.Tensor
+    #: The edges' relation (source type, name, destination type); None on a homogeneous store.
+    relation: tuple[str, str, str] | None = None
 
 
 @dataclass
@@ -62,29 +73,62 @@ def as_edge_array(edges: Any) -> np.ndarray:
     return array
 
 
-def edge_groups(edges: np.ndarray, batch_size: int, negatives: int, num_nodes: int,
-                seed: int, epoch: int, shuffle: bool) -> list[EdgeGroup]:
+def edge_groups(edges: np.ndarray, batch_size: int, negatives: int, dst_nodes: tuple[int, int],
+                seed: int, epoch: int, shuffle: bool, ends_first: tuple[int, int] = (0, 0)) -> list[EdgeGroup]:
     """The epoch's edge mini-batches: positives (permuted with (seed, epoch) when
-    shuffling), `negatives` corrupted destinations each (never the positive's own)."""
+    shuffling), `negatives` corrupted destinations each (never the positive's own), drawn
+    from the nodes dst_nodes = (first, count). pos and neg index the seeds from
+    ends_first, the first ID of the source's and of the destination's type (a typed
+    store's output_nodes are per type)."""
     rng = np.random.default_rng([seed, epoch])
     order = rng.permutation(len(edges)) if shuffle else np.arange(len(edges))
     groups = []
     for lo in range(0, len(edges), batch_size):
         pos_edges = edges[order[lo:lo + batch_size]]
-        neg_dst = random_negatives(pos_edges[:, 1], negatives, num_nodes, rng).ravel()
+        neg_dst = random_negatives(pos_edges[:, 1], negatives, dst_nodes[1], rng, dst_nodes[0]).ravel()
         neg_src = np.repeat(pos_edges[:, 0], negatives)
         seeds = np.unique(np.concatenate([pos_edges.ravel(), neg_dst]))
-        groups.append(EdgeGroup(seeds, pos_edges, np.searchsorted(seeds, pos_edges),
-                                np.searchsorted(seeds, np.stack([neg_src, neg_dst], axis=1))))
+        first = np.searchsorted(seeds, ends_first)
+        groups.append(EdgeGroup(seeds, pos_edges, np.searchsorted(seeds, pos_edges) - first,
+                                np.searchsorted(seeds, np.stack([neg_src, neg_dst], axis=1)) - first))
     return groups
+
+
+def relation_edges(edges: Any, schema: GraphSchema) -> tuple[tuple[str, str, str] | None, np.ndarray]:
+    """(relation, (E, 2) edges in the store's global IDs) of a loader's `edges`: on a
+    heterogeneous store a dict of one relation's edges within its end types."""
+    if schema.is_homogeneous:
+        array = as_edge_array(edges)
+        bad = array[(array < 0) | (array >= schema.num_nodes)]
+        if bad.size:
+            raise ValueError(f"edges: node {bad[0]} outside 0..{schema.num_nodes - 1}")
+        return None, array
+    names = [r for _, r, _ in schema.relations]
+    if not isinstance(edges, dict) or len(edges) != 1:
+        raise ValueError(f"edges: a heterogeneous store takes one relation's edges as a dict, e.g. "
+                         f"{{{names[0]!r}: (src, dst)}}; its relations are {names}")
+    (name, pairs), = edges.items()
+    if name not in names:
+        raise ValueError(f"edges: relation {name!r}; expected one of {names}")
+    relation = schema.relations[names.index(name)]
+    array = as_edge_array(pairs).copy()  # made global below: never the caller's array
+    for col, node_type in ((0, relation[0]), (1, relation[2])):
+        t = schema.type_id(node_type)
+        count = schema.node_types[t].count
+        bad = array[:, col][(array[:, col] < 0) | (array[:, col] >= count)]
+        if bad.size:
+            raise ValueError(f"edges[{name!r}]: {node_type!r} node {bad[0]} outside 0..{count - 1}")
+        array[:, col] += schema.offsets[t]
+    return relation, array
 
 
 class EdgeLoader(SourceLoader):
     """Edge mini-batches of `edges` (the dataset's node IDs, as `store.link_edges` gives
-    them; (src, dst) or (E, 2)) with `negatives`
-    negatives per positive, features from `source` (a FeatureSource, or a Store or its path
-    for which it opens its own from `source_options`, NodeLoader's: memory_budget, device,
-    eval_fanouts, scratch_dir, ...; features memory or ssd).
+    them; (src, dst) or (E, 2); on a heterogeneous store a dict of one relation's, e.g.
+    {"cites": (src, dst)}) with `negatives` negatives per positive, features from
+    `source` (a FeatureSource, or a Store or its path for which it opens its own from
+    `source_options`, NodeLoader's: memory_budget, device, eval_fanouts, scratch_dir, ...;
+    features memory or ssd).
 
     Each batch's positive edges and their reverses are excluded from its sampled blocks
     (DGL's exclude="reverse_id"), so no batch sees the edges it is asked to predict.
@@ -109,14 +153,15 @@ class EdgeLoader(SourceLoader):
                                                 **source_options)
         super().__init__(source, self._owns_source)
         try:
-            self.edges = as_edge_array(edges)
-            bad = self.edges[(self.edges < 0) | (self.edges >= self.store.num_nodes)]
-            if bad.size:
-                raise ValueError(f"edges: node {bad[0]} outside 0..{self.store.num_nodes - 1}")
+            self.relation, self.edges = relation_edges(edges, self.store.schema)
         except BaseException:
             self.close()
             raise
         self.store_edges = source.store_ids(self.edges)  # what sampling and exclusion take
+        schema = self.store.schema
+        src_type, _, dst_type = self.relation or (schema.target, None, schema.target)  # homogeneous: one type
+        self._ends_first = tuple(int(schema.offsets[schema.type_id(t)]) for t in (src_type, dst_type))
+        self._dst_nodes = (self._ends_first[1], schema.node_types[schema.type_id(dst_type)].count)
         self.batch_size, self.negatives, self.shuffle, self.drop_last = batch_size, negatives, shuffle, drop_last
         self.fanouts, self.seed = fanouts, source.seed
 
@@ -125,21 +170,21 @@ class EdgeLoader(SourceLoader):
         return full + (0 if self.drop_last or rest == 0 else 1)
 
     def __iter__(self) -> Iterator[EdgeBatch]:
-        groups = edge_groups(self.store_edges, self.batch_size, self.negatives, self.store.num_nodes,
-                             self.seed, self.epoch, self.shuffle)[:len(self)]
+        groups = edge_groups(self.store_edges, self.batch_size, self.negatives, self._dst_nodes,
+                             self.seed, self.epoch, self.shuffle, self._ends_first)[:len(self)]
         batches = self.backend.minibatches([g.seeds for g in groups], self.fanouts, self.epoch,
                                            exclude=[g.pos_edges for g in groups])
         try:  # closed here, not when collected: a caller's break stops the I/O threads now
             for group, batch in zip(groups, batches):
                 batch = self.source.with_original_ids(batch)
                 yield EdgeBatch(batch.input_nodes, batch.output_nodes, batch.blocks, batch.x, batch.y,
-                                torch.from_numpy(group.pos), torch.from_numpy(group.neg))
+                                torch.from_numpy(group.pos), torch.from_numpy(group.neg), self.relation)
         finally:
             batches.close()
 
-    def node_batches(self, nodes: np.ndarray, fanouts: list[int], batch_size: int) -> Iterator[MiniBatch]:
-        """Node mini-batches of `nodes` in order through the same source (evaluation
-        embeddings)."""
+    def node_batches(self, nodes: Any, fanouts: list[int], batch_size: int) -> Iterator[MiniBatch]:
+        """Node mini-batches of `nodes` (NodeLoader's seeds: on a heterogeneous store a
+        dict of one type's IDs) in order through the same source (evaluation embeddings)."""
         view = NodeLoader(self.source, nodes, fanouts=fanouts, batch_size=batch_size, rank=0, world_size=1)
         view.set_epoch(self.epoch)
         return iter(view)

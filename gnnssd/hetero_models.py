@@ -29,11 +29,15 @@ def _relation_conv(name: str, d_in: int | tuple[int, int], d_out: int, heads: in
 class RelationalGNN(nn.Module):
     """`layers` HeteroGraphConv layers; ReLU and dropout between them, none after the last.
     Takes the blocks and x (a dict of the featured types' rows) and returns the target
-    type's logits. Per-layer protocol as BlockGNN: `num_layers`, `layer(i, block, h)`."""
+    type's logits, or with `every_type` a dict of every type's outputs (the embeddings a
+    link task on a relation scores). Per-layer protocol as BlockGNN: `num_layers`,
+    `layer(i, block, h)`."""
 
-    def __init__(self, cfg: ModelConfig, schema: GraphSchema, feat_dim: int, num_classes: int):
+    def __init__(self, cfg: ModelConfig, schema: GraphSchema, feat_dim: int, num_classes: int,
+                 every_type: bool = False):
         super().__init__()
         self.target = schema.target
+        self.every_type = every_type
         self.feat_dim = feat_dim
         self.featureless = [t.name for t in schema.node_types if not t.features]
         self.embeddings = nn.ModuleDict(
@@ -87,11 +91,12 @@ class RelationalGNN(nn.Module):
             result[name] = value if last else self.dropout(torch.relu(value))
         return result
 
-    def forward(self, blocks: list[dgl.DGLGraph], x: dict[str, torch.Tensor]) -> torch.Tensor:
+    def forward(self, blocks: list[dgl.DGLGraph],
+                x: dict[str, torch.Tensor]) -> torch.Tensor | dict[str, torch.Tensor]:
         h = self.inputs(blocks[0], x)
         for i, block in enumerate(blocks):
             h = self.layer(i, block, h)
-        return h[self.target]
+        return h if self.every_type else h[self.target]
 
 
 class TargetLinear(nn.Module):
@@ -113,8 +118,13 @@ class TargetLinear(nn.Module):
         return self.layer(0, blocks[-1], x)[self.target]
 
 
-def build_hetero_model(cfg: ModelConfig, schema: GraphSchema, feat_dim: int, num_classes: int) -> nn.Module:
-    """The built-in model of a heterogeneous store: rgcn, rgat, or mlp on the target type."""
+def build_hetero_model(cfg: ModelConfig, schema: GraphSchema, feat_dim: int, num_classes: int,
+                       every_type: bool = False) -> nn.Module:
+    """The built-in model of a heterogeneous store: rgcn, rgat, or mlp on the target type;
+    `every_type`: outputs for every node type (rgcn, rgat)."""
+    if cfg.name == "mlp" and every_type:
+        raise ConfigError("model.name: mlp embeds the target type only; a link task on a heterogeneous "
+                          "store needs rgcn or rgat")
     if cfg.name == "mlp":
         if not schema.node_types[schema.type_id(schema.target)].features:
             raise ConfigError(f"model.name: mlp needs features on the target type {schema.target!r}")
@@ -123,4 +133,4 @@ def build_hetero_model(cfg: ModelConfig, schema: GraphSchema, feat_dim: int, num
         raise ConfigError(f"model.name: {cfg.name!r} is a homogeneous model; this store is heterogeneous "
                           f"({len(schema.node_types)} node types, {len(schema.relations)} relations): use "
                           "rgcn, rgat or mlp, or preprocess with --flatten for a homogeneous model")
-    return RelationalGNN(cfg, schema, feat_dim, num_classes)
+    return RelationalGNN(cfg, schema, feat_dim, num_classes, every_type)

@@ -5,6 +5,10 @@ from blocks and features; a decoder scores a pair of embeddings (dot product, or
 their element-wise product). Training draws `link.negatives` corrupted destinations per
 positive edge (EdgeLoader); evaluation ranks every valid/test edge against its
 `link.eval_negatives` fixed negatives (ogbl-citation2's protocol): MRR and Hits@K.
+
+On a heterogeneous store the split is of one relation (`store.link_relation`): the
+encoder (rgcn, rgat, or the user's) returns a dict of embeddings by node type and the
+decoder scores the relation's source-type embedding against its destination-type one.
 """
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ from gnnssd.storage_format import Store
 
 from .config import Config, ConfigError
 from .edge_loader import EdgeBatch, EdgeLoader
+from .models import store_model
 from .trainer import Trainer
 
 HITS_AT = (1, 3, 10, 50, 100)
@@ -39,10 +44,12 @@ class EdgeDecoder(nn.Module):
         return self.mlp(h_src * h_dst).squeeze(-1)
 
 
-def link_loss(decoder: EdgeDecoder, h: torch.Tensor, batch: EdgeBatch) -> torch.Tensor:
-    """Binary cross-entropy of the positives (label 1) and negatives (label 0)."""
-    pos = decoder(h[batch.pos[:, 0]], h[batch.pos[:, 1]])
-    neg = decoder(h[batch.neg[:, 0]], h[batch.neg[:, 1]])
+def link_loss(decoder: EdgeDecoder, h: torch.Tensor | dict[str, torch.Tensor], batch: EdgeBatch) -> torch.Tensor:
+    """Binary cross-entropy of the positives (label 1) and negatives (label 0); `h` by
+    node type on a heterogeneous store (the relation's ends)."""
+    h_src, h_dst = (h, h) if batch.relation is None else (h[batch.relation[0]], h[batch.relation[2]])
+    pos = decoder(h_src[batch.pos[:, 0]], h_dst[batch.pos[:, 1]])
+    neg = decoder(h_src[batch.neg[:, 0]], h_dst[batch.neg[:, 1]])
     scores = torch.cat([pos, neg])
     labels = torch.cat([torch.ones_like(pos), torch.zeros_like(neg)])
     return F.binary_cross_entropy_with_logits(scores, labels)
@@ -103,14 +110,18 @@ class LinkTrainer(Trainer):
     def _make_loader(self) -> EdgeLoader:  # type: ignore[override]
         """The training edges' loader; evaluation embeds nodes through the same source."""
         cfg = self.config
-        return EdgeLoader(self.source, np.asarray(self.store.link_edges("train")), fanouts=cfg.sampler.fanouts,
-                          batch_size=cfg.sampler.batch_size, negatives=cfg.link.negatives)
+        edges = np.asarray(self.store.link_edges("train"))
+        relation = self.store.link_relation
+        return EdgeLoader(self.source, edges if relation is None else {relation[1]: edges},
+                          fanouts=cfg.sampler.fanouts, batch_size=cfg.sampler.batch_size,
+                          negatives=cfg.link.negatives)
 
     def _build_model(self, model: nn.Module | None) -> nn.Module:
         """The encoder (the user's `model` or the configured one, to `model.hidden`-wide
-        embeddings) and the edge decoder."""
+        embeddings; on a heterogeneous store a dict of them by node type) and the edge decoder."""
         cfg = self.config
-        return nn.ModuleDict({"encoder": super()._build_model(model),
+        encoder = model if model is not None else store_model(cfg.model, self.store, cfg.model.hidden, every_type=True)
+        return nn.ModuleDict({"encoder": encoder,
                               "decoder": EdgeDecoder(cfg.link.decoder, cfg.model.hidden)})
 
     @property
@@ -130,15 +141,20 @@ class LinkTrainer(Trainer):
     # --- evaluation ------------------------------------------------------------------------
 
     @torch.no_grad()
-    def embeddings(self, nodes: np.ndarray) -> torch.Tensor:
-        """Embeddings of the sorted unique store IDs `nodes`, in that order, computed
-        through the loader's features (evaluation fanouts, out of core in ssd mode)."""
+    def embeddings(self, nodes: np.ndarray, node_type: str | None = None) -> torch.Tensor:
+        """Embeddings of the sorted unique dataset IDs `nodes` (on a heterogeneous store of
+        `node_type`), in that order, computed through the loader's features (evaluation
+        fanouts, out of core in ssd mode)."""
         cfg = self.config
         fanouts, batch_size = cfg.sampler.evaluation(self.store.num_edges)
         self.model.eval()
         out = torch.empty(len(nodes), cfg.model.hidden)
-        for batch in self.loader.node_batches(nodes, fanouts, batch_size):
-            out[np.searchsorted(nodes, batch.output_nodes.numpy())] = self.encoder(batch.blocks, batch.x).cpu()
+        seeds = nodes if node_type is None else {node_type: nodes}
+        for batch in self.loader.node_batches(seeds, fanouts, batch_size):
+            h, ids = self.encoder(batch.blocks, batch.x), batch.output_nodes
+            if node_type is not None:
+                h, ids = h[node_type], ids[node_type]
+            out[np.searchsorted(nodes, ids.numpy())] = h.cpu()
         return out
 
     @torch.no_grad()
@@ -153,16 +169,20 @@ class LinkTrainer(Trainer):
         negatives = np.asarray(self.store.link_negatives(split))[:, :self.config.link.eval_negatives]
         if len(edges) == 0:
             return edges, np.empty(0, np.float32), np.empty(negatives.shape, np.float32)
-        nodes = np.unique(np.concatenate([edges.ravel(), negatives.ravel()]))
-        h = self.embeddings(nodes)
+        src_type, _, dst_type = self.store.link_relation or (None, None, None)  # types of a typed store's ends
+        ends: dict[str | None, list[np.ndarray]] = {}
+        for node_type, ids in ((src_type, edges[:, 0]), (dst_type, edges[:, 1]), (dst_type, negatives.ravel())):
+            ends.setdefault(node_type, []).append(ids)
+        nodes = {node_type: np.unique(np.concatenate(ids)) for node_type, ids in ends.items()}
+        h = {node_type: self.embeddings(ids, node_type) for node_type, ids in nodes.items()}
         decoder = self.model["decoder"].cpu()
         pos_scores, neg_scores = [], []
         for lo in range(0, len(edges), SCORE_CHUNK):
-            e = np.searchsorted(nodes, edges[lo:lo + SCORE_CHUNK])
-            n = np.searchsorted(nodes, negatives[lo:lo + SCORE_CHUNK])
-            h_src = h[e[:, 0]]
-            pos_scores.append(decoder(h_src, h[e[:, 1]]).numpy())
-            neg_scores.append(decoder(h_src[:, None, :].expand(-1, n.shape[1], -1), h[n]).numpy())
+            h_src = h[src_type][np.searchsorted(nodes[src_type], edges[lo:lo + SCORE_CHUNK, 0])]
+            h_dst = h[dst_type][np.searchsorted(nodes[dst_type], edges[lo:lo + SCORE_CHUNK, 1])]
+            n = np.searchsorted(nodes[dst_type], negatives[lo:lo + SCORE_CHUNK])
+            pos_scores.append(decoder(h_src, h_dst).numpy())
+            neg_scores.append(decoder(h_src[:, None, :].expand(-1, n.shape[1], -1), h[dst_type][n]).numpy())
         self.model["decoder"].to(self.device)
         return edges, np.concatenate(pos_scores), np.concatenate(neg_scores)
 

@@ -30,7 +30,7 @@ from gnnssd.storage_format.mapping import released_chunks
 from .budget import format_bytes
 from .config import ConfigError, SamplerConfig, SSDConfig
 from .runtime import epoch_seed
-from .typed import dgl_fanouts, global_ids, layer_fanouts, seeds_by_type, split_features
+from .typed import dgl_fanouts, global_ids, layer_fanouts, relation_edge_ids, seeds_by_type, split_features
 from .timing import StageTimer
 
 LABEL_CHUNK = 1 << 22  # labels copied per pass (32 MiB of the int64 file)
@@ -42,7 +42,8 @@ class MiniBatch:
     `input_nodes`, `y` the labels of `output_nodes` (store IDs both; -1: unlabelled, see
     `labelled`). On a heterogeneous store input_nodes, output_nodes and x are dicts by
     node type (x: the types with features), as DGL's DataLoader gives them for a
-    heterograph; y stays one tensor (the seeds are of one type). As DGL's DataLoader does, `blocks[0].srcdata["feat"]` is `x` and
+    heterograph; y stays one tensor (the seeds' labels in store ID order: of one type, but for
+    an edge batch's ends). As DGL's DataLoader does, `blocks[0].srcdata["feat"]` is `x` and
     `blocks[-1].dstdata["label"]` is `y`, and a mini-batch unpacks as DGL's tuple:
     `for input_nodes, output_nodes, blocks in loader`."""
 
@@ -58,9 +59,9 @@ class MiniBatch:
         if isinstance(self.x, dict):  # per type (DGL's dict assignment to a block's dstdata is off)
             for name, x in self.x.items():
                 self.blocks[0].srcnodes[name].data["feat"] = x
-            for name, ids in self.output_nodes.items():
-                if len(ids):
-                    self.blocks[-1].dstnodes[name].data["label"] = self.y
+            seeded = [name for name, ids in self.output_nodes.items() if len(ids)]
+            if len(seeded) == 1:  # seeds of several types (an edge batch's ends): y has no one type
+                self.blocks[-1].dstnodes[seeded[0]].data["label"] = self.y
         else:
             self.blocks[0].srcdata["feat"] = self.x
             self.blocks[-1].dstdata["label"] = self.y
@@ -203,9 +204,7 @@ class SampledLoader:
             raise ValueError(f"exclude lists {len(exclude)} edge sets for {len(batches)} mini-batches")
         schema = self.store.schema
         if not schema.is_homogeneous:
-            if exclude is not None:
-                raise ValueError("excluding edges (link prediction) is not supported on a typed graph yet")
-            yield from self._typed_minibatches(batches, fanouts, epoch)
+            yield from self._typed_minibatches(batches, fanouts, epoch, exclude)
             return
         sampler = dgl.dataloading.NeighborSampler(fanouts)
         dgl.seed(epoch_seed(self.seed, epoch))
@@ -221,16 +220,20 @@ class SampledLoader:
                 batch = batch.to(self.device, non_blocking=True)
             yield batch
 
-    def _typed_minibatches(self, batches: list[np.ndarray], fanouts: list[Any], epoch: int) -> Iterator[MiniBatch]:
-        """DGL's sampler on the store's heterograph (per-relation fanouts); x of the
-        featured types gathered by this loader's `_inputs` from their global rows."""
+    def _typed_minibatches(self, batches: list[np.ndarray], fanouts: list[Any], epoch: int,
+                           exclude: list[np.ndarray] | None) -> Iterator[MiniBatch]:
+        """DGL's sampler on the store's heterograph (per-relation fanouts; `exclude`d pairs
+        in either direction, in every relation); x of the featured types gathered by this
+        loader's `_inputs` from their global rows."""
         schema = self.store.schema
         sampler = dgl.dataloading.NeighborSampler([dgl_fanouts(schema, f) for f in layer_fanouts(schema, fanouts)])
         dgl.seed(epoch_seed(self.seed, epoch))
         featured = [t.name for t in schema.node_types if t.features]
-        for seeds in batches:
+        for b, seeds in enumerate(batches):
             with self.timer.stage("sample"):
-                input_nodes, output_nodes, blocks = sampler.sample(self.graph, seeds_by_type(schema, seeds))
+                excluded = None if exclude is None else relation_edge_ids(self.graph, schema, exclude[b])
+                input_nodes, output_nodes, blocks = sampler.sample(self.graph, seeds_by_type(schema, seeds),
+                                                                   exclude_eids=excluded)
             rows = global_ids(schema, {name: input_nodes[name] for name in featured})
             x = split_features(schema, input_nodes, self._inputs(rows))
             with self.timer.stage("transfer"):

@@ -97,11 +97,12 @@ def build_model(cfg: ModelConfig, in_dim: int, num_classes: int) -> BlockGNN:
     return BlockGNN(convs, cfg.dropout)
 
 
-def store_model(cfg: ModelConfig, store: Store, num_classes: int) -> nn.Module:
+def store_model(cfg: ModelConfig, store: Store, num_classes: int, every_type: bool = False) -> nn.Module:
     """The built-in model for `store`: a relational GNN over a heterogeneous store's node
-    types and relations (gnnssd.hetero_models), else a BlockGNN."""
+    types and relations (gnnssd.hetero_models; `every_type`: a dict of every type's
+    outputs), else a BlockGNN."""
     if store.schema.is_homogeneous:
         return build_model(cfg, store.feat_dim, num_classes)
     from .hetero_models import build_hetero_model
 
-    return build_hetero_model(cfg, store.schema, store.feat_dim, num_classes)
+    return build_hetero_model(cfg, store.schema, store.feat_dim, num_classes, every_type)

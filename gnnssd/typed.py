@@ -45,6 +45,23 @@ def seeds_by_type(schema: GraphSchema, store_ids: np.ndarray) -> dict[str, torch
             for t in np.unique(types)}
 
 
+def relation_edge_ids(graph: dgl.DGLGraph, schema: GraphSchema, pairs: np.ndarray) -> dict[tuple, torch.Tensor]:
+    """The edge IDs of `graph` (the store's heterograph) joining a pair of `pairs` ((E, 2)
+    global IDs) in either direction, per relation: what the typed sampler excludes
+    (sampler.sampling.exclusion_keys), as DGL's `exclude_eids` takes them."""
+    pairs = np.asarray(pairs, np.int64).reshape(-1, 2)
+    both = np.concatenate([pairs, pairs[:, ::-1]])
+    types, offsets = schema.type_of(both.ravel()).reshape(-1, 2), schema.offsets
+    out = {}
+    for relation in schema.relations:
+        s, d = schema.type_id(relation[0]), schema.type_id(relation[2])
+        mine = both[(types[:, 0] == s) & (types[:, 1] == d)]
+        u, v = torch.from_numpy(mine[:, 0] - offsets[s]), torch.from_numpy(mine[:, 1] - offsets[d])
+        present = graph.has_edges_between(u, v, etype=relation)
+        out[relation] = graph.edge_ids(u[present], v[present], etype=relation)
+    return out
+
+
 def global_ids(schema: GraphSchema, nodes: dict[str, torch.Tensor]) -> np.ndarray:
     """Per-type IDs (a dict by type) as global IDs, types in the schema's order."""
     offsets = schema.offsets

@@ -137,22 +137,38 @@ def _draw_positions(state, d, k, out, o):
 
 
 @nb.njit(parallel=True, cache=True, nogil=True)
-def _sample_hop_typed(indptr, indices, etypes, dst, dst_batch, fanouts, seed, layer):
+def _sample_hop_typed(indptr, indices, etypes, dst, dst_batch, fanouts, seed, layer, dst_local, ex_ptr, ex_keys):
     """Per relation r, up to fanouts[r] in-neighbours of every node in `dst` over the
     edges of relation r (a node's in-edges are grouped by relation: etypes, sorted within
     each node); returns (ptr, sampled node IDs, their relations). Relation r of node v
-    draws from its own stream, so fanouts of other relations do not change its sample."""
+    draws from its own stream, so fanouts of other relations do not change its sample.
+    Excluded edges as in _sample_hop (a pair's key holds no relation: excluded in every one)."""
     n = dst.shape[0]
+    num_nodes = indptr.shape[0] - 1
     num_rel = fanouts.shape[0]
+    excluding = ex_keys.shape[0] > 0
+    none = np.empty(0, indices.dtype)
     runs = np.empty((n, num_rel + 1), np.int64)
+    avail = np.empty((n, num_rel), np.int64)
     take = np.empty((n, num_rel), np.int64)
+    ex_lo = np.zeros(n, np.int64)
+    ex_hi = np.zeros(n, np.int64)
     for i in nb.prange(n):
         v = dst[i]
         a, b = indptr[v], indptr[v + 1]
+        if excluding:
+            lo, hi = ex_ptr[dst_local[i]], ex_ptr[dst_local[i] + 1]
+            base = np.int64(v) * num_nodes
+            ex_lo[i] = lo + np.searchsorted(ex_keys[lo:hi], base)
+            ex_hi[i] = lo + np.searchsorted(ex_keys[lo:hi], base + num_nodes)
         for r in range(num_rel + 1):
             runs[i, r] = a + np.searchsorted(etypes[a:b], r)
         for r in range(num_rel):
             d = runs[i, r + 1] - runs[i, r]
+            if ex_hi[i] > ex_lo[i]:
+                d = _kept_neighbours(indices, runs[i, r], d, ex_keys, ex_lo[i], ex_hi[i],
+                                     np.int64(v) * num_nodes, none)
+            avail[i, r] = d
             f = fanouts[r]
             take[i, r] = d if f < 0 or f >= d else f
     flat = np.empty(n * num_rel + 1, np.int64)
@@ -167,15 +183,20 @@ def _sample_hop_typed(indptr, indices, etypes, dst, dst_batch, fanouts, seed, la
         base = _stream(seed, dst_batch[i], layer, v)
         for r in range(num_rel):
             o = flat[i * num_rel + r]
-            k, start = take[i, r], runs[i, r]
-            d = runs[i, r + 1] - start
+            k, start, d = take[i, r], runs[i, r], avail[i, r]
+            cand = indices
+            if ex_hi[i] > ex_lo[i]:  # sample from the relation's neighbours left after the exclusion
+                cand = np.empty(d, indices.dtype)
+                _kept_neighbours(indices, start, runs[i, r + 1] - start, ex_keys, ex_lo[i], ex_hi[i],
+                                 np.int64(v) * num_nodes, cand)
+                start = 0
             if k < d:
                 _draw_positions(_mix(base ^ np.uint64(r + 1)), d, k, out, o)
             else:
                 for j in range(k):
                     out[o + j] = j
             for j in range(o, o + k):
-                out[j] = indices[start + out[j]]
+                out[j] = cand[start + out[j]]
                 out_rel[j] = r
     ptr = np.empty(n + 1, np.int64)
     for i in range(n + 1):
@@ -379,8 +400,6 @@ class NeighborSampler:
         node_ptr = np.asarray(batch_ptr, dtype=np.int64)
         nbatch = len(node_ptr) - 1
         batch_ids = np.arange(first_batch_id, first_batch_id + nbatch, dtype=np.int64)
-        if exclude is not None and self.etypes is not None:
-            raise ValueError("excluding edges (link prediction) is not supported on a typed graph yet")
         ex_ptr, ex_keys = exclusion_keys(exclude, len(self.indptr) - 1, nbatch)
         hops = []  # output layer first
         for layer in reversed(range(len(self.fanouts))):
@@ -394,7 +413,7 @@ class NeighborSampler:
                 rels = None
             else:
                 eptr, nbrs, rels = _sample_hop_typed(self.indptr, self.indices, self.etypes, nodes, dst_batch,
-                                                     self.fanouts[layer], seed, layer)
+                                                     self.fanouts[layer], seed, layer, dst_local, ex_ptr, ex_keys)
             _check_sources(nbrs, len(self.indptr) - 1)
             new_ptr, new_nodes, esrc, edst = _relabel(nodes, node_ptr, eptr, nbrs)
             hops.append((node_ptr, new_ptr, eptr[node_ptr], esrc, edst, rels))

@@ -5,6 +5,12 @@ by the dataset (OGB's link layouts). Either way the valid and test edges are rem
 from the stored graph in both directions (`held_out_mask`), so neither training nor
 evaluation can see them as neighbours, and every evaluation edge gets the same fixed
 negatives on every run (ogbl-citation2's protocol: the destination corrupted).
+
+On a heterogeneous graph the split is of one relation's edges (`relation_link_split`),
+and a held-out pair {u, v} leaves every relation in both directions: u -> v of the
+relation itself and v -> u of its reverse (rev_NAME, cited_by, written_by: whichever
+relation holds it), so reverses are paired by their node pair, not by relation names,
+as the sampler excludes a training batch's own edges (sampler.sampling.exclusion_keys).
 """
 from __future__ import annotations
 
@@ -13,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import DatasetError
+from .schema import GraphSchema
 
 LINK_SPLITS = ("train", "valid", "test")
 EVAL_SPLITS = ("valid", "test")
@@ -50,17 +57,49 @@ def parse_fractions(text: str) -> tuple[float, float, float]:
     return parts  # type: ignore[return-value]
 
 
+def split_relation(schema: GraphSchema, name: str | None, source: str) -> int:
+    """The index of the relation an edge split of `source` is on: `name`, required when
+    the graph has several relations (a homogeneous graph has one and takes no name)."""
+    names = [r for _, r, _ in schema.relations]
+    if schema.is_homogeneous:
+        if name is not None:
+            raise DatasetError(f"{source}: --edge-split-relation {name!r}: the graph has one node type "
+                               "and one relation; drop --edge-split-relation")
+        return 0
+    if name is None:
+        if len(names) == 1:
+            return 0
+        raise DatasetError(f"{source}: --edge-split on a heterogeneous graph splits one relation; "
+                           f"name it with --edge-split-relation, one of {names}")
+    if name not in names:
+        raise DatasetError(f"{source}: --edge-split-relation {name!r} is not a relation of the graph; "
+                           f"its relations are {names}")
+    return names.index(name)
+
+
 def pair_keys(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> np.ndarray:
     """One int64 key per unordered pair {src, dst}: an edge and its reverse share it."""
     lo, hi = np.minimum(src, dst).astype(np.int64), np.maximum(src, dst).astype(np.int64)
     return lo * num_nodes + hi
 
 
-def random_negatives(dst: np.ndarray, k: int, num_nodes: int, rng: np.random.Generator) -> np.ndarray:
-    """k destinations per edge drawn uniformly from every node but the edge's own
-    destination: a negative never equals its positive."""
-    draw = rng.integers(0, num_nodes - 1, size=(len(dst), k), dtype=np.int64)
+def random_negatives(dst: np.ndarray, k: int, count: int, rng: np.random.Generator,
+                     first: int = 0) -> np.ndarray:
+    """k destinations per edge drawn uniformly from the nodes first..first+count-1 (all
+    nodes, or a node type's range) but the edge's own destination: a negative never
+    equals its positive."""
+    draw = first + rng.integers(0, count - 1, size=(len(dst), k), dtype=np.int64)
     return draw + (draw >= np.asarray(dst, np.int64)[:, None])
+
+
+def _cut(edges: np.ndarray, fractions: tuple[float, float, float],
+         rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """(E, 2) edges permuted and cut into valid, test and train by `fractions`."""
+    edges = edges[rng.permutation(len(edges))]
+    n_valid = int(round(fractions[1] * len(edges)))
+    n_test = int(round(fractions[2] * len(edges)))
+    return {"valid": edges[:n_valid], "test": edges[n_valid:n_valid + n_test],
+            "train": edges[n_valid + n_test:]}
 
 
 def random_link_split(src: np.ndarray, dst: np.ndarray, num_nodes: int,
@@ -72,19 +111,38 @@ def random_link_split(src: np.ndarray, dst: np.ndarray, num_nodes: int,
     if len(pairs) < 3:
         raise DatasetError(f"--edge-split: the graph has {len(pairs)} distinct edges; need at least 3")
     rng = np.random.default_rng(seed)
-    pairs = rng.permutation(pairs)
-    n_valid = int(round(fractions[1] * len(pairs)))
-    n_test = int(round(fractions[2] * len(pairs)))
-    parts = {"valid": pairs[:n_valid], "test": pairs[n_valid:n_valid + n_test],
-             "train": pairs[n_valid + n_test:]}
-    edges = {name: np.stack([p // num_nodes, p % num_nodes], axis=1) for name, p in parts.items()}
+    edges = _cut(np.stack([pairs // num_nodes, pairs % num_nodes], axis=1), fractions, rng)
     negatives = {name: random_negatives(edges[name][:, 1], eval_negatives, num_nodes, rng)
                  for name in EVAL_SPLITS}
     return LinkSplit(edges, negatives)
 
 
+def relation_link_split(src: np.ndarray, dst: np.ndarray, num_nodes: int, dst_nodes: tuple[int, int],
+                        fractions: tuple[float, float, float], seed: int, eval_negatives: int,
+                        relation: str) -> LinkSplit:
+    """Split one relation's edges (global IDs) at random: its distinct node pairs
+    (self-loops left out; a pair listed both ways counts once), each edge in the direction
+    the relation has it, with negatives drawn from the destination type's nodes
+    `dst_nodes` (first, count)."""
+    keys = pair_keys(src, dst, num_nodes)
+    _, first = np.unique(np.where(src != dst, keys, -1), return_index=True)
+    first = first[src[first] != dst[first]]
+    if len(first) < 3:
+        raise DatasetError(f"--edge-split: relation {relation!r} has {len(first)} distinct edges; "
+                           "need at least 3")
+    if dst_nodes[1] < 2:
+        raise DatasetError(f"--edge-split: relation {relation!r} ends at a node type of {dst_nodes[1]} "
+                           "node(s); negatives need at least 2")
+    rng = np.random.default_rng(seed)
+    edges = _cut(np.stack([src[first], dst[first]], axis=1).astype(np.int64), fractions, rng)
+    negatives = {name: random_negatives(edges[name][:, 1], eval_negatives, dst_nodes[1], rng, dst_nodes[0])
+                 for name in EVAL_SPLITS}
+    return LinkSplit(edges, negatives)
+
+
 def held_out_mask(src: np.ndarray, dst: np.ndarray, num_nodes: int, split: LinkSplit) -> np.ndarray:
-    """True for the graph edges that are valid or test edges, in either direction."""
+    """True for the graph edges that are valid or test edges, in either direction (on a
+    typed graph: in any relation)."""
     held = np.concatenate([pair_keys(split.edges[s][:, 0], split.edges[s][:, 1], num_nodes)
                            for s in EVAL_SPLITS])
     return np.isin(pair_keys(src, dst, num_nodes), held)

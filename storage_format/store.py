@@ -185,6 +185,7 @@ class Store:
         """The link split's arrays have the manifest's edge counts and negatives per edge,
         and hold node IDs 0..num_nodes-1."""
         link, n = self.manifest["link"], self.num_nodes
+        self.link_relation  # a heterogeneous store's names one of its relations
         for split in ("train", "valid", "test"):
             shapes = {f"link_{split}.npy": (link["edges"][split], 2)}
             if split != "train":
@@ -266,29 +267,50 @@ class Store:
         """Test nodes, the dataset's original IDs (in store order)."""
         return self.original_ids(self.test_store_ids)
 
-    def original_ids(self, store_ids: np.ndarray) -> np.ndarray:
+    def original_ids(self, store_ids: np.ndarray, node_type: str | None = None) -> np.ndarray:
         """The dataset's IDs of store rows `store_ids` (perm[store_id]); on a heterogeneous
-        store the splits' IDs within the target type (as DGL numbers a heterograph's nodes)."""
+        store IDs within their node type (default the target type, the splits'), as DGL
+        numbers a heterograph's nodes."""
         ids = np.asarray(self.perm)[np.asarray(store_ids, dtype=np.int64)]
         if self.schema.is_homogeneous:
             return ids
-        return ids - self.schema.offsets[self.schema.type_id(self.schema.target)]
+        return ids - self.schema.offsets[self.schema.type_id(node_type or self.schema.target)]
 
     @property
     def has_link_split(self) -> bool:
         return "link" in self.manifest
 
+    @property
+    def link_relation(self) -> tuple[str, str, str] | None:
+        """The relation (source type, name, destination type) a heterogeneous store's link
+        split is on; None on a homogeneous store."""
+        if self.schema.is_homogeneous:
+            return None
+        relation = tuple(self.manifest["link"].get("relation", ()))
+        if relation not in self.schema.relations:
+            raise self._manifest_error(f"link.relation {list(relation)} is not one of the schema's "
+                                       f"relations {[list(r) for r in self.schema.relations]}")
+        return relation  # type: ignore[return-value]
+
     def link_edges(self, split: str) -> np.ndarray:
-        """(E, 2) int64 (source, destination) original IDs of a link split: 'train' edges
-        are in the graph; 'valid' and 'test' edges are held out of it in both directions."""
-        return self.original_ids(self._link_array(split, ""))
+        """(E, 2) int64 (source, destination) original IDs of a link split (on a
+        heterogeneous store: of `link_relation`, each end within its node type): 'train'
+        edges are in the graph; 'valid' and 'test' edges are held out of it in both
+        directions (in every relation)."""
+        edges = self._link_array(split, "")
+        if self.link_relation is None:
+            return self.original_ids(edges)
+        src_type, _, dst_type = self.link_relation
+        return np.stack([self.original_ids(edges[:, 0], src_type),
+                         self.original_ids(edges[:, 1], dst_type)], axis=1)
 
     def link_negatives(self, split: str) -> np.ndarray:
-        """(E, K) int64 fixed negative destinations (original IDs) of each 'valid' or
-        'test' edge."""
+        """(E, K) int64 fixed negative destinations (original IDs; on a heterogeneous
+        store within the destination type) of each 'valid' or 'test' edge."""
         if split not in ("valid", "test"):
             raise ValueError(f"link negatives of split {split!r}: expected 'valid' or 'test'")
-        return self.original_ids(self._link_array(split, "_neg"))
+        relation = self.link_relation
+        return self.original_ids(self._link_array(split, "_neg"), relation and relation[2])
 
     def _link_array(self, split: str, suffix: str) -> np.ndarray:
         if not self.has_link_split:
@@ -455,7 +477,8 @@ class Store:
             f"test {len(self.test_idx):,}",
             f"node order   {m['order']}",
             *([f"link split   " + " / ".join(f"{k} {m['link']['edges'][k]:,}" for k in ("train", "valid", "test"))
-               + f" edges, {m['link']['eval_negatives']} negatives per eval edge"]
+               + f" edges" + (f" of {'-'.join(self.link_relation)}" if self.link_relation else "")
+               + f", {m['link']['eval_negatives']} negatives per eval edge"]
               if self.has_link_split else []),
             f"created      {m.get('created', '?')} by gnnssd {m.get('gnnssd_version', '?')}",
         ]

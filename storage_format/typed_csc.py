@@ -17,6 +17,7 @@ import numpy as np
 
 from .csc import csc_from_edges, index_dtype
 from .errors import DatasetError
+from .link_split import LinkSplit, held_out_mask
 from .schema import GraphSchema
 from .source import TypedSource
 
@@ -37,10 +38,9 @@ def _interleave(indptrs, cat, starts, out_indptr, out_indices, out_etypes):
                 o += 1
 
 
-def _relation_edges(source: TypedSource, schema: GraphSchema, r: int,
-                    relabel: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+def checked_relation_edges(source: TypedSource, schema: GraphSchema, r: int) -> tuple[np.ndarray, np.ndarray]:
     """Relation r's (src, dst), checked: integer 1-D arrays of equal length whose ends
-    are nodes of the relation's source and destination types; each end v as relabel[v]."""
+    are nodes of the relation's source and destination types (in the index dtype)."""
     offsets = schema.offsets
     src_type, name, dst_type = schema.relations[r]
     src, dst = (np.asarray(a) for a in source.load_relation_edges(r))
@@ -57,8 +57,6 @@ def _relation_edges(source: TypedSource, schema: GraphSchema, r: int,
         if bad.size:
             raise DatasetError(f"{source.name}: relation {name!r} edge {bad[0]} has {side} "
                                f"{ends[bad[0]]}, not a {ntype!r} node ({lo}..{hi - 1})")
-    if relabel is not None:
-        return relabel[src], relabel[dst]
     dtype = index_dtype(schema.num_nodes)
     return src.astype(dtype, copy=False), dst.astype(dtype, copy=False)
 
@@ -71,14 +69,24 @@ def _check_fits(source: TypedSource, needed: int, memory_limit: int, what: str) 
                            "is not sorted out of core yet)")
 
 
+def _kept(edges: tuple[np.ndarray, np.ndarray], n: int, link: LinkSplit | None) -> tuple[np.ndarray, np.ndarray]:
+    """The edges minus the link split's held-out pairs (either direction), if any."""
+    if link is None:
+        return edges
+    kept = ~held_out_mask(*edges, n, link)
+    return edges[0][kept], edges[1][kept]
+
+
 def typed_csc(source: TypedSource, notify: Notify, memory_limit: int | None = None,
-              relabel: list[np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+              relabel: list[np.ndarray] | None = None,
+              link: LinkSplit | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(indptr, indices, etypes) of the source's graph in its own node IDs, or with
     `relabel` ([store_id], store_id[v] of every source ID v, in the index dtype) in
     those; repeated edges of one relation are kept once, the same pair in two relations
-    once per relation. Built in memory: refused (before the step that would pass it)
-    when it needs more than `memory_limit` bytes. The relabelling is taken out of its
-    list once the relations are read, so it is gone before the interleave's peak."""
+    once per relation; the valid and test pairs of `link` (source IDs) are left out of
+    every relation, both directions. Built in memory: refused (before the step that would
+    pass it) when it needs more than `memory_limit` bytes. The relabelling is taken out of
+    its list once the relations are read, so it is gone before the interleave's peak."""
     schema = source.schema
     n = schema.num_nodes
     limit = memory_limit or np.iinfo(np.int64).max
@@ -88,7 +96,11 @@ def typed_csc(source: TypedSource, notify: Notify, memory_limit: int | None = No
     indptrs = np.zeros((len(schema.relations), n + 1), np.int64)
     parts = []
     for r in range(len(schema.relations)):
-        indptr, indices = csc_from_edges(*_relation_edges(source, schema, r, store_id), n)
+        src, dst = _kept(checked_relation_edges(source, schema, r), n, link)
+        if store_id is not None:
+            src, dst = store_id[src], store_id[dst]
+        indptr, indices = csc_from_edges(src, dst, n)
+        del src, dst
         indptrs[r] = indptr
         parts.append(indices)
         notify("relations", r + 1, len(schema.relations))

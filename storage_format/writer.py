@@ -29,7 +29,8 @@ from .atomic import ChecksummedWriter, atomic_write_json, crc32_of_file, fsync_d
 from .csc import csc_from_edges, index_dtype, renumber_csc_to_file
 from .csc_external import BUCKET_IDS_PER_EDGE, external_csc
 from .errors import DatasetError, StoreError
-from .link_split import LinkSplit, checked_link_split, held_out_mask, random_link_split
+from .link_split import (LinkSplit, checked_link_split, held_out_mask, random_link_split,
+                         relation_link_split, split_relation)
 from .manifest import (ARRAY_FILES, ETYPES, FEATURE_DTYPES, FEATURES, FORMAT_NAME, FORMAT_VERSION,
                        MANIFEST, PAGE, PAGE_CHECKSUMS, ROW_SCALES, is_store_manifest, manifest_checksum)
 from .order import NodeOrder, order_name, resolve_order
@@ -39,7 +40,7 @@ from .quantize import quantize_rows
 from .reorder import reordered_features
 from .schema import GraphSchema
 from .source import DatasetSource, edge_chunks, edge_count, schema_of
-from .typed_csc import typed_csc
+from .typed_csc import checked_relation_edges, typed_csc
 
 log = logging.getLogger(__name__)
 
@@ -67,13 +68,15 @@ def write_store(out: str | Path, source: DatasetSource, order: str | NodeOrder =
                 dtype: str = "float32", progress: Callable[[str, int, int], None] | None = None,
                 memory_limit: int | None = None,
                 edge_split: tuple[float, float, float] | None = None, split_seed: int = 0,
-                eval_negatives: int = 1000) -> Path:
+                eval_negatives: int = 1000, edge_split_relation: str | None = None) -> Path:
     """Preprocess `source` into the store directory `out`; returns its path. `order`:
     "original", or a NodeOrder from the planner (`gnnssd.sampler.node_order`).
 
     With `edge_split` (train, valid, test fractions), or a source that has a link split
     of its own (`load_link_split`), the valid and test edges are held out of the stored
-    graph and stored with `eval_negatives` fixed negatives each (see link_split).
+    graph and stored with `eval_negatives` fixed negatives each (see link_split); on a
+    heterogeneous graph the split is of the relation `edge_split_relation` (required
+    when there are several).
 
     `out` must be new, an empty directory or an existing store (replaced atomically) and
     must not overlap the input; one preprocess at a time holds it (a lock file beside it).
@@ -86,7 +89,13 @@ def write_store(out: str | Path, source: DatasetSource, order: str | NodeOrder =
     if source.feat_dim < 1:
         raise DatasetError(f"{source.name}: feature dim {source.feat_dim}; every node needs at "
                            "least one feature")
-    _check_typed_options(source, edge_split)
+    _check_typed_options(source)
+    if edge_split is None and edge_split_relation is not None:
+        raise DatasetError(f"--edge-split-relation {edge_split_relation!r} without --edge-split: "
+                           "name the fractions too, e.g. --edge-split 0.85,0.05,0.10")
+    schema = schema_of(source)
+    # refuses a missing or unknown relation name before anything is written
+    relation = None if edge_split is None else split_relation(schema, edge_split_relation, source.name)
     inputs = [Path(p).resolve() for p in getattr(source, "input_paths", list)()]
     _check_no_overlap(out, inputs)
     with _destination_lock(out):
@@ -97,6 +106,8 @@ def write_store(out: str | Path, source: DatasetSource, order: str | NodeOrder =
         if edge_split is not None:
             params["edge_split"] = {"fractions": list(edge_split), "seed": split_seed,
                                     "eval_negatives": eval_negatives}
+            if not schema.is_homogeneous:
+                params["edge_split"]["relation"] = schema.relations[relation][1]
         topology: dict[str, int] = {}
         limit = memory_limit or default_memory_limit()
         _check_free_space(out, _partial_dir(out), _space_needed(source, dtype, order_name(order), None, limit))
@@ -116,13 +127,13 @@ def write_store(out: str | Path, source: DatasetSource, order: str | NodeOrder =
     return out
 
 
-def _check_typed_options(source: DatasetSource, edge_split: tuple[float, float, float] | None) -> None:
-    """What a heterogeneous store cannot have yet: a link split."""
+def _check_typed_options(source: DatasetSource) -> None:
+    """What a heterogeneous store cannot have yet: a dataset's own link split."""
     if schema_of(source).is_homogeneous:
         return
-    if edge_split is not None or hasattr(source, "load_link_split"):
-        raise DatasetError(f"{source.name}: link splits of heterogeneous graphs are not "
-                           "supported yet; drop --edge-split")
+    if hasattr(source, "load_link_split"):
+        raise DatasetError(f"{source.name}: a heterogeneous dataset's own link split is not "
+                           "supported yet; split one relation with --edge-split")
 
 
 def _write_partial(partial: Path, source: DatasetSource, order: str | NodeOrder, dtype: str,
@@ -197,6 +208,8 @@ def _write_partial(partial: Path, source: DatasetSource, order: str | NodeOrder,
         manifest["schema"] = schema.to_manifest()
     if link is not None:
         manifest["link"] = {"split": params.get("edge_split", "dataset"),
+                            **({} if schema.is_homogeneous else
+                               {"relation": list(schema.relations[_relation_index(schema, params["edge_split"])])}),
                             "edges": {k: len(v) for k, v in link.edges.items()},
                             "eval_negatives": int(link.negatives["test"].shape[1])}
     manifest["checksum"] = manifest_checksum(manifest)
@@ -278,7 +291,7 @@ def _store_topology(partial: Path, source: DatasetSource, order: str | NodeOrder
         else:
             del indptr, indices, perm  # the typed topology is rebuilt from the edges, in memory
             with _step(steps, "renumber"):
-                _renumber_typed(partial, source, limit, notify)
+                _renumber_typed(partial, source, link, limit, notify)
     perm = np.arange(source.num_nodes, dtype=np.int64) if name == "original" else np.load(partial / ORDER_PERM)
     return (name, perm, _inverse(perm), np.load(partial / STORE_INDPTR),
             np.load(partial / "indices.npy", mmap_mode="r"))
@@ -295,7 +308,7 @@ def _resumable_csc(partial: Path, source: DatasetSource, link: LinkSplit | None,
     """The CSC in the source's node order (indices mapped from the partial folder)."""
     if not state_of(partial, "csc")["done"]:
         if not schema_of(source).is_homogeneous:
-            indptr, indices, etypes = typed_csc(source, notify, limit)
+            indptr, indices, etypes = typed_csc(source, notify, limit, link=link)
             _save_array(partial / f"{ETYPES}.npy", etypes)
             del etypes
         elif link is None:
@@ -341,17 +354,18 @@ def _renumber(partial: Path, order: str, indptr: np.ndarray, indices: np.ndarray
     (partial / CSC_INDICES).unlink()
 
 
-def _renumber_typed(partial: Path, source: DatasetSource, limit: int,
+def _renumber_typed(partial: Path, source: DatasetSource, link: LinkSplit | None, limit: int,
                     notify: Callable[[str, int, int], None]) -> None:
     """The typed topology in store order: built again from the source's edges with each
-    end relabelled (its relation runs and their source order hold in the new IDs), as
+    end relabelled (its relation runs and their source order hold in the new IDs; the link
+    split's held-out pairs left out as in the source-order build), as
     indices.npy and etypes.npy (the source-order ones replaced) of the partial folder.
     Peak memory: the source-order build's, the relabelling being dropped before the
     interleave (typed_csc)."""
     dtype = index_dtype(schema_of(source).num_nodes)
     # no name here holds the relabelling: typed_csc takes it out of the list and drops it
     indptr, indices, etypes = typed_csc(source, notify, limit,
-                                        relabel=[_inverse(np.load(partial / ORDER_PERM)).astype(dtype)])
+                                        relabel=[_inverse(np.load(partial / ORDER_PERM)).astype(dtype)], link=link)
     for path, array in ((partial / "indices.npy", indices), (partial / f"{ETYPES}.npy", etypes),
                         (partial / STORE_INDPTR, indptr)):
         _save_array(path, array)
@@ -673,9 +687,21 @@ def _link_split(source: DatasetSource, edge_split: tuple[float, float, float] | 
     if request["eval_negatives"] < 1:
         raise DatasetError(f"--eval-negatives {request['eval_negatives']}: expected a positive "
                            "integer")
+    schema = schema_of(source)
+    if not schema.is_homogeneous:
+        r = _relation_index(schema, request)
+        t = schema.type_id(schema.relations[r][2])
+        dst_nodes = (int(schema.offsets[t]), schema.node_types[t].count)
+        return relation_link_split(*checked_relation_edges(source, schema, r), source.num_nodes, dst_nodes,
+                                   edge_split, request["seed"], request["eval_negatives"], schema.relations[r][1])
     src, dst = _checked_edges(source, *source.load_edges(), first=0)
     return random_link_split(src, dst, source.num_nodes, edge_split, request["seed"],
                              request["eval_negatives"])
+
+
+def _relation_index(schema: GraphSchema, edge_split: dict[str, Any]) -> int:
+    """The relation a typed store's edge split is on (named in the split's parameters)."""
+    return [r for _, r, _ in schema.relations].index(edge_split["relation"])
 
 
 def _csc_without_held_out(source: DatasetSource, link: LinkSplit) -> tuple[np.ndarray, np.ndarray]:

@@ -10,6 +10,9 @@ import shutil
 import numpy as np
 import pytest
 
+from gnnssd.cli import main
+from gnnssd.config import ConfigError, config_from_dict
+from gnnssd.link import LinkTrainer
 from gnnssd.sampler import node_order
 from gnnssd.storage_format import DatasetError, Store, StoreError, write_store
 from gnnssd.storage_format.manifest import MANIFEST, manifest_checksum
@@ -45,9 +48,47 @@ def test_split_outside_the_target_type_is_refused(tmp_path):
         write_store(tmp_path / "out", source)
 
 
-def test_link_split_is_refused_for_a_typed_graph(tmp_path):
-    with pytest.raises(DatasetError, match="link splits of heterogeneous graphs"):
-        write_store(tmp_path / "out", ToyHeteroSource(), edge_split=(0.8, 0.1, 0.1))
+NAMES = r"\['cites', 'writes', 'written_by', 'affiliated_with', 'employs'\]"
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"edge_split": (0.8, 0.1, 0.1)},
+     r"toy-hetero: --edge-split on a heterogeneous graph splits one relation; name it with "
+     r"--edge-split-relation, one of " + NAMES),
+    ({"edge_split": (0.8, 0.1, 0.1), "edge_split_relation": "reviews"},
+     r"toy-hetero: --edge-split-relation 'reviews' is not a relation of the graph; its relations are " + NAMES),
+    ({"edge_split_relation": "cites"}, r"--edge-split-relation 'cites' without --edge-split"),
+])
+def test_a_typed_edge_split_must_name_a_relation_of_the_graph(tmp_path, options, message):
+    with pytest.raises(DatasetError, match=message):
+        write_store(tmp_path / "out", ToyHeteroSource(), **options)
+    assert not any(tmp_path.iterdir())  # refused before anything (lock, partial folder) is made
+
+
+def test_cli_edge_split_without_a_relation_is_refused_naming_them(tmp_path, capsys):
+    base = ["preprocess", "hetero-synthetic", "--papers", "200", "--out", str(tmp_path / "s"), "--edge-split",
+            "0.8,0.1,0.1"]
+    assert main(base) == 2
+    assert "name it with --edge-split-relation, one of ['cites', 'writes', 'affiliated_with', 'cited_by'" \
+        in capsys.readouterr().err
+    assert main(base + ["--edge-split-relation", "reviews"]) == 2
+    assert "--edge-split-relation 'reviews' is not a relation of the graph" in capsys.readouterr().err
+    assert main(["preprocess", "synthetic", "--preset", "tiny", "--out", str(tmp_path / "h"), "--edge-split",
+                 "0.8,0.1,0.1", "--edge-split-relation", "cites"]) == 2
+    assert "the graph has one node type and one relation; drop --edge-split-relation" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_link_relation_edited_out_of_the_schema_is_refused_at_open(tmp_path):
+    store = write_store(tmp_path / "store", ToyHeteroSource(), edge_split=(0.8, 0.1, 0.1),
+                        edge_split_relation="writes", eval_negatives=5)
+    manifest = json.loads((store / MANIFEST).read_text())
+    manifest["link"]["relation"] = ["paper", "writes", "author"]
+    manifest["checksum"] = manifest_checksum(manifest)
+    (store / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(StoreError, match=r"link.relation \['paper', 'writes', 'author'\] is not one of the "
+                                         r"schema's relations"):
+        Store.open(store)
 
 
 def test_a_node_order_moving_a_node_into_another_types_range_is_refused_by_verify(tmp_path):
@@ -176,3 +217,13 @@ def test_a_typed_model_whose_layer_returns_one_tensor_is_named(typed_store):
     with pytest.raises(TypeError, match=r"model.layer\(0, block, h\) returned Tensor; expected a dict "
                                         "of rows by node type"):
         list(layerwise_inference(OneTensor(), Store.open(typed_store), "memory"))
+
+
+def test_a_typed_link_task_with_a_target_only_model_is_refused(tmp_path):
+    store = write_store(tmp_path / "store", ToyHeteroSource(), edge_split=(0.8, 0.1, 0.1),
+                        edge_split_relation="writes", eval_negatives=5)
+    config = config_from_dict({"store": str(store), "run_dir": str(tmp_path / "run"), "task": "link",
+                               "model": {"name": "mlp"}, "link": {"eval_negatives": 5}})
+    with pytest.raises(ConfigError, match="mlp embeds the target type only; a link task on a heterogeneous "
+                                          "store needs rgcn or rgat"):
+        LinkTrainer(config)
