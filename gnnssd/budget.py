@@ -13,17 +13,20 @@ Policy (in this order, because each part can give way less than the next):
 
 A budget that cannot hold 1 and 2 is refused with a ValueError that names the largest
 mega-batch buffer that would fit and the smallest budget that would hold this one.
-The caller decides `buffer_rows` (the ssd loader: enough for the largest sampled
-mini-batch with a margin, or its share of the budget); the planner then cuts mega-batches
-so that none needs more buffer rows than that. Nothing here re-plans or re-splits.
+The caller decides `buffer_rows`: the ssd loader by `ssd_split` (enough for the largest
+sampled mini-batch with a margin, or its share of the budget); the planner then cuts
+mega-batches so that none needs more buffer rows than that. Nothing here re-plans or
+re-splits.
 """
 from __future__ import annotations
 
+import logging
 import os
 import re
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
+from typing import Callable
 
 UNITS = {"": 1, "b": 1,
          "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
@@ -31,6 +34,8 @@ UNITS = {"": 1, "b": 1,
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)\s*$", re.IGNORECASE)
 ACCEPTED = "a non-negative integer of bytes or a number with a unit: B, KiB, MiB, GiB, TiB " \
            "(powers of 1024) or KB, MB, GB, TB (powers of 1000), e.g. '1.25GiB' or '512MiB'"
+log = logging.getLogger("gnnssd.ssd")
+
 DEFAULT_QUEUE_BYTES = 64 << 20
 AUTO = "auto"  # ssd.block_budget chosen by auto_block_budget
 AUTO_MIN_RATIO = 2  # features at most this many times the memory budget: no blocks
@@ -119,6 +124,39 @@ class MemoryBudget:
                 f"({self.hot_rows:,} rows{shrunk}), {self.buffers} mega-batch buffers x "
                 f"{format_bytes(self.buffer_rows * self.row_bytes)} ({self.buffer_rows:,} rows), "
                 f"queues {format_bytes(self.queue_bytes)}, spare {format_bytes(self.spare_bytes)}")
+
+
+#: Buffer rows per sampled mini-batch's cold rows: mini-batches vary.
+MINIBATCH_MARGIN = 1.5
+#: Smaller buffers would stream a mini-batch in too many pieces.
+MIN_BUFFER_BYTES = 1 << 20
+
+
+def ssd_split(total: int, row_bytes: int, queue_bytes: int, hot_fraction: float, num_rows: int, buffers: int,
+              cold_rows_per_minibatch: Callable[[int], int]) -> MemoryBudget:
+    """The ssd loader's split of `total` bytes beside `queue_bytes` of queues and staging:
+    `buffers` buffers of cold rows (hot rows are gathered from the hot cache) take
+    (1 - hot_fraction) of what is left, or more when a sampled mini-batch's cold rows
+    (`cold_rows_per_minibatch(hot_count)` with the `hot_count` hottest rows cached, times
+    MINIBATCH_MARGIN) need more and fit; the hot cache the rest, up to `num_rows`. A
+    mini-batch larger than a buffer is streamed in pieces (the planner), so the least that
+    works is `buffers` buffers of MIN_BUFFER_BYTES: a smaller budget is a ValueError naming
+    the least one."""
+    usable = max(total - queue_bytes, 0)
+    least_rows = max(1, MIN_BUFFER_BYTES // row_bytes)
+    if buffers * least_rows * row_bytes > usable:
+        least = buffers * least_rows * row_bytes + queue_bytes
+        raise ValueError(f"{format_bytes(total)} is too small: {format_bytes(queue_bytes)} of queues and "
+                         f"staging plus {buffers} buffers of at least {least_rows:,} rows of {row_bytes} B "
+                         f"need at least {format_bytes(least)} ({least} bytes); raise memory_budget")
+    share = max(int(usable * (1 - hot_fraction)) // (buffers * row_bytes), least_rows)
+    needed = int(MINIBATCH_MARGIN * cold_rows_per_minibatch(min(num_rows, usable // row_bytes - buffers * share)))
+    buffer_rows = needed if share < needed <= usable // (buffers * row_bytes) else share
+    if buffer_rows < needed:
+        log.info("a buffer holds %s rows, fewer than a mini-batch's ~%s cold rows: larger "
+                 "mini-batches are read in pieces", f"{buffer_rows:,}", f"{needed:,}")
+    return MemoryBudget.split(total, row_bytes, hot_rows=min(num_rows, usable // row_bytes),
+                              buffer_rows=buffer_rows, buffers=buffers, queue_bytes=queue_bytes)
 
 
 def auto_block_budget(feature_bytes: int, memory_budget: int, disk: os.statvfs_result) -> int:

@@ -27,7 +27,7 @@ from gnnssd.sampler import HotRows, MFGs, MegaBatchPlan, NeighborSampler, PlanCo
 from gnnssd.sampler.readplan import pages_plan
 from gnnssd.storage_format import Store
 
-from .budget import MemoryBudget, disk_share, format_bytes, parse_bytes, resolve_block_budget
+from .budget import disk_share, format_bytes, parse_bytes, resolve_block_budget, ssd_split
 from .config import ConfigError, SamplerConfig, SSDConfig
 from .memory_loader import IOCounters, Labels, MiniBatch
 from .pipeline import (DirectIO, FeatureFile, HotCache, HotRanking, MegaBatchBuffers, PlanWorker, delete,
@@ -42,8 +42,6 @@ log = logging.getLogger("gnnssd.ssd")
 
 MIN_STAGING, MAX_STAGING = 4 << 20, 32 << 20
 PLANS_IN_FLIGHT_BYTES = 8 << 20  # plans and gathered batches queued between the stages
-MINIBATCH_MARGIN = 1.5  # buffer rows per sampled mini-batch's cold rows: batches vary
-MIN_BUFFER_BYTES = 1 << 20  # smaller buffers would stream a mini-batch in too many pieces
 
 
 def staging_bytes(budget: int) -> int:
@@ -90,32 +88,12 @@ class SSDLoader:
             # stubs of two windows (their read rows: 8 bytes per row of a window's blocks)
             queue_bytes += (self.staging_bytes + self.writer_bytes
                             + 2 * (self.block_budget // 2 // row_bytes) * 8)
-        usable = max(total - queue_bytes, 0)
-        # Buffers hold cold rows only (hot rows are gathered from the hot cache). The BUFFERS
-        # take (1 - hot_fraction) of what is left, or more when the sampled mini-batches' cold
-        # rows (with a margin) need more and fit; a mini-batch larger than a buffer is streamed
-        # in pieces (Planner), so the least that works is BUFFERS buffers of MIN_BUFFER_BYTES.
-        least_rows = max(1, MIN_BUFFER_BYTES // row_bytes)
-        if BUFFERS * least_rows * row_bytes > usable:
-            least = BUFFERS * least_rows * row_bytes + queue_bytes
-            raise ConfigError(
-                f"ssd.memory_budget: {format_bytes(total)} is too small: {format_bytes(queue_bytes)} of "
-                f"queues and staging plus {BUFFERS} buffers of at least {least_rows:,} rows of {row_bytes} B "
-                f"need at least {format_bytes(least)} ({least} bytes); raise memory_budget")
-        share = max(int(usable * (1 - ssd.hot_fraction)) // (BUFFERS * row_bytes), least_rows)
         ranking = HotRanking(store, layer_fanouts(store.schema, sampling.fanouts))
-        hot_guess = ranking.top(min(store.num_nodes, usable // row_bytes - BUFFERS * share))
-        needed = int(MINIBATCH_MARGIN * self._cold_rows_per_minibatch(hot_guess))
-        buffer_rows = needed if share < needed <= usable // (BUFFERS * row_bytes) else share
         try:
-            self.budget = MemoryBudget.split(total, row_bytes, hot_rows=min(store.num_nodes, usable // row_bytes),
-                                             buffer_rows=buffer_rows, buffers=BUFFERS,
-                                             queue_bytes=queue_bytes)
+            self.budget = ssd_split(total, row_bytes, queue_bytes, ssd.hot_fraction, store.feature_rows, BUFFERS,
+                                    lambda count: self._cold_rows_per_minibatch(ranking.top(count)))
         except ValueError as exc:
             raise ConfigError(f"ssd.memory_budget: {exc}") from None
-        if buffer_rows < needed:
-            log.info("a buffer holds %s rows, fewer than a mini-batch's ~%s cold rows: larger "
-                     "mini-batches are read in pieces", f"{buffer_rows:,}", f"{needed:,}")
         log.info(self.budget.describe())
         self.direct_io = DirectIO(queue_depth=ssd.queue_depth, backend=ssd.io_backend,
                                   checksums={store.features_path: store.page_checksums()}

@@ -5,7 +5,8 @@ import os
 
 import pytest
 
-from gnnssd.budget import MemoryBudget, auto_block_budget, format_bytes, parse_bytes, resolve_block_budget
+from gnnssd.budget import (MIN_BUFFER_BYTES, MINIBATCH_MARGIN, MemoryBudget, auto_block_budget, format_bytes,
+                           parse_bytes, resolve_block_budget, ssd_split)
 
 MiB, GiB = 1 << 20, 1 << 30
 
@@ -96,3 +97,43 @@ def test_resolve_block_budget_says_what_it_chose(tmp_path) -> None:
     assert resolve_block_budget("1GiB", 10 * GiB, 64 * MiB, tmp_path)[0] == GiB
     size, why = resolve_block_budget("auto", 60 * MiB, 64 * MiB, tmp_path / "not" / "yet")
     assert size == 0 and why.startswith("ssd.block_budget auto: 0 B") and str(tmp_path) in why
+
+
+# --- the ssd loader's split: a pure function of sizes and a mini-batch's cold rows ---------
+
+MiB = 1 << 20
+
+
+def test_ssd_split_gives_the_buffers_their_share_and_the_hot_cache_the_rest() -> None:
+    """A small mini-batch: the buffers take (1 - hot_fraction) of what the queues leave, the
+    hot cache what remains; the function of cold rows is asked with the hot count that
+    leaves the buffers their share."""
+    asked = []
+    budget = ssd_split(100 * MiB, 1024, 10 * MiB, 0.5, 10**6, 2, lambda hot: asked.append(hot) or 100)
+    share = int(90 * MiB * 0.5) // (2 * 1024)
+    assert budget.buffer_rows == share and budget.buffers == 2
+    assert asked == [90 * MiB // 1024 - 2 * share]
+    assert budget.hot_rows == (100 * MiB - 10 * MiB - 2 * share * 1024) // 1024
+    assert budget.spare_bytes == 0
+
+
+def test_ssd_split_grows_the_buffers_for_a_large_minibatch_that_fits() -> None:
+    needed = 20_000  # cold rows: 1.5x of it is above the share (23,040) and fits (46,080 a buffer)
+    budget = ssd_split(100 * MiB, 1024, 10 * MiB, 0.5, 10**6, 2, lambda hot: needed)
+    assert budget.buffer_rows == int(MINIBATCH_MARGIN * needed)
+    # one that would not fit keeps the share: the planner streams it in pieces
+    budget = ssd_split(100 * MiB, 1024, 10 * MiB, 0.5, 10**6, 2, lambda hot: 10**6)
+    assert budget.buffer_rows == int(90 * MiB * 0.5) // (2 * 1024)
+
+
+def test_ssd_split_hot_cache_wants_no_more_rows_than_the_file_has() -> None:
+    budget = ssd_split(100 * MiB, 1024, 10 * MiB, 0.5, 1000, 2, lambda hot: 10)
+    assert budget.hot_rows == budget.hot_rows_wanted == 1000 and budget.spare_bytes > 0
+
+
+def test_ssd_split_refuses_a_budget_below_two_least_buffers_naming_the_least() -> None:
+    least = 2 * MIN_BUFFER_BYTES + 10 * MiB
+    with pytest.raises(ValueError, match=rf"11 MiB is too small: 10 MiB of queues and staging plus 2 buffers "
+                                         rf"of at least 1,024 rows of 1024 B need at least 12 MiB \({least} bytes\)"):
+        ssd_split(11 * MiB, 1024, 10 * MiB, 0.5, 10**6, 2, lambda hot: 10)
+    assert ssd_split(least, 1024, 10 * MiB, 0.5, 10**6, 2, lambda hot: 10).buffer_rows == MIN_BUFFER_BYTES // 1024
