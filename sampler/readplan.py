@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -59,23 +60,34 @@ class CostModel:
         return cls(**json.loads(Path(path).read_text())["model"])
 
 
+class Strategy(str, Enum):
+    """Where a mega-batch's read rows come from: extents of features.bin, or the compact
+    block file its rows were repacked into."""
+
+    PAGES = "pages"
+    BLOCK = "block"
+
+
 @dataclass
 class ReadPlan:
     """How one mega-batch's read rows come from disk."""
 
-    strategy: str  # "pages": extents of features.bin; "block": its compact block file
+    strategy: Strategy  # a Strategy's value is accepted too (a plan loaded from disk)
     offsets: np.ndarray  # int64 request offsets in the file read
     lengths: np.ndarray  # int64 request lengths
     pages: int  # distinct features.bin pages holding the rows
     predicted_s: float  # model time, including this mega-batch's share of the repack scan
-    block: str = ""  # block file name (strategy "block")
+    block: str = ""  # block file name (Strategy.BLOCK)
+
+    def __post_init__(self) -> None:
+        self.strategy = Strategy(self.strategy)
 
     @property
     def nbytes(self) -> int:
         return int(self.lengths.sum())
 
     def to_arrays(self) -> dict[str, np.ndarray]:
-        meta = json.dumps({"strategy": self.strategy, "pages": self.pages, "predicted_s": self.predicted_s, "block": self.block})
+        meta = json.dumps({"strategy": self.strategy.value, "pages": self.pages, "predicted_s": self.predicted_s, "block": self.block})
         return {"offsets": self.offsets, "lengths": self.lengths, "meta": np.frombuffer(meta.encode(), np.uint8)}
 
     @classmethod
@@ -142,7 +154,7 @@ def per_row_requests(rows: np.ndarray, row_bytes: int, page: int = PAGE) -> tupl
 
 def pages_plan(rows: np.ndarray, row_bytes: int, model: CostModel) -> ReadPlan:
     offsets, lengths, pages = plan_extents(rows, row_bytes, model)
-    return ReadPlan("pages", offsets, lengths, pages, model.read_time(lengths))
+    return ReadPlan(Strategy.PAGES, offsets, lengths, pages, model.read_time(lengths))
 
 
 def block_bytes(num_rows: int, row_bytes: int, page: int = PAGE) -> int:
@@ -207,7 +219,7 @@ def choose_window(plans: list, row_bytes: int, model: CostModel, disk_budget: in
             nbytes = block_bytes(p.num_read, row_bytes)
             off, ln = block_requests(nbytes, model)
             share = scan_s * nbytes / used
-            p.read = ReadPlan("block", off, ln, pp.pages, read_s[i] + (write_s[i] + share) / uses, block_file_name(p))
+            p.read = ReadPlan(Strategy.BLOCK, off, ln, pp.pages, read_s[i] + (write_s[i] + share) / uses, block_file_name(p))
     return scan
 
 
@@ -221,7 +233,7 @@ def read_stats(plan, row_bytes: int) -> dict:
     useful = plan.num_read * row_bytes
     r = plan.read
     return {
-        "strategy": r.strategy,
+        "strategy": r.strategy.value,
         "requests": len(r.offsets),
         "pages": r.pages,
         "bytes_read": r.nbytes,

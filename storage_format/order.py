@@ -19,13 +19,17 @@ import numpy as np
 from .errors import DatasetError
 
 
-class NodeOrder(Protocol):
+class Permutation(Protocol):
+    """What write_store takes for a node order: a name the manifest records and the
+    permutation's function. gnnssd.sampler.NodeOrder (the planner's orders) is one; this
+    layer only names the shape it needs, so it imports nothing above it."""
+
     name: str
     permutation: Callable[[np.ndarray, np.ndarray, np.ndarray | None], np.ndarray]
 
 
-def order_name(order: str | NodeOrder) -> str:
-    """The name the manifest records: "original" by name, any other as a NodeOrder."""
+def order_name(order: str | Permutation) -> str:
+    """The name the manifest records: "original" by name, any other by its own name."""
     if not isinstance(order, str):
         return order.name
     if order != "original":
@@ -34,7 +38,7 @@ def order_name(order: str | NodeOrder) -> str:
     return order
 
 
-def resolve_order(order: str | NodeOrder, indptr: np.ndarray, indices: np.ndarray,
+def resolve_order(order: str | Permutation, indptr: np.ndarray, indices: np.ndarray,
                   train_idx: np.ndarray, type_offsets: np.ndarray | None = None) -> tuple[str, np.ndarray]:
     """(name, perm) of `order` over the graph (indptr, indices); with `type_offsets`
     (a typed graph's schema.offsets) kept within each node type."""

@@ -33,7 +33,7 @@ from .link_split import (LinkSplit, checked_link_split, held_out_mask, random_li
                          relation_link_split, split_relation)
 from .manifest import (ARRAY_FILES, ETYPES, FEATURE_DTYPES, FEATURES, FORMAT_NAME, FORMAT_VERSION,
                        MANIFEST, PAGE, PAGE_CHECKSUMS, ROW_SCALES, is_store_manifest, manifest_checksum)
-from .order import NodeOrder, order_name, resolve_order
+from .order import Permutation, order_name, resolve_order
 from .page_crc import page_crc32c
 from .progress import PROGRESS, record, state_of
 from .quantize import quantize_rows
@@ -64,13 +64,13 @@ MADE_BY = "gnnssd preprocess"
 DEFAULT_MEMORY_FRACTION = 0.5
 
 
-def write_store(out: str | Path, source: DatasetSource, order: str | NodeOrder = "original",
+def write_store(out: str | Path, source: DatasetSource, order: str | Permutation = "original",
                 dtype: str = "float32", progress: Callable[[str, int, int], None] | None = None,
                 memory_limit: int | None = None,
                 edge_split: tuple[float, float, float] | None = None, split_seed: int = 0,
                 eval_negatives: int = 1000, edge_split_relation: str | None = None) -> Path:
     """Preprocess `source` into the store directory `out`; returns its path. `order`:
-    "original", or a NodeOrder from the planner (`gnnssd.sampler.node_order`).
+    "original", or a Permutation from the planner (`gnnssd.sampler.node_order`).
 
     With `edge_split` (train, valid, test fractions), or a source that has a link split
     of its own (`load_link_split`), the valid and test edges are held out of the stored
@@ -136,7 +136,7 @@ def _check_typed_options(source: DatasetSource) -> None:
                            "supported yet; split one relation with --edge-split")
 
 
-def _write_partial(partial: Path, source: DatasetSource, order: str | NodeOrder, dtype: str,
+def _write_partial(partial: Path, source: DatasetSource, order: str | Permutation, dtype: str,
                    params: dict[str, Any], progress: Callable[[str, int, int], None] | None,
                    topology: dict[str, int], limit: int,
                    edge_split: tuple[float, float, float] | None) -> None:
@@ -268,7 +268,7 @@ TOPOLOGY_STAGING = (CSC_INDPTR, CSC_INDICES, ORDER_PERM, STORE_INDPTR)
 RENUMBER_CHUNK_EDGES = 1 << 26
 
 
-def _store_topology(partial: Path, source: DatasetSource, order: str | NodeOrder,
+def _store_topology(partial: Path, source: DatasetSource, order: str | Permutation,
                     train_idx: np.ndarray, link: LinkSplit | None, limit: int,
                     notify: Callable[[str, int, int], None],
                     steps: dict[str, dict[str, float]]) -> tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -322,7 +322,7 @@ def _resumable_csc(partial: Path, source: DatasetSource, link: LinkSplit | None,
     return np.load(partial / CSC_INDPTR), np.load(partial / CSC_INDICES, mmap_mode="r")
 
 
-def _resumable_order(partial: Path, order: str | NodeOrder, indptr: np.ndarray, indices: np.ndarray,
+def _resumable_order(partial: Path, order: str | Permutation, indptr: np.ndarray, indices: np.ndarray,
                      train_idx: np.ndarray, type_offsets: np.ndarray | None) -> np.ndarray:
     """perm of the node order (saved unless it is the original's identity); with
     `type_offsets` (a typed graph) kept within each node type."""

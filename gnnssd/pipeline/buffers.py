@@ -16,6 +16,7 @@ import numpy as np
 
 from gnnssd.io_engine.rows import copy_rows
 from gnnssd.sampler.plan import MegaBatchPlan
+from gnnssd.sampler.readplan import Strategy
 
 from .hot_cache import HotCache
 from .repack import block_path
@@ -138,7 +139,7 @@ class MegaBatchBuffers:
         nxt = (self._cur + 1) % BUFFERS
         out, prev = self._rows_view(nxt), self._rows_view(self._cur)
         read = plan.read
-        if read is not None and read.strategy == "block":
+        if read is not None and read.strategy is Strategy.BLOCK:
             io = self.source.io
             f = io.open(block_path(plan, block_dir))
             try:

@@ -15,7 +15,7 @@ from typing import Callable, Iterable, Iterator
 import numpy as np
 
 from gnnssd.sampler.plan import MegaBatchPlan
-from gnnssd.sampler.readplan import CostModel, Scan, windows
+from gnnssd.sampler.readplan import CostModel, Scan, Strategy, windows
 
 from .block_writer import BlockWriter
 from .direct_io import DirectIO
@@ -33,7 +33,7 @@ def repack(
 ) -> int:
     """Write the block files of the window's block plans; returns bytes written.
     Memory: the staging area and `writer_bytes` of write chunks."""
-    blocks = [p for p in plans if p.read is not None and p.read.strategy == "block"]
+    blocks = [p for p in plans if p.read is not None and p.read.strategy is Strategy.BLOCK]
     if not blocks:
         return 0
     block_dir = Path(block_dir)
@@ -57,7 +57,7 @@ def repack(
 
 def block_path(plan: MegaBatchPlan, block_dir: str | Path | None) -> Path | None:
     """The compact block file of `plan` in `block_dir`, or None if it reads pages."""
-    if plan.read is None or plan.read.strategy != "block":
+    if plan.read is None or plan.read.strategy is not Strategy.BLOCK:
         return None
     return Path(block_dir) / plan.read.block
 
