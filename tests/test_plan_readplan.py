@@ -4,7 +4,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from gnnssd.sampler.readplan import CostModel, block_bytes, block_requests, choose_window, per_row_requests, plan_extents, read_stats
+from gnnssd.sampler.readplan import (CostModel, ReadPlan, Strategy, block_bytes, block_requests, choose_window, per_row_requests,
+                                      plan_extents, read_stats)
 
 
 def _row_pages(rows, row_bytes, page=4096):
@@ -94,11 +95,15 @@ def test_blocks_read_by_several_epochs_pay_for_a_scan_one_epoch_would_not():
     rows = np.sort(rng.choice(4_000_000, 20_000, replace=False))
     once = [_Plan(rows, 0)]
     assert len(choose_window(once, 512, model, disk_budget=1 << 30).lengths) == 0
-    assert once[0].read.strategy == "pages"
+    assert once[0].read.strategy is Strategy.PAGES
     pages_s = once[0].read.predicted_s
     reused = [_Plan(rows, 0)]
     scan = choose_window(reused, 512, model, disk_budget=1 << 30, uses=4)
-    assert reused[0].read.strategy == "block" and len(scan.lengths) > 0
+    assert reused[0].read.strategy is Strategy.BLOCK and len(scan.lengths) > 0
+    stored = ReadPlan.from_arrays(reused[0].read.to_arrays())  # as a spilled plan is loaded
+    assert stored.strategy is Strategy.BLOCK and stored.equals(reused[0].read)
+    with pytest.raises(ValueError, match="'blocks' is not a valid Strategy"):
+        ReadPlan("blocks", stored.offsets, stored.lengths, 0, 0.0)
     # per use: the block read plus a quarter of the write and the scan, below the page reads
     nbytes = block_bytes(20_000, 512)
     expected = model.read_time(block_requests(nbytes, model)[1]) + (nbytes / 1e9 + model.read_time(scan.lengths)) / 4
