@@ -30,6 +30,7 @@ Outputs are the target type's rows, by its dataset IDs.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import shutil
@@ -221,6 +222,12 @@ class LayerwiseSSD:
         self.bytes_written += os.path.getsize(out)
         return first.shape[1]
 
+    @functools.cached_property
+    def _most_referenced(self) -> np.ndarray:
+        """Every node by how many in-neighbour lists name it, most first: the same for every
+        layer of a homogeneous store, so ranked once per run (an argsort of all nodes)."""
+        return hot_order(self.store.indptr, self.store.indices, [-1])
+
     def _layer_chunks(self, model: nn.Module, i: int, source: FileRows) -> Iterator[torch.Tensor]:
         """Layer i's output rows in store order: by sequential passes for a mean-aggregation
         layer, else by chunks over gathered in-neighbour rows and a cache of the most
@@ -234,7 +241,7 @@ class LayerwiseSSD:
         # the cache: what the budget leaves after chunk inputs (and their float32 copies,
         # model temporaries) and the writer's buffers, at 4 B per row for the slot map
         hot_bytes = max(self.budget // 2 - store.num_nodes * 4, 0)
-        hot = hot_order(store.indptr, store.indices, [-1])[:hot_bytes // (source.dim * 4)]
+        hot = self._most_referenced[:hot_bytes // (source.dim * 4)]
         return layer_chunks(model, i, store, CachedRows(source, hot, store.num_nodes), bounds)
 
     def _typed_outputs(self, model: nn.Module, layers: int) -> Iterator[torch.Tensor]:

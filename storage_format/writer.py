@@ -209,7 +209,8 @@ def _write_partial(partial: Path, source: DatasetSource, order: str | Permutatio
     if link is not None:
         manifest["link"] = {"split": params.get("edge_split", "dataset"),
                             **({} if schema.is_homogeneous else
-                               {"relation": list(schema.relations[_relation_index(schema, params["edge_split"])])}),
+                               {"relation": list(schema.relations[split_relation(schema, params["edge_split"]["relation"],
+                                                                                  source.name)])}),
                             "edges": {k: len(v) for k, v in link.edges.items()},
                             "eval_negatives": int(link.negatives["test"].shape[1])}
     manifest["checksum"] = manifest_checksum(manifest)
@@ -689,7 +690,7 @@ def _link_split(source: DatasetSource, edge_split: tuple[float, float, float] | 
                            "integer")
     schema = schema_of(source)
     if not schema.is_homogeneous:
-        r = _relation_index(schema, request)
+        r = split_relation(schema, request["relation"], source.name)
         t = schema.type_id(schema.relations[r][2])
         dst_nodes = (int(schema.offsets[t]), schema.node_types[t].count)
         return relation_link_split(*checked_relation_edges(source, schema, r), source.num_nodes, dst_nodes,
@@ -697,11 +698,6 @@ def _link_split(source: DatasetSource, edge_split: tuple[float, float, float] | 
     src, dst = _checked_edges(source, *source.load_edges(), first=0)
     return random_link_split(src, dst, source.num_nodes, edge_split, request["seed"],
                              request["eval_negatives"])
-
-
-def _relation_index(schema: GraphSchema, edge_split: dict[str, Any]) -> int:
-    """The relation a typed store's edge split is on (named in the split's parameters)."""
-    return [r for _, r, _ in schema.relations].index(edge_split["relation"])
 
 
 def _csc_without_held_out(source: DatasetSource, link: LinkSplit) -> tuple[np.ndarray, np.ndarray]:
