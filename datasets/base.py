@@ -9,7 +9,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from gnnssd.storage_format import DatasetError
-from gnnssd.storage_format.schema import NodeType
+from gnnssd.storage_format import NodeType
 
 
 #: The globals a pickled NumPy array names (numpy 1.x and 2.x module paths).

@@ -10,7 +10,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from gnnssd.storage_format.source import TypedSource
+from gnnssd.storage_format import TypedSource
 
 
 class FlattenedSource:

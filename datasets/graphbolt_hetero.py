@@ -19,7 +19,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from gnnssd.storage_format import DatasetError
-from gnnssd.storage_format.schema import GraphSchema
+from gnnssd.storage_format import GraphSchema
 
 from .base import featured_types, padded_rows, relation_edges, reversed_relations, slice_chunks
 from .graphbolt import SETS, GraphBoltMetadata

@@ -25,8 +25,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from gnnssd.storage_format import DatasetError
-from gnnssd.storage_format.schema import GraphSchema, NodeType
+from gnnssd.storage_format import DatasetError, GraphSchema, NodeType
 
 from .base import relation_edges, reversed_relations
 

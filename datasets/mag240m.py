@@ -24,8 +24,7 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
-from gnnssd.storage_format import DatasetError
-from gnnssd.storage_format.schema import GraphSchema, NodeType
+from gnnssd.storage_format import DatasetError, GraphSchema, NodeType
 
 from .base import (NUMPY_ARRAY_GLOBALS, AllowListUnpickler, load_npy, relation_edges, require_file,
                    reversed_relations, slice_chunks)

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from gnnssd.storage_format import DatasetError
-from gnnssd.storage_format.schema import GraphSchema
+from gnnssd.storage_format import GraphSchema
 
 from .base import featured_types, padded_rows, relation_edges, require_file, reversed_relations
 from .ogb import checked_labels, csv_edges, csv_feature_chunks, csv_feature_dim

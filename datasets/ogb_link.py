@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from gnnssd.storage_format import DatasetError
-from gnnssd.storage_format.link_split import LinkSplit, random_negatives
+from gnnssd.storage_format import LinkSplit, random_negatives
 
 from .base import require_file
 from .ogb import OGBSource, csv_feature_dim

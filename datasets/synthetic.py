@@ -23,7 +23,7 @@ import numba
 import numpy as np
 
 from gnnssd.storage_format import DatasetError
-from gnnssd.storage_format.csc import index_dtype
+from gnnssd.storage_format import index_dtype
 
 FEATURE_BLOCK = 1 << 16  # rows generated per RNG stream: fixes the output whatever the chunking
 EDGE_BLOCK = 1 << 20  # edges drawn per RNG stream: fixes the graph whatever the chunking
@@ -111,12 +111,17 @@ def _split(pair: tuple[np.ndarray, np.ndarray], size: int) -> Iterator[tuple[np.
 
 @dataclass(frozen=True)
 class SyntheticSpec:
+    """A synthetic graph's shape (see the module docstring); checked when made."""
+
     num_nodes: int
     feat_dim: int = 128
     num_classes: int = 16
     avg_degree: float = 15.0
+    #: Of the power-law degree distribution (above 2: a finite mean degree).
     power_law_exponent: float = 2.5
+    #: Share of a node's edges inside its community (its class), of those not local.
     homophily: float = 0.8
+    #: Share of edges inside the node's neighbourhood of `local_size` positions (in its community).
     local_fraction: float = 0.0
     local_size: int = 1024
     feature_signal: float = 1.0

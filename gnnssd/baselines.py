@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from gnnssd.io_engine import Engine
-from gnnssd.sampler.readplan import per_row_requests
+from gnnssd.sampler import per_row_requests
 from gnnssd.storage_format import Store
 
 from .budget import parse_bytes

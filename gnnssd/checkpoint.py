@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from gnnssd.storage_format import Store
-from gnnssd.storage_format.atomic import fsync_dir
+from gnnssd.storage_format import fsync_dir
 
 from .config import ConfigError
 

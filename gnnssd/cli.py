@@ -77,9 +77,9 @@ def _progress_bar() -> Callable[[str, int, int], None]:
 
 
 def cmd_preprocess(args: argparse.Namespace) -> None:
-    from gnnssd.datasets.flatten import FlattenedSource
-    from gnnssd.storage_format.link_split import parse_fractions
-    from gnnssd.storage_format.source import schema_of
+    from gnnssd.datasets import FlattenedSource
+    from gnnssd.storage_format import parse_fractions
+    from gnnssd.storage_format import schema_of
 
     edge_split = parse_fractions(args.edge_split) if args.edge_split else None
     source = _source_from_args(args)
@@ -130,7 +130,7 @@ def _parse_overrides(pairs: list[str]) -> dict[str, Any]:
 def _trainer(config: str, overrides: dict[str, Any]) -> Iterator[Any]:
     """The trainer of the config's task (gnnssd.tasks), closed (threads joined, scratch
     removed, lock released) however the command ends; a second Ctrl-C cannot cut that short."""
-    from .trainer import Trainer
+    from .tasks import Trainer
 
     with one_interrupt():
         trainer = Trainer(config, overrides)
@@ -205,9 +205,11 @@ def cmd_predict(args: argparse.Namespace) -> None:
 
     from .config import load_config
     from .rundir import check_output
-    from .storage_format.atomic import atomic_output
+    from .storage_format import atomic_output
+    from .tasks import check_classifies
 
     config = load_config(args.config, _parse_overrides(args.set))
+    check_classifies(config)
     out = Path(args.out)
     check_output(out, config.run_path())
     if args.layerwise:
@@ -253,7 +255,7 @@ def cmd_report(args: argparse.Namespace) -> None:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> None:
-    from gnnssd.pipeline.calibration import calibrate
+    from gnnssd.pipeline import calibrate
 
     model = calibrate(args.store, seconds=args.seconds)
     print(f"{args.store}: {model}")
@@ -263,6 +265,14 @@ def cmd_demo(args: argparse.Namespace) -> None:
     from .demo import run_demo
 
     run_demo(Path(args.out))
+
+
+def _ogb_layout(sources: Any, name: str, help: str) -> argparse.ArgumentParser:
+    """The parser of a source reading an OGB raw layout: its root and which split folder."""
+    parser = sources.add_parser(name, help=help)
+    parser.add_argument("--root", required=True)
+    parser.add_argument("--split-name", help="folder under split/ (default: the only one)")
+    return parser
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -297,25 +307,18 @@ def build_parser() -> argparse.ArgumentParser:
     npz = sources.add_parser("npz", help="heterophilous-graphs .npz file")
     npz.add_argument("--file", required=True)
     npz.add_argument("--split", type=int, default=0, help="which of the ten splits")
-    ogb = sources.add_parser("ogb", help="OGB node-property raw layout (raw/*.csv.gz or "
-                             "raw/data.npz, split/)")
-    ogb.add_argument("--root", required=True)
-    ogb.add_argument("--split-name", help="folder under split/ (default: the only one)")
+    ogb = _ogb_layout(sources, "ogb", "OGB node-property raw layout (raw/*.csv.gz or raw/data.npz, split/)")
     ogb.add_argument("--symmetric", action="store_true", help="add reverse edges")
-    ogb_hetero = sources.add_parser("ogb-hetero", help="OGB heterogeneous node-property raw layout "
-                                    "(ogbn-mag: raw/relations/SRC___REL___DST, raw/node-feat/TYPE)")
-    ogb_hetero.add_argument("--root", required=True)
-    ogb_hetero.add_argument("--split-name", help="folder under split/ (default: the only one)")
+    ogb_hetero = _ogb_layout(sources, "ogb-hetero", "OGB heterogeneous node-property raw layout "
+                             "(ogbn-mag: raw/relations/SRC___REL___DST, raw/node-feat/TYPE)")
     ogb_hetero.add_argument("--no-reverse", action="store_true", help="no reverse relation rev_NAME per relation")
     mag240m = sources.add_parser("mag240m", help="OGB-LSC MAG240M layout (meta.pt, split_dict.pt, processed/)")
     mag240m.add_argument("--root", required=True, help="folder holding meta.pt and processed/")
     mag240m.add_argument("--no-reverse", action="store_true", help="no reverse relation rev_NAME per relation")
     mag240m.add_argument("--test-split", help="split_dict.pt key to test on (its labels are hidden in "
                                               "the public release; default: no test split)")
-    ogb_link = sources.add_parser("ogb-link", help="OGB link-property raw layout (ogbl-collab, "
-                                  "ogbl-citation2: raw/, split/NAME/{train,valid,test}.pt)")
-    ogb_link.add_argument("--root", required=True)
-    ogb_link.add_argument("--split-name", help="folder under split/ (default: the only one)")
+    ogb_link = _ogb_layout(sources, "ogb-link", "OGB link-property raw layout (ogbl-collab, "
+                           "ogbl-citation2: raw/, split/NAME/{train,valid,test}.pt)")
     ogb_link.add_argument("--symmetric", action="store_true", help="add reverse edges")
     graphbolt = sources.add_parser("graphbolt", help="DGL GraphBolt OnDiskDataset (metadata.yaml), "
                                    "homogeneous")

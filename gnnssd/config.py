@@ -262,6 +262,11 @@ class Config:
         return data
 
 
+def as_config(config: Config | str | Path, overrides: dict[str, Any] | None = None) -> Config:
+    """`config` itself, or the Config of the file it names (with `overrides`)."""
+    return config if isinstance(config, Config) else load_config(config, overrides)
+
+
 def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Config:
     """Read a .yaml/.yml/.toml file into a Config; `overrides` are dotted keys."""
     path = Path(path)

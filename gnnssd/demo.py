@@ -11,7 +11,7 @@ from gnnssd.datasets import synthetic_source
 from gnnssd.sampler import node_order
 from gnnssd.storage_format import Store, write_store
 
-from .trainer import Trainer
+from .tasks import Trainer
 
 DEMO_CONFIG = {
     "store": "store",

@@ -26,9 +26,7 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
-from gnnssd.storage_format import Store
-from gnnssd.storage_format.link_split import random_negatives
-from gnnssd.storage_format.schema import GraphSchema
+from gnnssd.storage_format import GraphSchema, Store, random_negatives
 
 from .feature_source import FeatureSource, SourceLoader
 from .memory_loader import MiniBatch

@@ -13,7 +13,7 @@ import dgl.nn as dglnn
 import torch
 from torch import nn
 
-from gnnssd.storage_format.schema import GraphSchema
+from gnnssd.storage_format import GraphSchema
 
 from .config import ConfigError, ModelConfig
 

@@ -42,8 +42,7 @@ import torch
 from torch import nn
 
 from gnnssd.sampler import hot_order
-from gnnssd.storage_format import Store
-from gnnssd.storage_format.manifest import PAGE
+from gnnssd.storage_format import PAGE, Store
 
 from .budget import format_bytes, parse_bytes
 from .checkpoint import load_checkpoint
@@ -54,11 +53,10 @@ from .layerwise_rows import CachedRows, FileRows, Rows, TensorRows
 from .layerwise_typed import check_typed_model, first_inputs, typed_layer_chunks
 from .memory_loader import load_features
 from .models import store_model
-from .pipeline import DirectIO, FeatureFile, load_cost_model
-from .pipeline.block_writer import BlockWriter
+from .pipeline import BlockWriter, DirectIO, FeatureFile, load_cost_model
 from .rundir import reading
-from .storage_format.atomic import atomic_output
-from .tasks import trainer_class
+from .storage_format import atomic_output
+from .tasks import check_classifies, trainer_class
 
 log = logging.getLogger("gnnssd.layerwise")
 
@@ -427,9 +425,7 @@ def predict_layerwise(config: Config) -> np.ndarray:
     their IDs within the type) by layer-wise inference of a node run's best model, under
     the run directory's reader lock. In ssd mode the last layer's rows are reduced to their
     argmax as they are computed (never written)."""
-    if not trainer_class(config.task).CLASSIFIES:
-        raise ConfigError(f"predict is for a node classification task, not task: {config.task}; "
-                          "use `gnnssd embed`")
+    check_classifies(config)
     with reading(config.run_path()) as scratch:
         store = Store.open(config.store_path())
         dtype = layer_dtype(config, store, config.model.layers, None, last_written=False)

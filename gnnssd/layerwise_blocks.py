@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from gnnssd.storage_format import Store
-from gnnssd.storage_format.schema import GraphSchema
+from gnnssd.storage_format import GraphSchema
 
 from .layerwise_mean import cost_ranges
 

@@ -9,7 +9,7 @@ from typing import Callable, Protocol
 import numpy as np
 import torch
 
-from gnnssd.sampler.readplan import plan_extents
+from gnnssd.sampler import plan_extents
 
 from .pipeline import FeatureFile
 

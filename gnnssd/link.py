@@ -23,7 +23,7 @@ from gnnssd.storage_format import Store
 from .config import Config, ConfigError
 from .edge_loader import EdgeBatch, EdgeLoader
 from .models import store_model
-from .trainer import Trainer
+from .trainer import TaskTrainer
 
 HITS_AT = (1, 3, 10, 50, 100)
 SCORE_CHUNK = 4096  # evaluation edges scored at once
@@ -67,10 +67,10 @@ def ranking_metrics(pos: np.ndarray, neg: np.ndarray) -> dict[str, float]:
     return out
 
 
-class LinkTrainer(Trainer):
+class LinkTrainer(TaskTrainer):
     """Trains an encoder and an edge decoder on a store's link split, as the config says.
 
-    The run machinery (fit with checkpoints and resume, load_best) is the Trainer's; the
+    The run machinery (fit with checkpoints and resume, load_best) is TaskTrainer's; the
     epochs and the evaluation are link prediction's. `self.model` holds the encoder
     (any module taking (blocks, x) to embeddings of width `model.hidden`, e.g. the one
     passed as `model`) and the decoder.
@@ -192,6 +192,3 @@ class LinkTrainer(Trainer):
         if len(edges) == 0:
             return {"mrr": float("nan"), **{f"hits@{k}": float("nan") for k in HITS_AT}, "edges": 0}
         return {**ranking_metrics(pos, neg), "edges": len(edges)}
-
-    def predict(self, nodes: np.ndarray | None = None) -> np.ndarray:
-        raise NotImplementedError("task: link has no classes to predict; use `gnnssd embed`")

@@ -22,10 +22,8 @@ import numpy as np
 import psutil
 import torch
 
-from gnnssd.sampler.sampling import csc_edge_ids
-from gnnssd.storage_format import Store
-from gnnssd.storage_format.content import check_indptr_monotone, check_range
-from gnnssd.storage_format.mapping import released_chunks
+from gnnssd.sampler import csc_edge_ids
+from gnnssd.storage_format import Store, check_indptr_monotone, check_range, released_chunks
 
 from .budget import format_bytes
 from .config import ConfigError, SamplerConfig, SSDConfig

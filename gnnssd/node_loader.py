@@ -27,7 +27,7 @@ import torch
 
 from gnnssd.sampler import SeedOrder, Sequential, Sharded, named_order, seed_batches
 from gnnssd.storage_format import Store
-from gnnssd.storage_format.schema import GraphSchema
+from gnnssd.storage_format import GraphSchema
 
 from .config import SamplerConfig
 from .feature_source import FeatureSource, SourceLoader

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Iterator
 
 from .config import ConfigError
-from .storage_format.atomic import atomic_write_bytes
+from .storage_format import atomic_write_bytes
 
 log = logging.getLogger("gnnssd.rundir")
 

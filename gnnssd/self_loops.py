@@ -10,7 +10,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from gnnssd.storage_format.source import DatasetSource, edge_chunks, edge_count
+from gnnssd.storage_format import DatasetSource, edge_chunks, edge_count
 
 
 class WithSelfLoops:

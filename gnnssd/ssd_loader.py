@@ -23,18 +23,15 @@ from typing import Any, Callable, Iterable, Iterator
 import numpy as np
 import torch
 
-from gnnssd.sampler import HotRows, MFGs, MegaBatchPlan, NeighborSampler, PlanConfig, Planner, to_dgl_blocks
-from gnnssd.sampler.readplan import pages_plan
+from gnnssd.sampler import (HotRows, MFGs, MegaBatchPlan, NeighborSampler, PlanConfig, Planner, pages_plan,
+                            to_dgl_blocks)
 from gnnssd.storage_format import Store
 
 from .budget import disk_share, format_bytes, parse_bytes, resolve_block_budget, ssd_split
 from .config import ConfigError, SamplerConfig, SSDConfig
 from .memory_loader import IOCounters, Labels, MiniBatch
-from .pipeline import (DirectIO, FeatureFile, HotCache, HotRanking, MegaBatchBuffers, PlanWorker, delete,
-                       load_cost_model, repacked_windows)
-from .pipeline.kept import KeptSamples, samples_key
-from .pipeline.buffers import BUFFERS
-from .pipeline.repack import RepackReport
+from .pipeline import (BUFFERS, DirectIO, FeatureFile, HotCache, HotRanking, KeptSamples, MegaBatchBuffers,
+                       PlanWorker, RepackReport, delete, load_cost_model, repacked_windows, samples_key)
 from .timing import StageTimer
 from .typed import layer_fanouts, typed_batch_parts
 

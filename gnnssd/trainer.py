@@ -1,18 +1,21 @@
-"""The Trainer: fit, evaluate and predict from a store, with checkpoints and resume."""
+"""What every task's trainer shares (TaskTrainer): the run directory, its lock and
+checkpoints, resume, the feature source, the epoch loop and the choice of the best model.
+A task (gnnssd.node_task, gnnssd.link) adds its store checks, model, loss and evaluation;
+`gnnssd.Trainer(config)` (gnnssd.tasks) builds the config's."""
 from __future__ import annotations
 
+import abc
 import dataclasses
 import json
 import logging
 import math
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import psutil
 import torch
-import torch.nn.functional as F
 import yaml
 from tqdm import tqdm
 
@@ -22,13 +25,10 @@ from . import distributed
 from .budget import format_bytes, parse_bytes
 from .checkpoint import (CHECKPOINT, CheckpointError, MetricsLog, check_store, load_checkpoint,
                          save_checkpoint)
-from .config import Config, ConfigError, ModelConfig, load_config
+from .config import Config, ConfigError, ModelConfig, SamplerConfig, as_config
 from .models import store_model
 from .rundir import RunLock, Scratch, prepare_run_dir, write_run_file
-from .config import SamplerConfig
 from .feature_source import BACKENDS, FeatureSource
-from .memory_loader import MiniBatch
-from .node_loader import NodeLoader, check_nodes
 from .runtime import epoch_seed, seed_everything, select_device, uninterruptible, use_single_thread
 
 log = logging.getLogger("gnnssd.trainer")
@@ -45,35 +45,27 @@ class TrainingError(RuntimeError):
     """Training cannot go on (e.g. a non-finite loss); the checkpoint is left as it was."""
 
 
-class Trainer:
+class TaskTrainer(abc.ABC):
     """Trains a model on a store, as a configuration describes: one of the built-in models,
-    or the user's `model` (any module taking `(blocks, x)` and returning logits).
+    or the user's `model` (any module taking `(blocks, x)`).
 
     `fit()` runs the epochs (resuming from the run directory's checkpoint when asked),
-    `evaluate()` scores a split, `predict()` labels nodes in their original IDs.
+    `evaluate()` scores a split, `load_best()` takes the best checkpoint back. A task
+    implements the abstract methods; `gnnssd.Trainer(config)` builds the config's task.
 
     Inside an initialised torch.distributed process group every rank builds its own
-    Trainer: each loads its shard of the seeds, DDP averages the gradients, evaluation is
+    trainer: each loads its shard of the seeds, DDP averages the gradients, evaluation is
     split between the ranks, and rank 0 alone locks and writes the run directory.
     """
 
-    SELECTION = "acc"  # the validation score that picks the best model
-    SELECTION_NAME = "accuracy"  # ... as the CLI prints it
-    ENCODER_PREFIX = ""  # the checkpoint keys of the model that embeds nodes (layer-wise)
-    CLASSIFIES = True  # the task labels nodes: train_acc, predict
-
-    def __new__(cls, config: Config | str | Path, overrides: dict[str, Any] | None = None,
-                model: torch.nn.Module | None = None) -> Trainer:
-        """`Trainer(config)` is the trainer of the config's `task` (gnnssd.tasks)."""
-        if cls is Trainer:
-            from .tasks import trainer_class
-
-            cls = trainer_class(_as_config(config, overrides).task)
-        return super().__new__(cls)
+    SELECTION: ClassVar[str]  # the validation score that picks the best model
+    SELECTION_NAME: ClassVar[str]  # ... as the CLI prints it
+    ENCODER_PREFIX: ClassVar[str]  # the checkpoint keys of the model that embeds nodes (layer-wise)
+    CLASSIFIES: ClassVar[bool]  # the task labels nodes: train_acc, predict
 
     def __init__(self, config: Config | str | Path, overrides: dict[str, Any] | None = None,
                  model: torch.nn.Module | None = None):
-        self.config = _as_config(config, overrides)
+        self.config = as_config(config, overrides)
         cfg = self.config
         self.ranks = distributed.current()  # several when inside an initialised process group
         self.run_dir = cfg.run_path()
@@ -103,23 +95,37 @@ class Trainer:
         self.best: dict[str, Any] = {f"valid_{self.SELECTION}": -1.0, "epoch": 0, "state": None}
         self.metrics = MetricsLog(self.run_dir)
 
-    # --- what a task overrides (gnnssd.link.LinkTrainer) ---------------------------------
+    # --- what a task implements (gnnssd.node_task, gnnssd.link) ------------------------
 
+    @abc.abstractmethod
     def _check_store(self) -> None:
-        cfg = self.config
-        if self.store.num_classes < 2:
-            raise ConfigError(f"store {cfg.store}: {self.store.num_classes} classes; need >= 2")
-        if len(self.store.train_idx) == 0:
-            raise ConfigError(f"store {cfg.store}: the train split is empty; nothing to train on")
+        """Refuse a store the task cannot train on, naming what it lacks."""
 
+    @abc.abstractmethod
     def _split_size(self, split: str) -> int:
-        """How many nodes (a link task: edges) `split` evaluates."""
-        return len(self.store.split(split))
+        """How many examples (nodes, edges) `split` evaluates."""
 
     @classmethod
+    @abc.abstractmethod
     def output_dim(cls, config: Config, store: Store) -> int:
-        """The width of the built-in model's output: a class score each."""
-        return store.num_classes
+        """The width of the built-in model's output."""
+
+    @abc.abstractmethod
+    def _make_loader(self) -> Any:
+        """The training loader over `self.source` (a rank loads its shard)."""
+
+    @abc.abstractmethod
+    def _batch_loss(self, batch: Any) -> tuple[torch.Tensor, int, int | None]:
+        """The training step's loss on one mini-batch, the examples it averages over and
+        how many of them the model got right (None: the task has no accuracy)."""
+
+    @abc.abstractmethod
+    def _split_scores(self, split: str) -> dict[str, float]:
+        """The scores of one evaluation split, by name (metrics.jsonl prefixes the split)."""
+
+    @abc.abstractmethod
+    def evaluate(self, split: str = "test") -> dict[str, float]:
+        """The task's metrics on `split`."""
 
     def _output_dim(self) -> int:
         return self.output_dim(self.config, self.store)
@@ -145,16 +151,6 @@ class Trainer:
                 raise
             raise ConfigError(f"{exc} (ssd.memory_budget is the machine's total, split between "
                               f"its {self.ranks.local_world_size} local ranks)") from None
-
-    def _make_loader(self) -> NodeLoader:
-        """The training loader over the source (a rank loads its shard of the seeds);
-        evaluation takes loaders of other seeds over the same source (`with_seeds`)."""
-        cfg = self.config
-        return NodeLoader(self.source, self.store.train_idx, fanouts=cfg.sampler.fanouts,
-                          batch_size=cfg.sampler.batch_size, shuffle=True, seed=cfg.seed,
-                          rank=self.ranks.rank, world_size=self.ranks.world_size,
-                          seed_order=cfg.sampler.seed_order, seed_window=cfg.sampler.seed_window,
-                          reuse_epochs=cfg.sampler.reuse_epochs, first_epoch=1)
 
     def close(self) -> None:
         """Release the loader's files, buffers and I/O threads, this process's scratch
@@ -221,7 +217,7 @@ class Trainer:
             if main:
                 self.metrics.append(record)
                 save_checkpoint(self.run_dir, self._state())
-                log.info(_format_record(record, cfg.train.epochs))
+                log.info(self._format_record(record))
             history.append(record)
         if self.best["state"] is not None:
             self.model.load_state_dict(self.best["state"])
@@ -266,15 +262,6 @@ class Trainer:
             record["io"] = self.loader.io_stats()
         return record
 
-    def _batch_loss(self, batch: MiniBatch) -> tuple[torch.Tensor, int, int | None]:
-        """The training step's loss on one mini-batch, the examples it averages over and
-        how many of them the model got right (None: the task has no accuracy). Unlabelled
-        output nodes (label -1) are left out of the loss."""
-        logits = self.train_model(batch.blocks, batch.x)
-        y = batch.y
-        loss = F.cross_entropy(logits, y, ignore_index=-1)
-        return loss, int(batch.labelled.sum()), int((logits.argmax(1) == y).sum())
-
     def _check_finite(self, loss: torch.Tensor, epoch: int, i: int, n_batches: int) -> None:
         if not math.isfinite(loss.item()):
             raise TrainingError(
@@ -282,10 +269,6 @@ class Trainer:
                 f"training stopped (the checkpoint of epoch {self.epochs_done} is kept). "
                 f"Corrupt features or labels do this: run `gnnssd verify {self.config.store_path()}`; "
                 "if the store is sound, lower train.lr")
-
-    def _split_scores(self, split: str) -> dict[str, float]:
-        """The scores of one evaluation split, by name (metrics.jsonl prefixes the split)."""
-        return {"acc": self.evaluate(split)["accuracy"]}
 
     def _evaluate_epoch(self, epoch: int) -> dict[str, Any]:
         """Scores of the non-empty evaluation splits; the best model is the one of highest
@@ -304,45 +287,7 @@ class Trainer:
             scores["skipped_splits"] = skipped
         return {**scores, "best_epoch": self.best["epoch"], f"best_test_{key}": self.best[f"test_{key}"]}
 
-    # --- evaluation and prediction --------------------------------------------------------
-
-    @torch.no_grad()
-    def _logits(self, nodes: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Logits, node IDs and labels of `nodes` with the evaluation fanouts, in batch order."""
-        cfg = self.config
-        outputs, order, labels = [torch.empty(0, self._output_dim())], [torch.empty(0, dtype=torch.long)], \
-            [torch.empty(0, dtype=torch.long)]
-        if len(nodes):
-            fanouts, batch_size = cfg.sampler.evaluation(self.store.num_edges)
-            self.model.eval()
-            for batch in self.loader.with_seeds(nodes, fanouts=fanouts, batch_size=batch_size):
-                outputs.append(self.model(batch.blocks, batch.x).cpu())
-                order.append(_target_ids(batch.output_nodes).cpu())
-                labels.append(batch.y.cpu())
-        return torch.cat(outputs), torch.cat(order), torch.cat(labels)
-
-    def evaluate(self, split: str = "test") -> dict[str, float]:
-        """Accuracy and loss of the current model on 'train', 'valid' or 'test' (each rank
-        scores its share of the nodes; the sums are added over the ranks)."""
-        logits, _, y = self._logits(self.ranks.split(self.store.split(split)))
-        local = [float((logits.argmax(1) == y).sum()),
-                 float(F.cross_entropy(logits, y, reduction="sum")), float(len(y))]
-        self.progress.enter()
-        correct, loss_sum, count = distributed.sum_over_ranks(local, self.ranks)
-        if count == 0:
-            return {"accuracy": float("nan"), "loss": float("nan"), "nodes": 0}
-        return {"accuracy": correct / count, "loss": loss_sum / count, "nodes": int(count)}
-
-    def predict(self, nodes: np.ndarray | None = None) -> np.ndarray:
-        """Predicted class of each of `nodes` (the dataset's IDs; all nodes by default: the
-        result is then indexed by node ID)."""
-        count = self.store.schema.node_types[self.store.schema.type_id(self.store.schema.target)].count
-        nodes = np.arange(count) if nodes is None else check_nodes(nodes, count, "nodes")
-        logits, order, _ = self._logits(self.ranks.split(nodes))
-        order, classes = distributed.gather_arrays((order.numpy(), logits.argmax(1).numpy()), self.ranks)
-        by_node = np.empty(count, dtype=np.int64)
-        by_node[order] = classes
-        return by_node[nodes]
+    # --- the best model ------------------------------------------------------------------
 
     def load_best(self) -> None:
         """Load the checkpoint's best-validation weights (for eval/predict after fit).
@@ -357,6 +302,18 @@ class Trainer:
         self._restore(checkpoint)
         if self.best["state"] is not None:
             self.model.load_state_dict(self.best["state"])
+
+    def _format_record(self, r: dict[str, Any]) -> str:
+        """One epoch's log line: loss, the task's scores, time by stage."""
+        parts = [f"epoch {r['epoch']}/{self.config.train.epochs}", f"loss {r['train_loss']:.4f}"]
+        for split in ("train", "valid", "test"):
+            key = f"{split}_{self.SELECTION}"
+            if key in r:
+                parts.append(f"{split} {self.SELECTION_NAME} {r[key]:.4f}")
+        stages = ", ".join(f"{k} {v:.2f}" for k, v in r["stages_s"].items())
+        parts.append(f"{r['epoch_s']:.2f} s ({stages})")
+        return "  ".join(parts)
+
 
     # --- checkpoint state ----------------------------------------------------------------
 
@@ -396,10 +353,6 @@ class Trainer:
         np.random.set_state(("MT19937", keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
 
 
-def _as_config(config: Config | str | Path, overrides: dict[str, Any] | None) -> Config:
-    return config if isinstance(config, Config) else load_config(config, overrides)
-
-
 def _check_memory(cfg: Config, store: Store, output_dim: int) -> None:
     """Refuse a model or an ssd budget that cannot fit in the memory available now."""
     available = psutil.virtual_memory().available
@@ -422,13 +375,6 @@ def _check_memory(cfg: Config, store: Store, output_dim: int) -> None:
                           f"memory ({format_bytes(available)})")
 
 
-def _target_ids(output_nodes: torch.Tensor | dict[str, torch.Tensor]) -> torch.Tensor:
-    """The output node IDs of a mini-batch (of the one type of its seeds on a typed store)."""
-    if isinstance(output_nodes, dict):
-        return next(ids for ids in output_nodes.values() if len(ids))
-    return output_nodes
-
-
 def _parameters(model: ModelConfig, store: Store, output_dim: int) -> int | float:
     """How many parameters the model of `model` has (inf past what torch can size),
     embedding tables of featureless node types included."""
@@ -437,13 +383,3 @@ def _parameters(model: ModelConfig, store: Store, output_dim: int) -> int | floa
             return sum(p.numel() for p in store_model(model, store, output_dim).parameters())
     except RuntimeError:  # "Storage size calculation overflowed"
         return math.inf
-
-
-def _format_record(r: dict[str, Any], epochs: int) -> str:
-    parts = [f"epoch {r['epoch']}/{epochs}", f"loss {r['train_loss']:.4f}"]
-    for key in ("train_acc", "valid_acc", "test_acc", "valid_mrr", "test_mrr"):  # node or link task
-        if key in r:
-            parts.append(f"{key.replace('_acc', '')} {r[key]:.4f}")
-    stages = ", ".join(f"{k} {v:.2f}" for k, v in r["stages_s"].items())
-    parts.append(f"{r['epoch_s']:.2f} s ({stages})")
-    return "  ".join(parts)

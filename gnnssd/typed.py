@@ -13,9 +13,8 @@ import dgl
 import numpy as np
 import torch
 
-from gnnssd.sampler import MFGs
-from gnnssd.sampler.blocks import typed_dgl_blocks
-from gnnssd.storage_format.schema import GraphSchema
+from gnnssd.sampler import MFGs, typed_dgl_blocks
+from gnnssd.storage_format import GraphSchema
 
 
 def layer_fanouts(schema: GraphSchema, fanouts: list[Any]) -> list[Any]:

@@ -6,18 +6,16 @@ plans, save/load), readplan (cost model, extents, strategy choice), order (node 
 hot-row ranking), seed_order (an epoch's seed order and its mini-batches). Executing plans
 (reading, repacking, background stages) is gnnssd.pipeline.
 """
-from .blocks import MFGs, to_dgl_blocks
-from .order import (ORDERS, NodeOrder, degree_order, hot_order, hotness, locality_order, metis_order, node_order, rcm_order,
-                    window_locality)
+from .blocks import MFGs, to_dgl_blocks, typed_dgl_blocks
+from .order import ORDERS, NodeOrder, hot_order, node_order
 from .plan import HotRows, MegaBatchPlan, PlanConfig, Planner, load_plan, save_plan
-from .readplan import CostModel, ReadPlan, plan_extents, read_stats, windows
-from .sampling import NeighborSampler
-from .seed_order import SEED_ORDERS, Proximity, SeedOrder, Sequential, Sharded, Shuffled, named_order, seed_batches, shard
+from .readplan import CostModel, Scan, Strategy, pages_plan, per_row_requests, plan_extents, windows
+from .sampling import NeighborSampler, csc_edge_ids
+from .seed_order import Proximity, SeedOrder, Sequential, Sharded, Shuffled, named_order, seed_batches
 
 __all__ = [
     "CostModel", "HotRows", "MFGs", "MegaBatchPlan", "NeighborSampler", "NodeOrder", "ORDERS", "PlanConfig",
-    "Planner", "Proximity", "ReadPlan", "SEED_ORDERS", "SeedOrder", "Sequential", "Sharded", "Shuffled",
-    "degree_order", "hot_order", "hotness", "load_plan", "locality_order", "metis_order", "named_order",
-    "node_order", "plan_extents", "rcm_order", "read_stats", "save_plan", "seed_batches", "shard", "to_dgl_blocks",
-    "window_locality", "windows",
+    "Planner", "Proximity", "Scan", "SeedOrder", "Sequential", "Sharded", "Shuffled", "Strategy", "csc_edge_ids",
+    "hot_order", "load_plan", "named_order", "node_order", "pages_plan", "per_row_requests", "plan_extents",
+    "save_plan", "seed_batches", "to_dgl_blocks", "typed_dgl_blocks", "windows",
 ]

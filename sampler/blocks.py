@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gnnssd.storage_format.schema import GraphSchema
+from gnnssd.storage_format import GraphSchema
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from typing import Any, Callable, Sequence
 import numba as nb
 import numpy as np
 
-from gnnssd.storage_format.mapping import release_pages
+from gnnssd.storage_format import release_pages
 
 
 @nb.njit(cache=True)

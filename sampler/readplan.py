@@ -18,7 +18,7 @@ from typing import Iterable, Iterator
 import numba as nb
 import numpy as np
 
-from gnnssd.storage_format.manifest import PAGE
+from gnnssd.storage_format import PAGE
 
 
 @dataclass(frozen=True)

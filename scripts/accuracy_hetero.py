@@ -21,7 +21,7 @@ from gnnssd.config import config_from_dict
 from gnnssd.datasets import hetero_synthetic_source
 from gnnssd.datasets.flatten import FlattenedSource
 from gnnssd.storage_format import Store, write_store
-from gnnssd.trainer import Trainer
+from gnnssd.tasks import Trainer
 
 SAMPLER = {"fanouts": [10, 10], "batch_size": 512, "eval_fanouts": [10, 10], "eval_batch_size": 2048}
 TRAIN = {"epochs": 10, "lr": 0.01, "progress": False}

@@ -31,7 +31,7 @@ from gnnssd.config import config_from_dict
 from gnnssd.datasets import HeterophilousSource, PlanetoidSource
 from gnnssd.sampler import node_order
 from gnnssd.storage_format import write_store
-from gnnssd.trainer import Trainer
+from gnnssd.tasks import Trainer
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "datasets"
 SAGE = {"name": "sage", "hidden": 64, "layers": 2}

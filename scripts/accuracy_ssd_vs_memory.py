@@ -16,7 +16,7 @@ from pathlib import Path
 from gnnssd.config import config_from_dict
 from gnnssd.datasets import HeterophilousSource, PlanetoidSource
 from gnnssd.storage_format import Store, write_store
-from gnnssd.trainer import Trainer
+from gnnssd.tasks import Trainer
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "datasets"
 

@@ -29,7 +29,7 @@ from gnnssd import distributed
 from gnnssd.budget import format_bytes, parse_bytes
 from gnnssd.config import config_from_dict
 from gnnssd.storage_format import Store
-from gnnssd.trainer import Trainer
+from gnnssd.tasks import Trainer
 
 RANK_OVERHEAD = 1.5 * 2**30  # the target's allowance per rank (interpreter, torch, DGL)
 

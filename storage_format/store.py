@@ -48,11 +48,7 @@ class Store:
         path = Path(path)
         store = cls(path, read_manifest(path))
         store._check_feature_keys()
-        store._check_sizes()
-        for name in store.manifest["files"]:
-            if name != FEATURES:
-                store._check_crc(name)
-        store._check_arrays()
+        store._check_files()
         store._check_own_checksum()
         if verify:
             store._check_pages()
@@ -67,14 +63,19 @@ class Store:
         """Check every file's checksum, features.bin page by page against its page
         checksums (which name the bad page); returns the names checked, raises on the
         first bad one."""
+        self._check_files()
+        self._check_content()
+        self._check_pages()
+        return sorted(self.manifest["files"])
+
+    def _check_files(self) -> None:
+        """Every file's size, the checksum of each but features.bin (its pages have their
+        own), the arrays' shapes and ranges."""
         self._check_sizes()
         for name in self.manifest["files"]:
             if name != FEATURES:
                 self._check_crc(name)
         self._check_arrays()
-        self._check_content()
-        self._check_pages()
-        return sorted(self.manifest["files"])
 
     def _manifest_error(self, what: str) -> StoreError:
         return StoreError(f"{self.path / MANIFEST}: {what}; the manifest was edited or is "

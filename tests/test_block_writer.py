@@ -4,7 +4,7 @@ import os
 import numpy as np
 import pytest
 
-from gnnssd.io_engine import alloc
+from gnnssd.io_engine.engine import alloc
 from gnnssd.pipeline.block_writer import BlockWriter
 from gnnssd.io_engine.rows import copy_rows
 

@@ -21,10 +21,11 @@ from gnnssd.checkpoint import load_checkpoint
 from gnnssd.config import ConfigError, config_from_dict
 from gnnssd.datasets import PlanetoidSource, synthetic_source
 from gnnssd.runtime import run_seed
-from gnnssd.sampler import Shuffled, node_order, seed_batches, shard
+from gnnssd.sampler import Shuffled, node_order, seed_batches
+from gnnssd.sampler.seed_order import shard
 from gnnssd.node_loader import NodeLoader
 from gnnssd.storage_format import Store, write_store
-from gnnssd.trainer import Trainer
+from gnnssd.tasks import Trainer
 
 REPO = Path(__file__).resolve().parents[1]
 

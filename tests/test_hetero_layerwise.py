@@ -16,7 +16,7 @@ from gnnssd.hetero_models import build_hetero_model
 from gnnssd.layerwise import LayerwiseSSD, chunk_bounds, layerwise_inference
 from gnnssd.layerwise_blocks import input_types, layer_types
 from gnnssd.storage_format import Store, write_store
-from gnnssd.trainer import Trainer
+from gnnssd.tasks import Trainer
 from tests.hetero_graph import ToyHeteroSource
 
 BUDGET = 64 << 10  # several chunks of each type a layer

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from gnnssd.config import ConfigError, ModelConfig, config_from_dict
 from gnnssd.hetero_models import build_hetero_model
 from gnnssd.storage_format import Store, write_store
-from gnnssd.trainer import Trainer
+from gnnssd.tasks import Trainer
 from tests.hetero_graph import ToyHeteroSource
 
 

@@ -7,8 +7,10 @@ import numpy as np
 import pytest
 
 from gnnssd.datasets import synthetic_source
-from gnnssd.pipeline import DirectIO, FeatureFile, HotCache, MegaBatchBuffers, hottest_rows
-from gnnssd.sampler import HotRows, PlanConfig, Planner, Shuffled, hotness, node_order, seed_batches
+from gnnssd.pipeline import DirectIO, FeatureFile, HotCache, MegaBatchBuffers
+from gnnssd.pipeline.hot_cache import hottest_rows
+from gnnssd.sampler import HotRows, PlanConfig, Planner, Shuffled, node_order, seed_batches
+from gnnssd.sampler.order import hotness
 from gnnssd.sampler.plan import RowUnion
 from gnnssd.storage_format import PageChecksumError, Store, StoreError, write_store
 from gnnssd.storage_format.schema import GraphSchema, NodeType

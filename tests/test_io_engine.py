@@ -17,7 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gnnssd.io_engine import Engine, alloc
+from gnnssd.io_engine import Engine
+from gnnssd.io_engine.engine import alloc
 from gnnssd.io_engine import engine as engine_mod
 from gnnssd.io_engine._gnnssd_io import lib
 from gnnssd.sampler.readplan import CostModel, per_row_requests, plan_extents

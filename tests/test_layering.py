@@ -5,6 +5,8 @@ ones included)."""
 from __future__ import annotations
 
 import ast
+import importlib
+import re
 import sys
 from pathlib import Path
 
@@ -30,13 +32,6 @@ ALLOWED = {
 ROOT = "gnnssd"
 # The top layer: the modules of gnnssd/ outside the folders above.
 TOP = ROOT
-# Import cycles kept on purpose: modules among which cycles may run -> why. Every other
-# cycle fails the test.
-KNOWN_CYCLES = {
-    ("gnnssd.link", "gnnssd.tasks", "gnnssd.trainer"):
-        "Trainer(config) returns the trainer of the config's task (trainer.py imports gnnssd.tasks "
-        "when called), and LinkTrainer subclasses Trainer",
-}
 
 
 def _module(path: Path, package: str, folder: str) -> str:
@@ -149,21 +144,10 @@ def _path_back(edges: dict[str, dict[str, str]], start: str) -> list[str] | None
     return None
 
 
-def _known(cycle: str) -> tuple[str, ...] | None:
-    """The KNOWN_CYCLES group a cycle (as _cycles names it) runs in, if any."""
-    modules = set(cycle.split(" (")[0].split(" -> "))
-    return next((group for group in KNOWN_CYCLES if modules <= set(group)), None)
-
-
 @pytest.mark.parametrize("layer", sorted([*FOLDERS, TOP]))
 def test_no_import_cycle_inside_a_layer(layer: str) -> None:
-    cycles = [c for c in _cycles(layer) if _known(c) is None]
+    cycles = _cycles(layer)
     assert not cycles, f"import cycles in {layer}:\n" + "\n".join(cycles)
-
-
-def test_the_known_cycles_are_still_there() -> None:
-    """An exception that no longer applies is removed from KNOWN_CYCLES."""
-    assert {_known(c) for layer in [*FOLDERS, TOP] for c in _cycles(layer)} >= set(KNOWN_CYCLES)
 
 
 def test_the_scan_sees_an_import_of_the_bare_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -209,3 +193,73 @@ def test_the_store_records_the_version_of_the_package() -> None:
     from gnnssd.storage_format.writer import _version
 
     assert _version() == gnnssd.__version__
+
+
+def _production_modules() -> dict[str, Path]:
+    """Every module of the installed package: the top layer and each folder's."""
+    return {module: path for layer in [*FOLDERS, TOP] for module, path in _layer_modules(layer).items()}
+
+
+def _imported_names(path: Path, module: str) -> list[tuple[int, str, str]]:
+    """(line, module, name) of every `from module import name` in `path`, relative ones resolved."""
+    is_package = path.name == "__init__.py"
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom):
+            base = module.split(".")[: len(module.split(".")) - node.level + is_package] if node.level else []
+            name = ".".join(base + ([node.module] if node.module else []))
+            found += [(node.lineno, name, alias.name) for alias in node.names]
+    return found
+
+
+def _reaches_inside() -> list[str]:
+    """Imports of another layer's module rather than its package, or of a name the
+    package does not export."""
+    bad = []
+    for module, path in _production_modules().items():
+        for line, name, alias in _imported_names(path, module):
+            layer = _layer_of(name)
+            if layer is None or layer == _layer_of(module):
+                continue
+            if name != layer:
+                bad.append(f"{path.relative_to(REPO)}:{line}: {module} imports {name}; import {layer}")
+            elif alias not in importlib.import_module(layer).__all__:
+                bad.append(f"{path.relative_to(REPO)}:{line}: {module} imports {alias}, which {layer} does not export")
+    return bad
+
+
+def test_other_layers_import_a_package_not_its_modules() -> None:
+    """A folder's __init__ is its interface: the layers above import what it exports."""
+    assert _reaches_inside() == []
+
+
+def _documented(name: str) -> bool:
+    """Named for users: in a README or an example."""
+    texts = [*REPO.glob("*.md"), *REPO.glob("*/README.md"), *REPO.glob("gnnssd/*/README.md"), *REPO.glob("examples/*.py")]
+    return any(re.search(rf"\b{re.escape(name)}\b", path.read_text()) for path in texts)
+
+
+@pytest.mark.parametrize("package", sorted(FOLDERS))
+def test_a_package_exports_what_other_layers_or_users_use(package: str) -> None:
+    """Each exported name is imported from the package by another layer, or documented
+    for users; names only tests use are imported from their own module."""
+    used = {alias for module, path in _production_modules().items() if _layer_of(module) != package
+            for _, name, alias in _imported_names(path, module) if name == package}
+    attributes = re.compile(rf"\b{package.rsplit('.', 1)[1]}\.(\w+)")  # `datasets.X` after `from gnnssd import datasets`
+    used |= {m for path in _production_modules().values() for m in attributes.findall(path.read_text())}
+    exported = importlib.import_module(package).__all__
+    assert [name for name in exported if name not in used and not _documented(name)] == []
+
+
+def test_the_scan_sees_an_import_of_another_layers_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check can fail: the top layer importing a pipeline module, relatively or not,
+    or a name the package keeps to itself."""
+    (tmp_path / "gnnssd" / "pipeline").mkdir(parents=True)
+    (tmp_path / "gnnssd" / "loader.py").write_text("from .pipeline.buffers import BUFFERS\n"
+                                                   "from gnnssd.pipeline import DirectIO, hottest_rows\n"
+                                                   "def f():\n    from gnnssd.sampler.order import hotness\n")
+    monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path)
+    assert _reaches_inside() == [
+        "gnnssd/loader.py:1: gnnssd.loader imports gnnssd.pipeline.buffers; import gnnssd.pipeline",
+        "gnnssd/loader.py:2: gnnssd.loader imports hottest_rows, which gnnssd.pipeline does not export",
+        "gnnssd/loader.py:4: gnnssd.loader imports gnnssd.sampler.order; import gnnssd.sampler"]

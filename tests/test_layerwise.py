@@ -19,7 +19,7 @@ from gnnssd.rundir import RunDirBusy, RunLock
 from gnnssd.sampler import Sequential, node_order, seed_batches
 from gnnssd.storage_format import Store, write_store
 from gnnssd.timing import StageTimer
-from gnnssd.trainer import Trainer
+from gnnssd.tasks import Trainer
 
 from .conftest import random_graph_arrays
 

@@ -377,3 +377,7 @@ def test_eval_exports_link_scores_for_an_external_evaluator(link_store, tmp_path
     metrics = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[-1])
     assert mrr == pytest.approx(metrics["best_test_mrr"])
     assert main(["eval", "--config", str(config_file), "--scores", str(out)]) == 2  # never overwritten
+    for layerwise in ([], ["--layerwise"]):  # a link task has no classes: refused, nothing written
+        predictions = tmp_path / "predictions.npy"
+        assert main(["predict", "--config", str(config_file), "--out", str(predictions), *layerwise]) == 2
+        assert not predictions.exists()

@@ -15,7 +15,8 @@ from torch import nn
 import gnnssd
 from gnnssd.config import SamplerConfig, config_from_dict
 from gnnssd.datasets import synthetic_source
-from gnnssd.sampler import SEED_ORDERS, Proximity, SeedOrder, Shuffled, node_order, seed_batches, shard
+from gnnssd.sampler import Proximity, SeedOrder, Shuffled, node_order, seed_batches
+from gnnssd.sampler.seed_order import SEED_ORDERS, shard
 from gnnssd.storage_format import write_store
 
 from .conftest import REPO

@@ -13,7 +13,7 @@ from gnnssd.config import ConfigError, config_from_dict
 from gnnssd.datasets import synthetic_source
 from gnnssd.sampler import node_order
 from gnnssd.storage_format import Store, write_store
-from gnnssd.trainer import Trainer
+from gnnssd.tasks import Trainer
 
 
 @pytest.fixture(scope="module")

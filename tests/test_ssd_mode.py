@@ -10,7 +10,7 @@ from gnnssd.config import ConfigError, config_from_dict
 from gnnssd.datasets import synthetic_source
 from gnnssd.sampler import PlanConfig, Planner, Shuffled, node_order, seed_batches
 from gnnssd.storage_format import Store, write_store
-from gnnssd.trainer import Trainer
+from gnnssd.tasks import Trainer
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ from gnnssd.config import ConfigError, config_from_dict
 from gnnssd.datasets import PlanetoidSource, synthetic_source
 from gnnssd.sampler import node_order
 from gnnssd.storage_format import write_store
-from gnnssd.trainer import Trainer
+from gnnssd.tasks import Trainer
 
 
 @pytest.fixture(scope="module")
@@ -120,3 +120,35 @@ def test_compiled_models_equal_dgl_nn_models(tiny_store, model):
     inputs, _, blocks = dgl.dataloading.NeighborSampler([5, 5]).sample(graph, torch.arange(300))
     x = load_features(store)[inputs]
     torch.testing.assert_close(compiled(blocks, x), reference(blocks, x), rtol=1e-4, atol=1e-5)
+
+
+def test_trainer_builds_the_tasks_trainer_and_a_task_trainer_subclass_runs(tiny_store, tmp_path):
+    """Trainer(config) picks the task's trainer (every task trainer is a Trainer); a user
+    changes a task by subclassing its trainer, not the picker, which refuses subclasses."""
+    from gnnssd.node_task import NodeTrainer
+    from gnnssd.trainer import TaskTrainer
+
+    trainer = Trainer(_config(tiny_store, tmp_path / "run", train={"epochs": 1}))
+    try:
+        assert type(trainer) is NodeTrainer and isinstance(trainer, (Trainer, TaskTrainer))
+    finally:
+        trainer.close()
+
+    class Smoothed(NodeTrainer):  # a user's loss: label smoothing, through the step hook
+        def _batch_loss(self, batch):
+            logits = self.train_model(batch.blocks, batch.x)
+            loss = torch.nn.functional.cross_entropy(logits, batch.y, ignore_index=-1, label_smoothing=0.1)
+            self.steps = getattr(self, "steps", 0) + 1
+            return loss, int(batch.labelled.sum()), int((logits.argmax(1) == batch.y).sum())
+
+    mine = Smoothed(_config(tiny_store, tmp_path / "mine", train={"epochs": 1}))
+    try:
+        history = mine.fit()
+    finally:
+        mine.close()
+    assert mine.steps == history[0]["batches"] > 0 and isinstance(mine, Trainer)
+    with pytest.raises(TypeError, match="subclass one of .*NodeTrainer"):
+        class Picker(Trainer):  # noqa: F841 - defining it is the error
+            pass
+    with pytest.raises(ConfigError, match="task: 'graph'"):
+        Trainer(_config(tiny_store, tmp_path / "x", task="graph"))

@@ -6,13 +6,16 @@ buffers, the gather), repack and block_writer (compact blocks), worker (backgrou
 epoch's plans and blocks kept for the epochs that reuse its samples), calibration (the
 drive's cost model).
 """
-from .buffers import MegaBatchBuffers
+from .block_writer import BlockWriter
+from .buffers import BUFFERS, MegaBatchBuffers
 from .calibration import calibrate, load_cost_model
 from .direct_io import DirectIO
 from .feature_file import FeatureFile
-from .hot_cache import HotCache, HotRanking, hottest_rows
-from .repack import delete, repack, repacked_windows
-from .worker import PlanWorker, replay, saving
+from .hot_cache import HotCache, HotRanking
+from .kept import KeptSamples, samples_key
+from .repack import RepackReport, delete, repack, repacked_windows
+from .worker import PlanWorker
 
-__all__ = ["DirectIO", "FeatureFile", "HotCache", "HotRanking", "MegaBatchBuffers", "PlanWorker", "calibrate",
-           "hottest_rows", "load_cost_model", "delete", "repack", "repacked_windows", "replay", "saving"]
+__all__ = ["BUFFERS", "BlockWriter", "DirectIO", "FeatureFile", "HotCache", "HotRanking", "KeptSamples",
+           "MegaBatchBuffers", "PlanWorker", "RepackReport", "calibrate", "delete", "load_cost_model", "repack",
+           "repacked_windows", "samples_key"]

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from gnnssd.io_engine.rows import copy_rows
-from gnnssd.storage_format.manifest import PAGE
+from gnnssd.io_engine import copy_rows
+from gnnssd.storage_format import PAGE
 
 MAX_CHUNK = 1 << 20  # one write request
 SPARE_CHUNKS = 4  # chunks queued for the writers beyond one per open block

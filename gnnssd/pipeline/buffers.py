@@ -14,9 +14,8 @@ from pathlib import Path
 import numba as nb
 import numpy as np
 
-from gnnssd.io_engine.rows import copy_rows
-from gnnssd.sampler.plan import MegaBatchPlan
-from gnnssd.sampler.readplan import Strategy
+from gnnssd.io_engine import copy_rows
+from gnnssd.sampler import MegaBatchPlan, Strategy
 
 from .hot_cache import HotCache
 from .repack import block_path

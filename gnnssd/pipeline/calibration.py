@@ -15,9 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from gnnssd.sampler.readplan import CostModel
-from gnnssd.storage_format import StoreError
-from gnnssd.storage_format.manifest import PAGE
+from gnnssd.sampler import CostModel
+from gnnssd.storage_format import PAGE, StoreError
 
 from .direct_io import DirectIO
 

@@ -13,7 +13,7 @@ from typing import Iterator, Mapping
 import numpy as np
 
 from gnnssd.io_engine import ChecksumError, Engine
-from gnnssd.io_engine.engine import ALIGNMENT
+from gnnssd.io_engine import ALIGNMENT
 from gnnssd.storage_format import PageChecksumError
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gnnssd.sampler.readplan import CostModel, plan_extents
+from gnnssd.sampler import CostModel, plan_extents
 
 from .direct_io import DirectIO
 

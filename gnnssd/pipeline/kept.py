@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gnnssd.sampler.plan import MegaBatchPlan
+from gnnssd.sampler import MegaBatchPlan
 
 from .repack import delete, plan_files
 

@@ -14,8 +14,7 @@ from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
-from gnnssd.sampler.plan import MegaBatchPlan
-from gnnssd.sampler.readplan import CostModel, Scan, Strategy, windows
+from gnnssd.sampler import CostModel, MegaBatchPlan, Scan, Strategy, windows
 
 from .block_writer import BlockWriter
 from .direct_io import DirectIO

@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 from typing import Generic, Iterable, Iterator, TypeVar
 
-from gnnssd.sampler.plan import MegaBatchPlan, load_plan, save_plan
+from gnnssd.sampler import MegaBatchPlan, load_plan, save_plan
 
 T = TypeVar("T")
 _DONE = object()

@@ -322,7 +322,7 @@ from hypothesis import strategies as st
 from gnnssd import NodeLoader
 from gnnssd.config import config_from_dict
 from gnnssd.storage_format import Store, StoreError
-from gnnssd.trainer import Trainer
+from gnnssd.tasks import Trainer
 CLEAR = (StoreError, IndexError, ValueError)
 for path in sys.argv[1:]:
     print("store", path, flush=True)

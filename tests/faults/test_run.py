@@ -24,7 +24,7 @@ from gnnssd.cli import main
 from gnnssd.config import ConfigError, config_from_dict
 from gnnssd.datasets import ArraySource
 from gnnssd.storage_format import write_store
-from gnnssd.trainer import Trainer
+from gnnssd.tasks import Trainer
 
 from ..conftest import REPO, random_graph_arrays
 

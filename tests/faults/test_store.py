@@ -25,7 +25,7 @@ from gnnssd.pipeline import DirectIO
 from gnnssd.sampler.readplan import CostModel, per_row_requests, plan_extents
 from gnnssd.storage_format import DatasetError, PageChecksumError, Store, StoreError, write_store
 from gnnssd.storage_format import page_crc
-from gnnssd.trainer import Trainer
+from gnnssd.tasks import Trainer
 from tests.conftest import REPO, random_graph_arrays
 
 BACKENDS = ["io_uring", "threads"]

@@ -48,6 +48,18 @@ def _weight(el, er, u, v, h, slope, smax, ssum):
     return s, np.exp(_leaky(s, slope) - smax[v, h]) / ssum[v, h]
 
 
+@numba.njit(inline="always")
+def _score_grad(el, er, z, go, c, u, v, h, slope, smax, ssum):
+    """Edge (u, v)'s attention weight a and the gradient of its score before the leaky
+    ReLU: a * (<go[v], z[u]> - c[v]), times the ReLU's slope where it is negative."""
+    s, a = _weight(el, er, u, v, h, slope, smax, ssum)
+    dot = z.dtype.type(0)
+    for f in range(z.shape[2]):
+        dot += go[v, h, f] * z[u, h, f]
+    d = a * (dot - c[v, h])
+    return a, d if s > 0 else d * slope
+
+
 def _forward(indptr, indices, el, er, z, slope, out, smax, ssum):
     heads, feats = z.shape[1], z.shape[2]
     for v in numba.prange(indptr.shape[0] - 1):
@@ -79,12 +91,7 @@ def _backward_dst(indptr, indices, el, er, z, go, out, smax, ssum, slope, c, ger
         for k in range(indptr[v], indptr[v + 1]):
             u = indices[k]
             for h in range(heads):
-                s, a = _weight(el, er, u, v, h, slope, smax, ssum)
-                dot = z.dtype.type(0)
-                for f in range(feats):
-                    dot += go[v, h, f] * z[u, h, f]
-                d = a * (dot - c[v, h])
-                ger[v, h] += d if s > 0 else d * slope
+                ger[v, h] += _score_grad(el, er, z, go, c, u, v, h, slope, smax, ssum)[1]
 
 
 def _backward_src(indptr, indices, el, er, z, go, smax, ssum, slope, c, gel, gz):
@@ -93,13 +100,10 @@ def _backward_src(indptr, indices, el, er, z, go, smax, ssum, slope, c, gel, gz)
         for k in range(indptr[u], indptr[u + 1]):
             v = indices[k]
             for h in range(heads):
-                s, a = _weight(el, er, u, v, h, slope, smax, ssum)
-                dot = z.dtype.type(0)
+                a, d = _score_grad(el, er, z, go, c, u, v, h, slope, smax, ssum)
                 for f in range(feats):
-                    dot += go[v, h, f] * z[u, h, f]
                     gz[u, h, f] += a * go[v, h, f]
-                d = a * (dot - c[v, h])
-                gel[u, h] += d if s > 0 else d * slope
+                gel[u, h] += d
 
 
 _FORWARD, _BACKWARD_DST, _BACKWARD_SRC = _jit(_forward), _jit(_backward_dst), _jit(_backward_src)

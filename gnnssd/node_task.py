@@ -1,0 +1,103 @@
+"""`task: node`: node classification on a store's labelled splits (cross-entropy on the
+training nodes' labels; accuracy on valid/test; a class per node by `predict`)."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from gnnssd.storage_format import Store
+
+from . import distributed
+from .config import Config, ConfigError
+from .memory_loader import MiniBatch
+from .node_loader import NodeLoader, check_nodes
+from .trainer import TaskTrainer
+
+
+class NodeTrainer(TaskTrainer):
+    """Trains a node classifier: the model maps `(blocks, x)` to a score per class."""
+
+    SELECTION = "acc"
+    SELECTION_NAME = "accuracy"
+    ENCODER_PREFIX = ""
+    CLASSIFIES = True
+
+    def _check_store(self) -> None:
+        if self.store.num_classes < 2:
+            raise ConfigError(f"store {self.config.store}: {self.store.num_classes} classes; need >= 2")
+        if len(self.store.train_idx) == 0:
+            raise ConfigError(f"store {self.config.store}: the train split is empty; nothing to train on")
+
+    def _split_size(self, split: str) -> int:
+        return len(self.store.split(split))
+
+    @classmethod
+    def output_dim(cls, config: Config, store: Store) -> int:
+        """A score per class."""
+        return store.num_classes
+
+    def _make_loader(self) -> NodeLoader:
+        """The training nodes' loader over the source (a rank loads its shard of the seeds);
+        evaluation takes loaders of other seeds over the same source (`with_seeds`)."""
+        cfg = self.config
+        return NodeLoader(self.source, self.store.train_idx, fanouts=cfg.sampler.fanouts,
+                          batch_size=cfg.sampler.batch_size, shuffle=True, seed=cfg.seed,
+                          rank=self.ranks.rank, world_size=self.ranks.world_size,
+                          seed_order=cfg.sampler.seed_order, seed_window=cfg.sampler.seed_window,
+                          reuse_epochs=cfg.sampler.reuse_epochs, first_epoch=1)
+
+    def _batch_loss(self, batch: MiniBatch) -> tuple[torch.Tensor, int, int | None]:
+        """Cross-entropy over the labelled output nodes (label -1 is left out)."""
+        logits = self.train_model(batch.blocks, batch.x)
+        y = batch.y
+        loss = F.cross_entropy(logits, y, ignore_index=-1)
+        return loss, int(batch.labelled.sum()), int((logits.argmax(1) == y).sum())
+
+    def _split_scores(self, split: str) -> dict[str, float]:
+        return {"acc": self.evaluate(split)["accuracy"]}
+
+    @torch.no_grad()
+    def _logits(self, nodes: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Logits, node IDs and labels of `nodes` with the evaluation fanouts, in batch order."""
+        cfg = self.config
+        outputs, order, labels = [torch.empty(0, self._output_dim())], [torch.empty(0, dtype=torch.long)], \
+            [torch.empty(0, dtype=torch.long)]
+        if len(nodes):
+            fanouts, batch_size = cfg.sampler.evaluation(self.store.num_edges)
+            self.model.eval()
+            for batch in self.loader.with_seeds(nodes, fanouts=fanouts, batch_size=batch_size):
+                outputs.append(self.model(batch.blocks, batch.x).cpu())
+                order.append(_target_ids(batch.output_nodes).cpu())
+                labels.append(batch.y.cpu())
+        return torch.cat(outputs), torch.cat(order), torch.cat(labels)
+
+    def evaluate(self, split: str = "test") -> dict[str, float]:
+        """Accuracy and loss of the current model on 'train', 'valid' or 'test' (each rank
+        scores its share of the nodes; the sums are added over the ranks)."""
+        logits, _, y = self._logits(self.ranks.split(self.store.split(split)))
+        local = [float((logits.argmax(1) == y).sum()),
+                 float(F.cross_entropy(logits, y, reduction="sum")), float(len(y))]
+        self.progress.enter()
+        correct, loss_sum, count = distributed.sum_over_ranks(local, self.ranks)
+        if count == 0:
+            return {"accuracy": float("nan"), "loss": float("nan"), "nodes": 0}
+        return {"accuracy": correct / count, "loss": loss_sum / count, "nodes": int(count)}
+
+    def predict(self, nodes: np.ndarray | None = None) -> np.ndarray:
+        """Predicted class of each of `nodes` (the dataset's IDs; all nodes by default: the
+        result is then indexed by node ID)."""
+        count = self.store.schema.node_types[self.store.schema.type_id(self.store.schema.target)].count
+        nodes = np.arange(count) if nodes is None else check_nodes(nodes, count, "nodes")
+        logits, order, _ = self._logits(self.ranks.split(nodes))
+        order, classes = distributed.gather_arrays((order.numpy(), logits.argmax(1).numpy()), self.ranks)
+        by_node = np.empty(count, dtype=np.int64)
+        by_node[order] = classes
+        return by_node[nodes]
+
+
+def _target_ids(output_nodes: torch.Tensor | dict[str, torch.Tensor]) -> torch.Tensor:
+    """The output node IDs of a mini-batch (of the one type of its seeds on a typed store)."""
+    if isinstance(output_nodes, dict):
+        return next(ids for ids in output_nodes.values() if len(ids))
+    return output_nodes
