@@ -2,8 +2,9 @@
 
 - `MmapLoader`: DGL's sampler, features indexed out of a NumPy memmap of features.bin:
   what most users do today. Every missing page is a synchronous fault.
-- `PerRowLoader`: DGL's sampler, each input row not in an LRU cache read as its own page
-  with O_DIRECT through the io_engine: the Ginex / GraphBolt DiskBasedFeature way.
+- `PerRowLoader`: DGL's sampler, each input row not in an LRU cache (`LRUCache`, a row
+  source around its fallback as the hot cache is) read as its own page with O_DIRECT
+  through the io_engine (`PageReads`): the Ginex / GraphBolt DiskBasedFeature way.
 
 Both sample exactly as `MemoryLoader` does (they share its `SampledLoader` base and its
 loader protocol), so for the same `dgl.seed` (and one thread) they yield the same blocks and
@@ -23,7 +24,8 @@ from gnnssd.storage_format import Store
 
 from .budget import parse_bytes
 from .config import SamplerConfig, SSDConfig
-from .memory_loader import SampledLoader
+from .memory_loader import IOCounters, SampledLoader
+from .pipeline import RowSource
 from .timing import StageTimer
 
 
@@ -45,17 +47,18 @@ class MmapLoader(SampledLoader):
             return self._as_float32(np.asarray(self.features[rows]), rows)
 
 
-class LRUCache:
-    """An exact LRU over `capacity` slots (a doubly linked list in arrays, updated by numba):
-    `access(rows)` applies the rows in order, one access each, as an OrderedDict with
-    move-to-end on a hit and insert (evicting the least recently used) on a miss would.
+class LRUSlots:
+    """Which row each of `capacity` slots holds, least recently used evicted: an exact LRU
+    (a doubly linked list in arrays, updated by numba). `access(rows)` applies the rows in
+    order, one access each, as an OrderedDict with move-to-end on a hit and insert (evicting
+    the least recently used) on a miss would.
 
-    The index `slot_of` holds one int32 per node (4 bytes x num_nodes, outside the
+    The index `slot_of` holds one int32 per row (4 bytes x num_rows, outside the
     capacity, like the topology)."""
 
-    def __init__(self, capacity: int, num_nodes: int):
+    def __init__(self, capacity: int, num_rows: int):
         self.capacity = capacity
-        self.slot_of = np.full(num_nodes, -1, dtype=np.int32)
+        self.slot_of = np.full(num_rows, -1, dtype=np.int32)
         self.key = np.full(capacity, -1, dtype=np.int64)
         self.prev = np.full(capacity, -1, dtype=np.int64)
         self.next = np.full(capacity, -1, dtype=np.int64)
@@ -81,6 +84,79 @@ class LRUCache:
             out.append(int(self.key[slot]))
             slot = int(self.prev[slot])
         return out
+
+
+class LRUCache:
+    """A row source (pipeline.RowSource) holding the `capacity` rows of `fallback` read
+    most recently, asking `fallback` for the others; its bookkeeping and copies are timed
+    as the stage "gather" of `timer`."""
+
+    def __init__(self, fallback: RowSource, capacity: int, num_rows: int, timer: StageTimer | None = None):
+        self.fallback, self.timer = fallback, timer or StageTimer()
+        self.feat_dim, self.dtype, self.row_bytes = fallback.feat_dim, fallback.dtype, fallback.row_bytes
+        self.slots = LRUSlots(capacity, num_rows)
+        self.data = np.empty((capacity, self.feat_dim), self.dtype)
+
+    def read(self, ids: np.ndarray) -> np.ndarray:
+        with self.timer.stage("gather"):
+            slots, hit = self.slots.access(ids)
+            out = np.empty((len(ids), self.feat_dim), self.dtype)
+            out[hit] = self.data[slots[hit]]  # before misses may overwrite those slots
+            missed = np.flatnonzero(~hit)
+        fresh = self.fallback.read(ids[missed])
+        with self.timer.stage("gather"):
+            out[missed] = fresh
+            self._keep(slots[missed], fresh)
+            if self._hits_rows_filled_here(slots, hit, missed):
+                _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+                out = out[first[inverse]]  # a repeated row as at its first position
+        return out
+
+    def _hits_rows_filled_here(self, slots: np.ndarray, hit: np.ndarray, missed: np.ndarray) -> bool:
+        """Whether a hit names a slot a miss of the same call fills: a row asked twice
+        (its second ask copied the slot before the read filled it), or a slot reused within
+        a call longer than the cache. Mini-batch inputs are unique: never, then."""
+        filled = slots[missed]
+        if not hit.any() or not len(filled):
+            return False
+        written = np.zeros(self.slots.capacity, np.bool_)
+        written[filled[filled >= 0]] = True
+        return bool(written[slots[hit]].any())
+
+    def _keep(self, slots: np.ndarray, fresh: np.ndarray) -> None:
+        """Store the rows just read in their cache slots. With more rows in a batch than
+        the cache holds, a slot can be reused within the batch: its last row wins, as in
+        the LRU."""
+        kept = np.flatnonzero(slots >= 0)
+        if len(slots) > self.slots.capacity:
+            _, last_first = np.unique(slots[kept][::-1], return_index=True)
+            kept = kept[len(kept) - 1 - last_first]
+        self.data[slots[kept]] = fresh[kept]
+
+
+class PageReads:
+    """A row source over a store's features file reading each row as its own page run
+    (O_DIRECT, `Engine.read_rows` with one request per row: no merging), as Ginex and
+    GraphBolt's DiskBasedFeature do; the reads are counted in `io` and timed as the stage
+    "read" of `timer`. `close()` closes the engine."""
+
+    def __init__(self, store: Store, io: IOCounters, timer: StageTimer, engine: Engine | None = None):
+        self.feat_dim, self.dtype, self.row_bytes = store.feat_dim, store.feat_dtype, store.row_bytes
+        self.io, self.timer = io, timer
+        self.engine = engine or Engine()
+        self.file = self.engine.open(store.features_path, checksums=store.page_checksums())
+        self.staging = self.engine.alloc(2 * self.engine.chunk_bytes)
+
+    def read(self, ids: np.ndarray) -> np.ndarray:
+        with self.timer.stage("read"):
+            offsets, lengths = per_row_requests(np.sort(ids), self.row_bytes)
+            fresh = self.engine.read_rows(self.file, ids, self.row_bytes, offsets, lengths, staging=self.staging)
+        self.io.add(bytes_read=int(lengths.sum()), requests=len(lengths), useful_bytes=len(ids) * self.row_bytes)
+        return fresh.view(self.dtype)
+
+    def close(self) -> None:
+        self.file.close()
+        self.engine.close()
 
 
 @nb.njit(cache=True)
@@ -136,9 +212,9 @@ def _lru_access(rows, slot_of, key, prev, nxt, state, slots, hit):
 
 
 class PerRowLoader(SampledLoader):
-    """Rows missing from an LRU cache of `budget_bytes` read one page each (O_DIRECT,
-    `Engine.read_rows` with one request per row: no merging); stages "read" (the engine) and "gather" (cache bookkeeping and
-    copies). `close()` (or a with-block) closes the engine."""
+    """Rows missing from an LRU cache of `budget_bytes` read one page each (`PageReads`);
+    stages "read" (the engine) and "gather" (cache bookkeeping and copies). `close()` (or
+    a with-block) closes the engine."""
 
     NAME = "per-row"
 
@@ -153,45 +229,18 @@ class PerRowLoader(SampledLoader):
     def __init__(self, store: Store, device: torch.device, timer: StageTimer, seed: int,
                  budget_bytes: int, engine: Engine | None = None):
         super().__init__(store, device, timer, seed)
-        self.row_bytes = store.row_bytes
-        self.cache = LRUCache(budget_bytes // self.row_bytes, store.num_nodes)
-        self.data = np.empty((self.cache.capacity, self.row_bytes), dtype=np.uint8)
-        self.engine = engine or Engine()
-        self.file = self.engine.open(store.features_path, checksums=store.page_checksums())
-        self.staging = self.engine.alloc(2 * self.engine.chunk_bytes)
-        self.rows_read = 0
+        self.pages = PageReads(store, self.io, timer, engine)
+        self.cache = LRUCache(self.pages, budget_bytes // store.row_bytes, store.num_nodes, timer)
 
     def _inputs(self, rows: np.ndarray) -> torch.Tensor:
+        raw = self.cache.read(rows)
         with self.timer.stage("gather"):
-            slots, hit = self.cache.access(rows)
-            raw = np.empty((len(rows), self.row_bytes), dtype=np.uint8)
-            raw[hit] = self.data[slots[hit]]  # before misses may overwrite those slots
-            missed = np.flatnonzero(~hit)
-        with self.timer.stage("read"):
-            offsets, lengths = per_row_requests(np.sort(rows[missed]), self.row_bytes)
-            fresh = self.engine.read_rows(self.file, rows[missed], self.row_bytes, offsets, lengths,
-                                          staging=self.staging)
-        with self.timer.stage("gather"):
-            raw[missed] = fresh
-            self._keep(slots[missed], fresh)
-            self.io.add(bytes_read=int(lengths.sum()), requests=len(lengths),
-                        useful_bytes=len(missed) * self.row_bytes)
-            return self._as_float32(raw.view(self.store.feat_dtype), rows)
-
-    def _keep(self, slots: np.ndarray, fresh: np.ndarray) -> None:
-        """Store the rows just read in their cache slots. With more rows in a batch than
-        the cache holds, a slot can be reused within the batch: its last row wins, as in
-        the LRU."""
-        kept = np.flatnonzero(slots >= 0)
-        if len(slots) > self.cache.capacity:
-            _, last_first = np.unique(slots[kept][::-1], return_index=True)
-            kept = kept[len(kept) - 1 - last_first]
-        self.data[slots[kept]] = fresh[kept]
+            return self._as_float32(raw, rows)
 
     def io_stats(self) -> dict[str, int]:
-        return {**self.io.as_dict(), "cache_rows": self.cache.capacity,
-                "cache_hits": self.cache.hits, "cache_misses": self.cache.misses}
+        slots = self.cache.slots
+        return {**self.io.as_dict(), "cache_rows": slots.capacity, "cache_hits": slots.hits,
+                "cache_misses": slots.misses}
 
     def close(self) -> None:
-        self.file.close()
-        self.engine.close()
+        self.pages.close()

@@ -49,7 +49,7 @@ from .checkpoint import load_checkpoint
 from .config import Config, ConfigError, SSDConfig
 from .layerwise_blocks import CHUNK_SHARE, chunk_block, chunk_bounds, input_types, layer_types
 from .layerwise_mean import mean_layer_chunks
-from .layerwise_rows import CachedRows, FileRows, Rows, TensorRows
+from .layerwise_rows import Rows, StoredRows, TensorRows
 from .layerwise_typed import check_typed_model, first_inputs, typed_layer_chunks
 from .memory_loader import load_features
 from .models import store_model
@@ -60,7 +60,7 @@ from .tasks import check_classifies, trainer_class
 
 log = logging.getLogger("gnnssd.layerwise")
 
-STAGING_BYTES = 8 << 20  # FileRows' staging: half read while the other half is copied
+STAGING_BYTES = 8 << 20  # a layer file reader's staging: half read while the other half is copied
 # A chunk's inputs take 1/CHUNK_SHARE of the budget (gnnssd.layerwise_blocks); in ssd mode half
 # the budget caches the most referenced input rows of each layer.
 
@@ -73,7 +73,7 @@ def layer_chunks(model: nn.Module, i: int, store: Store, source: Rows,
     indptr, indices = store.indptr, store.indices
     for lo, hi in bounds:
         block, src = chunk_block(indptr, indices, lo, hi)
-        yield model.layer(i, block, source.rows(src))
+        yield model.layer(i, block, source.read(src))
 
 
 def output_rows(store: Store) -> np.ndarray:
@@ -181,7 +181,7 @@ class LayerwiseSSD:
         finally:
             self._consumed(source, path)
 
-    def _last_input(self, model: nn.Module, last: int) -> tuple[FileRows, Path]:
+    def _last_input(self, model: nn.Module, last: int) -> tuple[StoredRows, Path]:
         """The input of layer `last`: features.bin, or the file of layer last-1 (the files
         of earlier layers deleted once read)."""
         model.eval()
@@ -197,16 +197,21 @@ class LayerwiseSSD:
             path, source = out, self._rows(out, dim, self.layer_dtype)
         return source, path
 
-    def _consumed(self, source: FileRows, path: Path) -> None:
+    def _consumed(self, source: StoredRows, path: Path) -> None:
         """Close a layer's input, count its reads, and delete it if it is a layer file."""
-        source.close()
-        self.bytes_read += source.bytes_read
+        self._close(source)
         if path != self.store.features_path:
             path.unlink(missing_ok=True)
 
+    def _close(self, rows: StoredRows) -> None:
+        """Close rows `_rows` opened and count what was read of them."""
+        file = rows.source  # the FeatureFile `_rows` opened
+        file.close()
+        self.bytes_read += file.bytes_read
+
     def _rows(self, path: Path, dim: int, dtype: np.dtype,
-              as_float32: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None) -> FileRows:
-        return FileRows(FeatureFile(self.io, path, dim, dtype, self.model, STAGING_BYTES), as_float32)
+              as_float32: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None) -> StoredRows:
+        return StoredRows(FeatureFile(self.io, path, dim, dtype, self.model, STAGING_BYTES), as_float32)
 
     def _write(self, chunks: Iterator[torch.Tensor], out: Path) -> int:
         """Write the rows of `chunks` as the layer file `out`; returns their width."""
@@ -226,7 +231,7 @@ class LayerwiseSSD:
         layer of a homogeneous store, so ranked once per run (an argsort of all nodes)."""
         return hot_order(self.store.indptr, self.store.indices, [-1])
 
-    def _layer_chunks(self, model: nn.Module, i: int, source: FileRows) -> Iterator[torch.Tensor]:
+    def _layer_chunks(self, model: nn.Module, i: int, source: StoredRows) -> Iterator[torch.Tensor]:
         """Layer i's output rows in store order: by sequential passes for a mean-aggregation
         layer, else by chunks over gathered in-neighbour rows and a cache of the most
         referenced ones."""
@@ -237,10 +242,11 @@ class LayerwiseSSD:
             return mean_layer_chunks(model, i, source, store.indptr, store.indices, self.budget, chunk_rows)
         bounds = chunk_bounds(store.indptr, source.row_bytes, self.budget)
         # the cache: what the budget leaves after chunk inputs (and their float32 copies,
-        # model temporaries) and the writer's buffers, at 4 B per row for the slot map
+        # model temporaries) and the writer's buffers, less 4 B per row set aside for its
+        # membership (which takes 1 B), at 4 B per value (float32; a narrower file's rows take less)
         hot_bytes = max(self.budget // 2 - store.num_nodes * 4, 0)
         hot = self._most_referenced[:hot_bytes // (source.dim * 4)]
-        return layer_chunks(model, i, store, CachedRows(source, hot, store.num_nodes), bounds)
+        return layer_chunks(model, i, store, source.cached(hot, store.num_nodes), bounds)
 
     def _typed_outputs(self, model: nn.Module, layers: int) -> Iterator[torch.Tensor]:
         """The target type's rows of layer `layers` - 1 of a typed model, chunk by chunk;
@@ -257,7 +263,7 @@ class LayerwiseSSD:
         opened = [(features, store.features_path)]
         try:
             hot = self._hot(types[0], featured, store.feature_rows, store.feat_dim)
-            inputs = first_inputs(model, store, CachedRows(features, hot, store.feature_rows), reads)
+            inputs = first_inputs(model, store, features.cached(hot, store.feature_rows), reads)
             for i, computed in enumerate(types[:-1]):
                 written = {}
                 for t in computed:
@@ -273,7 +279,7 @@ class LayerwiseSSD:
                     source = self._rows(path, width, self.layer_dtype)
                     opened.append((source, path))
                     mine = hot[(hot >= lo) & (hot < hi)] - lo
-                    inputs[schema.type_names[t]] = CachedRows(source, mine, hi - lo)
+                    inputs[schema.type_names[t]] = source.cached(mine, hi - lo)
             yield from typed_layer_chunks(model, len(types) - 1, store, inputs, schema.type_id(schema.target),
                                           self.budget)
         finally:
@@ -301,10 +307,9 @@ class LayerwiseSSD:
         step = max(self.budget // CHUNK_SHARE // (dim * 4), 1)
         try:
             for lo in range(0, len(inv), step):
-                yield rows.rows(inv[lo:lo + step]).numpy()
+                yield rows.read(inv[lo:lo + step]).numpy()
         finally:
-            rows.close()
-            self.bytes_read += rows.bytes_read
+            self._close(rows)
 
     def close(self) -> None:
         self.io.shutdown()

@@ -101,7 +101,7 @@ def neighbour_sums(source: Rows, indptr: np.ndarray, indices: np.ndarray, lo: in
         if a == b:
             continue
         first = k * segment_rows
-        rows = source.rows(np.arange(first, min(first + segment_rows, num_nodes), dtype=np.int64))
+        rows = source.read(np.arange(first, min(first + segment_rows, num_nodes), dtype=np.int64))
         add_rows(sums, rows.numpy(), first, sources, dests, a, b)
     return sums
 
@@ -124,5 +124,5 @@ def mean_layer_chunks(model: nn.Module, i: int, source: Rows, indptr: np.ndarray
         for c in range(lo, hi, chunk_rows):
             d = min(c + chunk_rows, hi)
             means = sums[c - lo:d - lo] / np.maximum(degree[c:d], 1)[:, None]  # no in-edges: 0
-            own = source.rows(np.arange(c, d, dtype=np.int64))
+            own = source.read(np.arange(c, d, dtype=np.int64))
             yield model.layer(i, mean_block(d - c), torch.cat([own, torch.from_numpy(means)]))

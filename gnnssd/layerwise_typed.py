@@ -38,7 +38,7 @@ def typed_layer_chunks(model: nn.Module, i: int, store: Store, inputs: dict[str,
     row_bytes = max(rows.dim for rows in inputs.values()) * 4
     for a, b in chunk_bounds(store.indptr[lo:hi + 1], row_bytes, budget):
         block, sources = typed_chunk_block(store, lo + a, lo + b)
-        out = model.layer(i, block, {n: inputs[n].rows(ids) for n, ids in sources.items() if len(ids)})
+        out = model.layer(i, block, {n: inputs[n].read(ids) for n, ids in sources.items() if len(ids)})
         if not isinstance(out, dict):
             raise TypeError(f"layer-wise inference on a heterogeneous store: model.layer({i}, block, h) "
                             f"returned {type(out).__name__}; expected a dict of rows by node type")

@@ -263,7 +263,7 @@ def compare_child(spec: dict[str, Any]) -> dict[str, Any]:
             stages["features"] += t3 - t2
             y = torch.from_numpy(np.asarray(labels[mfgs.nodes[:int(mfgs.num_dst[-1])]], dtype=np.int64))
             step(blocks, x, y)
-        io = getattr(rows_of, "io", {})
+        io = getattr(rows_of, "io", dict)()
     seconds = time.perf_counter() - start
     import resource
     return {"system": spec["system"], "batches": len(batches), "seconds": round(seconds, 2),
@@ -283,33 +283,17 @@ def _feature_source(system: str, store: Any, budget: int) -> Any:
     if system == "mmap":
         features = store.features_memmap()
         return lambda ids: torch.from_numpy(store.as_float32(features[np.sort(ids)][np.argsort(np.argsort(ids))], ids))
-    from gnnssd.baselines import LRUCache
-    from gnnssd.io_engine import Engine
-    from gnnssd.sampler.readplan import per_row_requests
+    from gnnssd.baselines import LRUCache, PageReads
+    from gnnssd.memory_loader import IOCounters
+    from gnnssd.timing import StageTimer
 
-    cache = LRUCache(budget // store.row_bytes, store.num_nodes)
-    data = np.empty((cache.capacity, store.row_bytes), dtype=np.uint8)
-    engine = Engine()
-    file = engine.open(store.features_path, checksums=store.page_checksums())
-    staging = engine.alloc(2 * engine.chunk_bytes)
-    counters = {"bytes_read": 0, "requests": 0, "useful_bytes": 0}
+    counters = IOCounters()
+    cache = LRUCache(PageReads(store, counters, StageTimer()), budget // store.row_bytes, store.num_nodes)
 
     def rows(ids: np.ndarray) -> torch.Tensor:
-        slots, hit = cache.access(ids)
-        raw = np.empty((len(ids), store.row_bytes), dtype=np.uint8)
-        raw[hit] = data[slots[hit]]
-        missed = np.flatnonzero(~hit)
-        offsets, lengths = per_row_requests(np.sort(ids[missed]), store.row_bytes)
-        fresh = engine.read_rows(file, ids[missed], store.row_bytes, offsets, lengths, staging=staging)
-        raw[missed] = fresh
-        kept = slots[missed] >= 0
-        data[slots[missed][kept]] = fresh[kept]
-        counters["bytes_read"] += int(lengths.sum())
-        counters["requests"] += len(lengths)
-        counters["useful_bytes"] += len(missed) * store.row_bytes
-        return torch.from_numpy(store.as_float32(raw.view(store.feat_dtype), ids))
+        return torch.from_numpy(store.as_float32(cache.read(ids), ids))
 
-    rows.io = counters  # type: ignore[attr-defined]
+    rows.io = counters.as_dict  # type: ignore[attr-defined]
     return rows
 
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from gnnssd import NodeLoader
-from gnnssd.baselines import LRUCache
+from gnnssd.baselines import LRUSlots
 from gnnssd.datasets import synthetic_source
 from gnnssd.runtime import use_single_thread
 from gnnssd.storage_format import Store, write_store
@@ -96,7 +96,7 @@ def test_lru_matches_ordered_dict(capacity: int) -> None:
     # skewed, unique within a batch (as a mini-batch's input nodes are)
     batches = [np.unique(rng.zipf(1.3, size=rng.integers(1, 120)) % 300) for _ in range(40)]
     batches = [rng.permutation(b) for b in batches]
-    lru = LRUCache(capacity, 300)
+    lru = LRUSlots(capacity, 300)
     hits = []
     for rows in batches:
         slots, hit = lru.access(rows)

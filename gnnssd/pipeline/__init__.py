@@ -1,7 +1,8 @@
 """Executing the planner's plans: the SSD data path between gnnssd.sampler and the loaders.
 
-direct_io (the one adapter to gnnssd.io_engine), feature_file (the features file's reader),
-hot_cache (the hot rows, the one owner of which rows are hot), buffers (the mega-batch
+direct_io (the one adapter to gnnssd.io_engine), row_source (the `read(ids)` interface every
+reader and cache of rows offers), feature_file (the features file's reader), hot_cache (the
+hot rows, the one owner of which rows are hot, a cache around a row source), buffers (the mega-batch
 buffers, the gather), repack and block_writer (compact blocks), worker (background stages), kept (an
 epoch's plans and blocks kept for the epochs that reuse its samples), calibration (the
 drive's cost model).
@@ -14,8 +15,9 @@ from .feature_file import FeatureFile
 from .hot_cache import HotCache, HotRanking
 from .kept import KeptSamples, samples_key
 from .repack import RepackReport, delete, repack, repacked_windows
+from .row_source import RowSource
 from .worker import PlanWorker
 
 __all__ = ["BUFFERS", "BlockWriter", "DirectIO", "FeatureFile", "HotCache", "HotRanking", "KeptSamples",
-           "MegaBatchBuffers", "PlanWorker", "RepackReport", "calibrate", "delete", "load_cost_model", "repack",
+           "MegaBatchBuffers", "PlanWorker", "RepackReport", "RowSource", "calibrate", "delete", "load_cost_model", "repack",
            "repacked_windows", "samples_key"]

@@ -114,11 +114,12 @@ class Recycler:
 
 class MegaBatchBuffers:
     """Double-buffered mega-batch buffers behind the hot cache, filled from the features
-    file it wraps; the input rows of mini-batch i are [hot | buffer][gather[i]]."""
+    file it wraps (its fallback, a FeatureFile); the input rows of mini-batch i are
+    [hot | buffer][gather[i]]."""
 
     def __init__(self, hot: HotCache, capacity_rows: int):
         self.hot = hot
-        self.source = source = hot.source
+        self.source = source = hot.fallback
         self.dtype, self.feat_dim, self.row_bytes = source.dtype, source.feat_dim, source.row_bytes
         self.capacity = capacity_rows
         self._bufs = [source.io.alloc(capacity_rows * self.row_bytes) for _ in range(BUFFERS)]
@@ -146,7 +147,7 @@ class MegaBatchBuffers:
             finally:
                 io.close(f)
         else:
-            self.source.read(plan.read_rows, out, None if read is None else (read.offsets, read.lengths))
+            self.source.read_into(plan.read_rows, out, None if read is None else (read.offsets, read.lengths))
         copy_rows(prev.reshape(-1), plan.carry_src * self.row_bytes, self.row_bytes,
                   out[plan.num_read : len(plan.rows)])
         self._cur = nxt

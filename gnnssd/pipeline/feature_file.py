@@ -1,6 +1,6 @@
 """The SSD reader: rows of a features file read through gnnssd.io_engine by the read
-planner's extents. The hot cache is filled through it and the mega-batch loader reads the
-rows the cache does not hold through it."""
+planner's extents. It is the row source the hot cache wraps, and the mega-batch buffers
+read the rows the cache does not hold through it."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -24,12 +24,22 @@ class FeatureFile:
         self.row_bytes = feat_dim * self.dtype.itemsize
         self.file = io.open(path)
         self.staging = io.alloc(max(staging_bytes, 2 * self.model.max_extent(self.row_bytes)))
+        self.bytes_read = 0  # of the extents read: what the drive delivered
 
-    def read(self, rows: np.ndarray, out: np.ndarray, extents: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+    def read(self, ids: np.ndarray) -> np.ndarray:
+        """Rows `ids` (any order), by extents the read planner merges with the drive's cost model."""
+        ids = np.asarray(ids, np.int64)
+        offsets, lengths, _ = plan_extents(np.sort(ids), self.row_bytes, self.model)
+        out = np.empty((len(ids), self.row_bytes), np.uint8)
+        self.read_into(ids, out, (offsets, lengths))
+        return out.view(self.dtype)
+
+    def read_into(self, rows: np.ndarray, out: np.ndarray, extents: tuple[np.ndarray, np.ndarray] | None = None) -> None:
         """out[k] = row rows[k] (out: at least len(rows) rows of row_bytes), read by `extents`
         (rows then in any order) or by extents planned here (rows sorted)."""
         offsets, lengths = extents if extents is not None else plan_extents(rows, self.row_bytes, self.model)[:2]
         self.io.read_rows(self.file, rows, self.row_bytes, offsets, lengths, out[: len(rows)], self.staging)
+        self.bytes_read += int(np.sum(lengths))
 
     def close(self) -> None:
         self.io.close(self.file)

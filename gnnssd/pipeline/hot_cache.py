@@ -1,8 +1,8 @@
 """The hot cache: the feature rows sampling reaches most, held in memory for the whole run.
 
-It is the one owner of which rows are hot. It sits in front of the SSD reader (the
-features file it was filled from) as GraphBolt's cached features sit in front of their
-fallback feature: the planner consults its membership (`members`, a sampler.HotRows: the
+It is the one owner of which rows are hot. It wraps a row source, its fallback (the SSD
+reader in training, a layer's file in layer-wise inference), as GraphBolt's cached features
+wrap their fallback feature: the planner consults its membership (`members`, a sampler.HotRows: the
 sorted rows and their row-sized mask) so that hot rows are never read, and the gather
 copies hot rows from `data`, the rest from the mega-batch buffer the reader filled.
 """
@@ -15,7 +15,7 @@ import numpy as np
 from gnnssd.sampler import ORDERS, HotRows, hot_order
 from gnnssd.storage_format import Store
 
-from .feature_file import FeatureFile
+from .row_source import RowSource
 
 class HotRanking:
     """The store's rows in decreasing sampling heat, ranked once (on first use) and cut at
@@ -55,15 +55,23 @@ def hottest_rows(store: Store, count: int, fanouts: list[int]) -> np.ndarray:
 
 
 class HotCache:
-    """Rows `rows` of the features file `source` (the SSD reader it wraps: rows not in
-    the cache come from it), read once through it, checksummed like every read; row
-    members.rows[k] is data[k]."""
+    """Rows `rows` of the row source `fallback`, read from it once (through the SSD reader:
+    checksummed like every read) and held for the run; row members.rows[k] is data[k].
+    `read(ids)` serves the held rows from memory and asks `fallback` for the rest."""
 
-    def __init__(self, source: FeatureFile, rows: np.ndarray, num_rows: int):
-        self.source = source
+    def __init__(self, fallback: RowSource, rows: np.ndarray, num_rows: int):
+        self.fallback = fallback
+        self.feat_dim, self.dtype, self.row_bytes = fallback.feat_dim, fallback.dtype, fallback.row_bytes
         self.members = HotRows.of(rows, num_rows)
-        self.data = np.empty((len(self.members.rows), source.feat_dim), source.dtype)
-        source.read(self.members.rows, self.data.view(np.uint8).reshape(len(self.data), source.row_bytes))
+        self.data = fallback.read(self.members.rows)
+
+    def read(self, ids: np.ndarray) -> np.ndarray:
+        ids = np.asarray(ids, np.int64)
+        held = self.members.mask[ids]
+        out = np.empty((len(ids), self.feat_dim), self.dtype)
+        out[held] = self.data[self.members.slots(ids[held])]
+        out[~held] = self.fallback.read(ids[~held])
+        return out
 
     def __len__(self) -> int:
         return len(self.data)
