@@ -107,21 +107,25 @@ class LRUCache:
         with self.timer.stage("gather"):
             out[missed] = fresh
             self._keep(slots[missed], fresh)
-            if self._hits_rows_filled_here(slots, hit, missed):
-                _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
-                out = out[first[inverse]]  # a repeated row as at its first position
+            stale = self._hits_filled_earlier(slots, hit, missed)
+            if len(stale):  # a row asked again: its first ask missed, so it is among `fresh`
+                missed_rows = ids[missed]
+                by_row = np.argsort(missed_rows, kind="stable")
+                out[stale] = fresh[by_row[np.searchsorted(missed_rows[by_row], ids[stale])]]
         return out
 
-    def _hits_rows_filled_here(self, slots: np.ndarray, hit: np.ndarray, missed: np.ndarray) -> bool:
-        """Whether a hit names a slot a miss of the same call fills: a row asked twice
-        (its second ask copied the slot before the read filled it), or a slot reused within
-        a call longer than the cache. Mini-batch inputs are unique: never, then."""
+    def _hits_filled_earlier(self, slots: np.ndarray, hit: np.ndarray, missed: np.ndarray) -> np.ndarray:
+        """Positions of hits on a slot a miss earlier in the same call filled: a row asked
+        twice, whose second ask copied the slot before the read filled it. (A slot a later
+        miss reuses, in a call longer than the cache, was copied in time.) Mini-batch inputs
+        are unique: none, then."""
         filled = slots[missed]
         if not hit.any() or not len(filled):
-            return False
-        written = np.zeros(self.slots.capacity, np.bool_)
-        written[filled[filled >= 0]] = True
-        return bool(written[slots[hit]].any())
+            return np.empty(0, np.int64)
+        first_fill = np.full(self.slots.capacity, len(slots), np.int64)
+        first_fill[filled[::-1]] = missed[::-1]  # the earliest position wins (filled >= 0: some hit)
+        hits = np.flatnonzero(hit)
+        return hits[first_fill[slots[hits]] < hits]
 
     def _keep(self, slots: np.ndarray, fresh: np.ndarray) -> None:
         """Store the rows just read in their cache slots. With more rows in a batch than
