@@ -539,7 +539,7 @@ def test_scratch_disk_full_while_writing_compact_blocks_names_the_file_and_the_w
     an OSError naming the block file and ssd.block_budget: 0, not a bare errno."""
     done = _under_file_size_limit(8192, tmp_path, "OSError", (
         "import numpy as np\n"
-        "from gnnssd.io_engine import alloc\n"
+        "from gnnssd.io_engine.engine import alloc\n"
         "from gnnssd.pipeline.block_writer import BlockWriter\n"
         "staging = alloc(1 << 16)\n"
         "with BlockWriter([folder / 'block-0.bin'], 512, alloc, max_chunk=4096) as writer:\n"
