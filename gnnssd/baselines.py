@@ -63,19 +63,23 @@ class LRUSlots:
         self.prev = np.full(capacity, -1, dtype=np.int64)
         self.next = np.full(capacity, -1, dtype=np.int64)
         self.state = np.array([-1, -1, 0], dtype=np.int64)  # head (most recent), tail, size
+        self.filled_at = np.full(capacity, -1, dtype=np.int64)  # within an access: the position that filled a slot
         self.hits = 0
         self.misses = 0
 
-    def access(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(slot, hit) per row; a missed row's slot is where it now lives (-1 with capacity 0)."""
+    def access(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(slot, hit, again) per row; a missed row's slot is where it now lives (-1 with
+        capacity 0); `again` is, for a hit on a row a miss of this same access inserted (a
+        row asked twice), that miss's position, else -1."""
         rows = np.ascontiguousarray(rows, dtype=np.int64)
         slots = np.empty(len(rows), dtype=np.int64)
         hit = np.empty(len(rows), dtype=np.bool_)
+        again = np.empty(len(rows), dtype=np.int64)
         n_hits = _lru_access(rows, self.slot_of, self.key, self.prev, self.next, self.state,
-                             slots, hit)
+                             self.filled_at, slots, hit, again)
         self.hits += n_hits
         self.misses += len(rows) - n_hits
-        return slots, hit
+        return slots, hit, again
 
     def keys(self) -> list[int]:
         """Cached rows, least recently used first."""
@@ -99,7 +103,7 @@ class LRUCache:
 
     def read(self, ids: np.ndarray) -> np.ndarray:
         with self.timer.stage("gather"):
-            slots, hit = self.slots.access(ids)
+            slots, hit, again = self.slots.access(ids)
             out = np.empty((len(ids), self.feat_dim), self.dtype)
             out[hit] = self.data[slots[hit]]  # before misses may overwrite those slots
             missed = np.flatnonzero(~hit)
@@ -107,25 +111,9 @@ class LRUCache:
         with self.timer.stage("gather"):
             out[missed] = fresh
             self._keep(slots[missed], fresh)
-            stale = self._hits_filled_earlier(slots, hit, missed)
-            if len(stale):  # a row asked again: its first ask missed, so it is among `fresh`
-                missed_rows = ids[missed]
-                by_row = np.argsort(missed_rows, kind="stable")
-                out[stale] = fresh[by_row[np.searchsorted(missed_rows[by_row], ids[stale])]]
+            repeated = np.flatnonzero(again >= 0)  # copied from their slot before the read filled it
+            out[repeated] = out[again[repeated]]
         return out
-
-    def _hits_filled_earlier(self, slots: np.ndarray, hit: np.ndarray, missed: np.ndarray) -> np.ndarray:
-        """Positions of hits on a slot a miss earlier in the same call filled: a row asked
-        twice, whose second ask copied the slot before the read filled it. (A slot a later
-        miss reuses, in a call longer than the cache, was copied in time.) Mini-batch inputs
-        are unique: none, then."""
-        filled = slots[missed]
-        if not hit.any() or not len(filled):
-            return np.empty(0, np.int64)
-        first_fill = np.full(self.slots.capacity, len(slots), np.int64)
-        first_fill[filled[::-1]] = missed[::-1]  # the earliest position wins (filled >= 0: some hit)
-        hits = np.flatnonzero(hit)
-        return hits[first_fill[slots[hits]] < hits]
 
     def _keep(self, slots: np.ndarray, fresh: np.ndarray) -> None:
         """Store the rows just read in their cache slots. With more rows in a batch than
@@ -164,7 +152,7 @@ class PageReads:
 
 
 @nb.njit(cache=True)
-def _lru_access(rows, slot_of, key, prev, nxt, state, slots, hit):
+def _lru_access(rows, slot_of, key, prev, nxt, state, filled_at, slots, hit, again):
     head, tail, size = state[0], state[1], state[2]
     capacity = key.shape[0]
     n_hits = 0
@@ -173,6 +161,7 @@ def _lru_access(rows, slot_of, key, prev, nxt, state, slots, hit):
         s = slot_of[r]
         if s >= 0:
             hit[i] = True
+            again[i] = filled_at[s]
             n_hits += 1
             if s != head:  # unlink, then push at the head
                 p, q = prev[s], nxt[s]
@@ -187,6 +176,7 @@ def _lru_access(rows, slot_of, key, prev, nxt, state, slots, hit):
                 head = s
         else:
             hit[i] = False
+            again[i] = -1
             if capacity == 0:
                 s = -1
             else:
@@ -203,6 +193,7 @@ def _lru_access(rows, slot_of, key, prev, nxt, state, slots, hit):
                         head = -1
                 key[s] = r
                 slot_of[r] = s
+                filled_at[s] = i
                 prev[s] = -1
                 nxt[s] = head
                 if head >= 0:
@@ -211,6 +202,9 @@ def _lru_access(rows, slot_of, key, prev, nxt, state, slots, hit):
                 if tail < 0:
                     tail = s
         slots[i] = s
+    for i in range(rows.shape[0]):  # the next access starts with no slot filled
+        if not hit[i] and slots[i] >= 0:
+            filled_at[slots[i]] = -1
     state[0], state[1], state[2] = head, tail, size
     return n_hits
 

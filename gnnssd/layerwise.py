@@ -61,6 +61,7 @@ from .tasks import check_classifies, trainer_class
 log = logging.getLogger("gnnssd.layerwise")
 
 STAGING_BYTES = 8 << 20  # a layer file reader's staging: half read while the other half is copied
+HOT_INDEX_BYTES = 5  # per row of a layer's input, a hot cache's membership mask (1 B) and slot map (4 B)
 # A chunk's inputs take 1/CHUNK_SHARE of the budget (gnnssd.layerwise_blocks); in ssd mode half
 # the budget caches the most referenced input rows of each layer.
 
@@ -242,9 +243,8 @@ class LayerwiseSSD:
             return mean_layer_chunks(model, i, source, store.indptr, store.indices, self.budget, chunk_rows)
         bounds = chunk_bounds(store.indptr, source.row_bytes, self.budget)
         # the cache: what the budget leaves after chunk inputs (and their float32 copies,
-        # model temporaries) and the writer's buffers, less 4 B per row set aside for its
-        # membership (which takes 1 B), at 4 B per value (float32; a narrower file's rows take less)
-        hot_bytes = max(self.budget // 2 - store.num_nodes * 4, 0)
+        # model temporaries) and the writer's buffers, less its index (HOT_INDEX_BYTES per row)
+        hot_bytes = max(self.budget // 2 - store.num_nodes * HOT_INDEX_BYTES, 0)
         hot = self._most_referenced[:hot_bytes // (source.dim * 4)]
         return layer_chunks(model, i, store, source.cached(hot, store.num_nodes), bounds)
 
@@ -289,14 +289,14 @@ class LayerwiseSSD:
     def _hot(self, computed: list[int], files: list[int], slots: int, dim: int) -> np.ndarray:
         """The store IDs of nodes of types `files` (rows read from files) most referenced
         as in-neighbours of the types `computed`, as many rows of `dim` as half the budget
-        holds beside `slots` cache slots (4 B each)."""
+        holds beside the index of `slots` cache slots (HOT_INDEX_BYTES each)."""
         store, offsets = self.store, self.store.schema.offsets
         seeds = np.concatenate([np.arange(offsets[t], offsets[t + 1]) for t in computed])
         read = np.zeros(store.num_nodes, bool)
         for t in files:
             read[offsets[t]:offsets[t + 1]] = True
         order = hot_order(store.indptr, store.indices, [-1], seeds)
-        count = max(self.budget // 2 - slots * 4, 0) // (dim * 4)
+        count = max(self.budget // 2 - slots * HOT_INDEX_BYTES, 0) // (dim * 4)
         return order[read[order]][:count]
 
     def original_order(self, layer_file: Path, dim: int) -> Iterator[np.ndarray]:

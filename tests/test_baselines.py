@@ -99,7 +99,7 @@ def test_lru_matches_ordered_dict(capacity: int) -> None:
     lru = LRUSlots(capacity, 300)
     hits = []
     for rows in batches:
-        slots, hit = lru.access(rows)
+        slots, hit, _ = lru.access(rows)
         hits.append(int(hit.sum()))
         assert ((slots >= 0) | (capacity == 0)).all()
     ref_hits, ref_keys = _reference_lru(capacity, batches)

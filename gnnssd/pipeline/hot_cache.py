@@ -66,12 +66,24 @@ class HotCache:
         self.data = fallback.read(self.members.rows)
 
     def read(self, ids: np.ndarray) -> np.ndarray:
-        ids = np.asarray(ids, np.int64)
-        held = self.members.mask[ids]
-        out = np.empty((len(ids), self.feat_dim), self.dtype)
-        out[held] = self.data[self.members.slots(ids[held])]
-        out[~held] = self.fallback.read(ids[~held])
+        if not len(self.data):
+            return self.fallback.read(ids)
+        slot = self._slot_of[ids]
+        cold = slot < 0
+        # one gather for every row (a cold row takes slot 0 until the fallback's row replaces it):
+        # a third of the time of a masked gather and a masked store
+        out = self.data.take(np.where(cold, 0, slot), axis=0)
+        out[cold] = self.fallback.read(np.asarray(ids, np.int64)[cold])
         return out
+
+    @functools.cached_property
+    def _slot_of(self) -> np.ndarray:
+        """Each row's slot in `data` (-1: not held), 4 B per row: built on the first
+        `read`, which layer-wise inference calls per chunk; training's gather indexes
+        `data` by plan and never builds it."""
+        slot = np.full(len(self.members.mask), -1, np.int32)
+        slot[self.members.rows] = np.arange(len(self.members.rows), dtype=np.int32)
+        return slot
 
     def __len__(self) -> int:
         return len(self.data)
