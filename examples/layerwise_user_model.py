@@ -24,8 +24,8 @@ import torch.nn.functional as F
 from torch import nn
 
 import gnnssd
-from gnnssd.config import SSDConfig
-from gnnssd.layerwise import layerwise_inference
+from gnnssd.core.config import SSDConfig
+from gnnssd.inference.layerwise import layerwise_inference
 
 
 class GraphConvNet(nn.Module):

@@ -15,13 +15,12 @@ def compile(layer):  # noqa: A001 - the public name the design gives the compile
 
 
 #: What users build, receive and catch: name -> the module that defines it.
-_PUBLIC = {"NodeLoader": ".node_loader", "EdgeLoader": ".edge_loader", "FeatureSource": ".feature_source",
-           "MiniBatch": ".memory_loader", "EdgeBatch": ".edge_loader", "Store": ".storage_format",
-           "Trainer": ".tasks", "TASKS": ".tasks",
-           "TaskTrainer": ".trainer", "NodeTrainer": ".node_task", "LinkTrainer": ".link",
-           "ConfigError": ".config", "StoreError": ".storage_format", "DatasetError": ".storage_format",
-           "PageChecksumError": ".storage_format", "ChecksumError": ".io_engine",
-           "CheckpointError": ".checkpoint", "TrainingError": ".trainer"}
+_PUBLIC = {"NodeLoader": ".loading", "EdgeLoader": ".loading", "FeatureSource": ".loading",
+           "MiniBatch": ".loading", "EdgeBatch": ".loading", "Store": ".storage_format",
+           "Trainer": ".training", "TASKS": ".training", "TaskTrainer": ".training", "NodeTrainer": ".training",
+           "LinkTrainer": ".training", "ConfigError": ".core", "StoreError": ".storage_format",
+           "DatasetError": ".storage_format", "PageChecksumError": ".storage_format", "ChecksumError": ".io_engine",
+           "CheckpointError": ".training", "TrainingError": ".training"}
 
 
 def __getattr__(name: str):

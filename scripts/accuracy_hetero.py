@@ -17,11 +17,11 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from gnnssd.config import config_from_dict
+from gnnssd.core.config import config_from_dict
 from gnnssd.datasets import hetero_synthetic_source
 from gnnssd.datasets.flatten import FlattenedSource
 from gnnssd.storage_format import Store, write_store
-from gnnssd.tasks import Trainer
+from gnnssd.training.tasks import Trainer
 
 SAMPLER = {"fanouts": [10, 10], "batch_size": 512, "eval_fanouts": [10, 10], "eval_batch_size": 2048}
 TRAIN = {"epochs": 10, "lr": 0.01, "progress": False}

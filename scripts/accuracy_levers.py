@@ -27,11 +27,11 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from gnnssd.config import config_from_dict
+from gnnssd.core.config import config_from_dict
 from gnnssd.datasets import HeterophilousSource, PlanetoidSource
 from gnnssd.sampler import node_order
 from gnnssd.storage_format import write_store
-from gnnssd.tasks import Trainer
+from gnnssd.training.tasks import Trainer
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "datasets"
 SAGE = {"name": "sage", "hidden": 64, "layers": 2}

@@ -13,10 +13,10 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from gnnssd.config import config_from_dict
+from gnnssd.core.config import config_from_dict
 from gnnssd.datasets import HeterophilousSource, PlanetoidSource
 from gnnssd.storage_format import Store, write_store
-from gnnssd.tasks import Trainer
+from gnnssd.training.tasks import Trainer
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "datasets"
 

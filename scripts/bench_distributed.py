@@ -25,11 +25,11 @@ from pathlib import Path
 
 import torch.nn.functional as F
 
-from gnnssd import distributed
-from gnnssd.budget import format_bytes, parse_bytes
-from gnnssd.config import config_from_dict
+from gnnssd.core.budget import format_bytes, parse_bytes
+from gnnssd.core.config import config_from_dict
 from gnnssd.storage_format import Store
-from gnnssd.tasks import Trainer
+from gnnssd.training import distributed
+from gnnssd.training.tasks import Trainer
 
 RANK_OVERHEAD = 1.5 * 2**30  # the target's allowance per rank (interpreter, torch, DGL)
 

@@ -4,8 +4,8 @@ inference of the same model on the same store, in one run.
 
 `memory`: features.bin loaded into RAM, each layer computed in chunks of destination nodes
 over all their in-neighbours' rows, outputs in RAM (DGL's full-graph inference). `ssd`
-(gnnssd.layerwise.LayerwiseSSD): GraphSAGE-mean layers by sequential passes over the
-layer's input file through the io_engine (O_DIRECT; gnnssd.layerwise_mean), each layer
+(gnnssd.inference.layerwise.LayerwiseSSD): GraphSAGE-mean layers by sequential passes over the
+layer's input file through the io_engine (O_DIRECT; gnnssd.inference.mean), each layer
 written as a page-aligned scratch file with O_DIRECT and read back by the next layer. Same
 model (a GraphSAGE with random weights, seeded), same store; "read" counts the bytes of
 the extents read. Each mode runs in a fresh subprocess
@@ -27,10 +27,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from gnnssd.budget import format_bytes, parse_bytes
-from gnnssd.config import ModelConfig
-from gnnssd.layerwise import LayerwiseSSD, layerwise_memory
-from gnnssd.models import build_model
+from gnnssd.core.budget import format_bytes, parse_bytes
+from gnnssd.core.config import ModelConfig
+from gnnssd.inference.layerwise import LayerwiseSSD, layerwise_memory
+from gnnssd.models.builtin import build_model
 from gnnssd.storage_format import Store
 
 COMPARED_ROWS = 4096

@@ -19,8 +19,8 @@ import statistics
 import time
 from pathlib import Path
 
-from gnnssd.config import config_from_dict
-from gnnssd.link import LinkTrainer
+from gnnssd.core.config import config_from_dict
+from gnnssd.training.link import LinkTrainer
 
 SYSTEMS = {
     "gnn-memory": {"features": "memory", "model": "sage"},

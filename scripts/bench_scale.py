@@ -208,10 +208,10 @@ def compare_child(spec: dict[str, Any]) -> dict[str, Any]:
     import torch.nn.functional as F
 
     from gnnssd import NodeLoader
-    from gnnssd.budget import parse_bytes
-    from gnnssd.config import load_config
-    from gnnssd.models import build_model
-    from gnnssd.runtime import seed_everything
+    from gnnssd.core.budget import parse_bytes
+    from gnnssd.core.config import load_config
+    from gnnssd.core.runtime import seed_everything
+    from gnnssd.models.builtin import build_model
     from gnnssd.sampler import NeighborSampler, Shuffled, seed_batches
     from gnnssd.sampler.blocks import to_dgl_blocks
     from gnnssd.storage_format import Store
@@ -283,9 +283,9 @@ def _feature_source(system: str, store: Any, budget: int) -> Any:
     if system == "mmap":
         features = store.features_memmap()
         return lambda ids: torch.from_numpy(store.as_float32(features[np.sort(ids)][np.argsort(np.argsort(ids))], ids))
-    from gnnssd.baselines import LRUCache, PageReads
-    from gnnssd.memory_loader import IOCounters
-    from gnnssd.timing import StageTimer
+    from gnnssd.core.timing import StageTimer
+    from gnnssd.loading.backends.baselines import LRUCache, PageReads
+    from gnnssd.loading.types import IOCounters
 
     counters = IOCounters()
     cache = LRUCache(PageReads(store, counters, StageTimer()), budget // store.row_bytes, store.num_nodes)
@@ -301,7 +301,7 @@ def compare_phase(args: argparse.Namespace, log: Path) -> dict[str, Any]:
     sys.path.insert(0, str(Path(__file__).parent))
     from bench_train import PageCacheLimit, drop_caches
 
-    from gnnssd.budget import parse_bytes
+    from gnnssd.core.budget import parse_bytes
 
     cfg = yaml.safe_load(args.config.read_text())
     budget = parse_bytes(cfg.get("ssd", {}).get("memory_budget", "1GiB"))

@@ -55,15 +55,15 @@ import torch
 import torch.nn.functional as F
 
 from gnnssd import NodeLoader
-from gnnssd.budget import format_bytes, parse_bytes
-from gnnssd.config import ModelConfig
+from gnnssd.core.budget import format_bytes, parse_bytes
+from gnnssd.core.config import ModelConfig
+from gnnssd.core.runtime import seed_everything
+from gnnssd.core.timing import StageTimer
 from gnnssd.datasets import synthetic_source
-from gnnssd.memory_loader import MiniBatch
-from gnnssd.models import store_model
-from gnnssd.runtime import seed_everything
+from gnnssd.loading.types import MiniBatch
+from gnnssd.models.builtin import store_model
 from gnnssd.sampler import ORDERS, named_order, node_order, seed_batches
 from gnnssd.storage_format import Store, write_store
-from gnnssd.timing import StageTimer
 
 FEATURES = {"memory": "memory", "mmap": "mmap", "per-row": "per-row", "gnnssd": "ssd"}  # system -> loader
 SYSTEMS = tuple(FEATURES)

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from gnnssd import NodeLoader
-from gnnssd.baselines import LRUSlots
+from gnnssd.core.runtime import use_single_thread
 from gnnssd.datasets import synthetic_source
-from gnnssd.runtime import use_single_thread
+from gnnssd.loading.backends.baselines import LRUSlots
 from gnnssd.storage_format import Store, write_store
 
 CPU = torch.device("cpu")

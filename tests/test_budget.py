@@ -5,8 +5,8 @@ import os
 
 import pytest
 
-from gnnssd.budget import (MIN_BUFFER_BYTES, MINIBATCH_MARGIN, MemoryBudget, auto_block_budget, format_bytes,
-                           parse_bytes, resolve_block_budget, ssd_split)
+from gnnssd.core.budget import (MIN_BUFFER_BYTES, MINIBATCH_MARGIN, MemoryBudget, auto_block_budget,
+                                format_bytes, parse_bytes, resolve_block_budget, ssd_split)
 
 MiB, GiB = 1 << 20, 1 << 30
 

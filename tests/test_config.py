@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from gnnssd.config import ConfigError, config_from_dict, load_config
+from gnnssd.core.config import ConfigError, config_from_dict, load_config
 
 BASE = {"store": "s", "run_dir": "r"}
 
@@ -60,7 +60,7 @@ def test_overrides_are_validated(tmp_path):
 
 
 def test_default_evaluation_is_all_neighbours_except_on_a_graph_of_more_than_1e7_edges():
-    from gnnssd.config import FULL_NEIGHBOUR_EVAL_EDGES, SamplerConfig
+    from gnnssd.core.config import FULL_NEIGHBOUR_EVAL_EDGES, SamplerConfig
 
     default = SamplerConfig(fanouts=[15, 10, 5], batch_size=1024)
     assert default.evaluation(FULL_NEIGHBOUR_EVAL_EDGES) == ([-1, -1, -1], 4096)

@@ -17,15 +17,15 @@ import torch.nn.functional as F
 import yaml
 from torch.utils.data.distributed import DistributedSampler
 
-from gnnssd.checkpoint import load_checkpoint
-from gnnssd.config import ConfigError, config_from_dict
+from gnnssd.core.config import ConfigError, config_from_dict
+from gnnssd.core.runtime import run_seed
 from gnnssd.datasets import PlanetoidSource, synthetic_source
-from gnnssd.runtime import run_seed
+from gnnssd.loading.node_loader import NodeLoader
 from gnnssd.sampler import Shuffled, node_order, seed_batches
 from gnnssd.sampler.seed_order import shard
-from gnnssd.node_loader import NodeLoader
 from gnnssd.storage_format import Store, write_store
-from gnnssd.tasks import Trainer
+from gnnssd.training.checkpoint import load_checkpoint
+from gnnssd.training.tasks import Trainer
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -218,7 +218,8 @@ def test_a_rank_stopped_inside_a_collective_it_entered_is_named_by_its_silent_he
 
     import torch.distributed as dist
 
-    from gnnssd.distributed import Heartbeat, Progress, Ranks
+    from gnnssd.core.ranks import Ranks
+    from gnnssd.training.distributed import Heartbeat, Progress
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -7,7 +7,7 @@ import pytest
 import torch
 import yaml
 
-from gnnssd.cli import main
+from gnnssd.cli.commands import main
 from gnnssd.datasets import ArraySource, GraphBoltSource, IGBSource
 from gnnssd.storage_format import DatasetError, Store, write_store
 

@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 import torch
 
-from gnnssd.cli import main
-from gnnssd.config import ModelConfig, SSDConfig
-from gnnssd.hetero_models import build_hetero_model
-from gnnssd.layerwise import LayerwiseSSD, chunk_bounds, layerwise_inference
-from gnnssd.layerwise_blocks import input_types, layer_types
+from gnnssd.cli.commands import main
+from gnnssd.core.config import ModelConfig, SSDConfig
+from gnnssd.inference.blocks import input_types, layer_types
+from gnnssd.inference.layerwise import LayerwiseSSD, chunk_bounds, layerwise_inference
+from gnnssd.models.hetero import build_hetero_model
 from gnnssd.storage_format import Store, write_store
-from gnnssd.tasks import Trainer
+from gnnssd.training.tasks import Trainer
 from tests.hetero_graph import ToyHeteroSource
 
 BUDGET = 64 << 10  # several chunks of each type a layer

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from gnnssd.cli import main
-from gnnssd.config import config_from_dict
+from gnnssd.cli.commands import main
+from gnnssd.core.config import config_from_dict
 from gnnssd.datasets.hetero_synthetic import HeteroSpec, HeteroSyntheticSource
-from gnnssd.edge_loader import EdgeLoader
-from gnnssd.link import LinkTrainer
+from gnnssd.loading.edge_loader import EdgeLoader
 from gnnssd.sampler import node_order
 from gnnssd.storage_format import Store, write_store
+from gnnssd.training.link import LinkTrainer
 from tests.hetero_graph import ToyHeteroSource
 from tests.test_hetero_sampling import _edge_sets, _node_sets
 

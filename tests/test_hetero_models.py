@@ -9,10 +9,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gnnssd.config import ConfigError, ModelConfig, config_from_dict
-from gnnssd.hetero_models import build_hetero_model
+from gnnssd.core.config import ConfigError, ModelConfig, config_from_dict
+from gnnssd.models.hetero import build_hetero_model
 from gnnssd.storage_format import Store, write_store
-from gnnssd.tasks import Trainer
+from gnnssd.training.tasks import Trainer
 from tests.hetero_graph import ToyHeteroSource
 
 
@@ -109,7 +109,7 @@ def test_homogeneous_models_are_refused_on_a_typed_store_and_back(toy):
     source, _ = toy
     with pytest.raises(ConfigError, match="model.name: 'sage' is a homogeneous model; this store is heterogeneous"):
         build_hetero_model(ModelConfig(name="sage"), source.schema, source.feat_dim, 4)
-    from gnnssd.models import build_model
+    from gnnssd.models.builtin import build_model
     with pytest.raises(ConfigError, match="'rgcn' is a relational GNN for heterogeneous stores"):
         build_model(ModelConfig(name="rgcn"), 8, 4)
 

@@ -11,10 +11,9 @@ import pytest
 
 import gnnssd
 from gnnssd.datasets import ArraySource
-from gnnssd.memory_loader import load_features
+from gnnssd.loading.types import load_features
 from gnnssd.sampler import node_order
-from gnnssd.storage_format import Store, StoreError, write_store
-from gnnssd.storage_format import writer
+from gnnssd.storage_format import Store, StoreError, write_store, writer
 from gnnssd.storage_format.quantize import dequantize_rows, quantize_rows
 
 from .conftest import random_graph_arrays

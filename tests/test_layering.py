@@ -17,9 +17,12 @@ from .conftest import REPO
 # package -> its folder, as setup.py installs them
 FOLDERS = {"gnnssd.storage_format": "storage_format", "gnnssd.sampler": "sampler",
            "gnnssd.io_engine": "io_engine", "gnnssd.datasets": "datasets",
-           "gnnssd.pipeline": "gnnssd/pipeline", "gnnssd.compiler": "gnnssd/compiler"}
-# layer -> the gnnssd packages it may import besides itself. Everything else in gnnssd/ (the
-# loaders, NodeLoader, Trainer, models, CLI) is the top layer and may import them all.
+           "gnnssd.pipeline": "gnnssd/pipeline", "gnnssd.compiler": "gnnssd/compiler",
+           "gnnssd.core": "gnnssd/core", "gnnssd.loading": "gnnssd/loading", "gnnssd.models": "gnnssd/models",
+           "gnnssd.training": "gnnssd/training", "gnnssd.inference": "gnnssd/inference", "gnnssd.cli": "gnnssd/cli"}
+_LOWER = {"gnnssd.storage_format", "gnnssd.sampler", "gnnssd.io_engine", "gnnssd.pipeline"}
+# layer -> the gnnssd packages it may import besides itself: the store, sampler, engine and
+# pipeline at the bottom; above them core < loading < models < training < inference < cli.
 ALLOWED = {
     "gnnssd.storage_format": set(),
     "gnnssd.io_engine": set(),
@@ -27,10 +30,17 @@ ALLOWED = {
     "gnnssd.datasets": {"gnnssd.storage_format"},
     "gnnssd.pipeline": {"gnnssd.storage_format", "gnnssd.sampler", "gnnssd.io_engine"},
     "gnnssd.compiler": set(),
+    "gnnssd.core": {"gnnssd.storage_format"},
+    "gnnssd.loading": _LOWER | {"gnnssd.core"},
+    "gnnssd.models": {"gnnssd.storage_format", "gnnssd.compiler", "gnnssd.core"},
+    "gnnssd.training": _LOWER | {"gnnssd.core", "gnnssd.loading", "gnnssd.models"},
+    "gnnssd.inference": _LOWER | {"gnnssd.core", "gnnssd.loading", "gnnssd.models", "gnnssd.training"},
+    "gnnssd.cli": _LOWER | {"gnnssd.datasets", "gnnssd.core", "gnnssd.loading", "gnnssd.models",
+                            "gnnssd.training", "gnnssd.inference"},
 }
 # The bare package (gnnssd/__init__.py: the version, and public names imported lazily).
 ROOT = "gnnssd"
-# The top layer: the modules of gnnssd/ outside the folders above.
+# The top layer: the modules of gnnssd/ outside the folders above (__init__, __main__).
 TOP = ROOT
 
 
@@ -241,12 +251,15 @@ def _documented(name: str) -> bool:
 
 @pytest.mark.parametrize("package", sorted(FOLDERS))
 def test_a_package_exports_what_other_layers_or_users_use(package: str) -> None:
-    """Each exported name is imported from the package by another layer, or documented
-    for users; names only tests use are imported from their own module."""
+    """Each exported name is imported from the package by another layer, public as gnnssd.X, or
+    documented for users; names only tests use are imported from their own module."""
     used = {alias for module, path in _production_modules().items() if _layer_of(module) != package
             for _, name, alias in _imported_names(path, module) if name == package}
     attributes = re.compile(rf"\b{package.rsplit('.', 1)[1]}\.(\w+)")  # `datasets.X` after `from gnnssd import datasets`
     used |= {m for path in _production_modules().values() for m in attributes.findall(path.read_text())}
+    import gnnssd
+
+    used |= {name for name, home in gnnssd._PUBLIC.items() if f"gnnssd{home}" == package}  # gnnssd.X
     exported = importlib.import_module(package).__all__
     assert [name for name in exported if name not in used and not _documented(name)] == []
 

@@ -7,19 +7,20 @@ import numpy as np
 import pytest
 import torch
 
-from gnnssd.cli import main
-from gnnssd.config import ModelConfig, load_config
+from gnnssd.cli.commands import main
+from gnnssd.core.config import ModelConfig, load_config
+from gnnssd.core.timing import StageTimer
 from gnnssd.datasets import ArraySource
-from gnnssd import layerwise_mean
-from gnnssd.layerwise import LayerwiseSSD, chunk_bounds, embed, layerwise_memory
-from gnnssd.layerwise_mean import bucket_in_edges, sum_ranges
-from gnnssd.memory_loader import MemoryLoader, load_features
-from gnnssd.models import build_model
-from gnnssd.rundir import RunDirBusy, RunLock
+from gnnssd.inference import mean as layerwise_mean
+from gnnssd.inference.layerwise import LayerwiseSSD, chunk_bounds, embed, layerwise_memory
+from gnnssd.inference.mean import bucket_in_edges, sum_ranges
+from gnnssd.loading.backends.memory import MemoryLoader
+from gnnssd.loading.types import load_features
+from gnnssd.models.builtin import build_model
 from gnnssd.sampler import Sequential, node_order, seed_batches
 from gnnssd.storage_format import Store, write_store
-from gnnssd.timing import StageTimer
-from gnnssd.tasks import Trainer
+from gnnssd.training.rundir import RunDirBusy, RunLock
+from gnnssd.training.tasks import Trainer
 
 from .conftest import random_graph_arrays
 
@@ -176,7 +177,7 @@ def test_layerwise_without_the_disk_for_its_layer_files_is_refused_before_comput
     the free disk cannot hold a layer's input and output files (and the output)."""
     import shutil
 
-    from gnnssd import layerwise
+    from gnnssd.inference import layerwise
 
     config_file = _trained_ssd_run(store, tmp_path)
     real = shutil.disk_usage
@@ -198,14 +199,14 @@ def test_layer_files_fall_back_to_float16_when_float32_ones_would_not_fit(store,
     import logging
     import shutil
 
-    from gnnssd import layerwise
+    from gnnssd.inference import layerwise
 
     config_file = _trained_ssd_run(store, tmp_path)
     config = load_config(config_file)
     full = layerwise.predict_layerwise(config)
     real = shutil.disk_usage
     monkeypatch.setattr(layerwise.shutil, "disk_usage", lambda path: real(path)._replace(free=4096 * 2))
-    with caplog.at_level(logging.INFO, logger="gnnssd.layerwise"):
+    with caplog.at_level(logging.INFO, logger="gnnssd.inference.layerwise"):
         halved = layerwise.predict_layerwise(config)
     assert "layer files as float16" in caplog.text
     assert np.mean(halved == full) >= 0.98

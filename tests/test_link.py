@@ -13,18 +13,18 @@ import torch
 import yaml
 from dgl.nn import SAGEConv
 
-from gnnssd.cli import main
 import gnnssd
-from gnnssd.config import config_from_dict
+from gnnssd.cli.commands import main
+from gnnssd.core.config import config_from_dict
 from gnnssd.datasets import ArraySource, OGBLinkSource
-from gnnssd.edge_loader import EdgeLoader
-from gnnssd.link import LinkTrainer, ranking_metrics
-from gnnssd.memory_loader import store_graph
-from gnnssd.rundir import RunDirBusy, RunLock
+from gnnssd.loading.edge_loader import EdgeLoader
+from gnnssd.loading.types import store_graph
 from gnnssd.sampler import NeighborSampler, node_order
 from gnnssd.storage_format import DatasetError, Store, StoreError, write_store
 from gnnssd.storage_format.link_split import pair_keys
 from gnnssd.storage_format.manifest import manifest_checksum
+from gnnssd.training.link import LinkTrainer, ranking_metrics
+from gnnssd.training.rundir import RunDirBusy, RunLock
 
 from .conftest import random_graph_arrays
 
@@ -362,7 +362,7 @@ def test_trainer_of_a_link_config_trains_a_link_predictor(link_store, tmp_path):
 def test_eval_exports_link_scores_for_an_external_evaluator(link_store, tmp_path):
     """`gnnssd eval --scores` writes each split's edges and scores; ranking them again
     (as OGB's evaluator would) gives the MRR eval prints."""
-    from gnnssd.cli import main
+    from gnnssd.cli.commands import main
 
     config = _link_config(link_store[0], tmp_path / "run", train={"epochs": 1})
     config_file = tmp_path / "link.yaml"

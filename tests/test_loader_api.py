@@ -88,7 +88,7 @@ def test_edge_loader_drop_last(store) -> None:
 def test_loaders_share_one_feature_source(store) -> None:
     """A FeatureSource opened once serves a node and an edge loader; closing them releases
     nothing, closing the source releases it."""
-    with gnnssd.FeatureSource(store, "ssd", gnnssd.config.SSDConfig(memory_budget="16MiB"), device="cpu") as source:
+    with gnnssd.FeatureSource(store, "ssd", gnnssd.core.config.SSDConfig(memory_budget="16MiB"), device="cpu") as source:
         nodes = gnnssd.NodeLoader(source, store.valid_idx, fanouts=[-1], batch_size=100)
         edges = gnnssd.EdgeLoader(source, np.array([[0, 1], [2, 3]]), fanouts=[2], batch_size=2)
         assert nodes.backend is edges.source.backend is source.backend and source.out_of_core

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 import gnnssd
-from gnnssd.config import config_from_dict
+from gnnssd.core.config import config_from_dict
 from gnnssd.datasets import ArraySource
-from gnnssd.layerwise import embed, predict_layerwise
+from gnnssd.inference.layerwise import embed, predict_layerwise
 from gnnssd.sampler import node_order
 from gnnssd.storage_format import write_store
 

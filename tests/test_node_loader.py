@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 import gnnssd
-from gnnssd.config import SamplerConfig, config_from_dict
+from gnnssd.core.config import SamplerConfig, config_from_dict
 from gnnssd.datasets import synthetic_source
 from gnnssd.sampler import Proximity, SeedOrder, Shuffled, node_order, seed_batches
 from gnnssd.sampler.seed_order import SEED_ORDERS, shard
@@ -214,7 +214,7 @@ def test_memory_mode_larger_than_the_available_memory_is_refused_at_once(tmp_pat
     import psutil
 
     from gnnssd import NodeLoader
-    from gnnssd.config import ConfigError
+    from gnnssd.core.config import ConfigError
     from gnnssd.datasets import ArraySource
     from gnnssd.storage_format import Store, write_store
 

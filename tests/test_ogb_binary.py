@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gnnssd.cli import main
+from gnnssd.cli.commands import main
 from gnnssd.datasets import OGBBinarySource, OGBSource, ogb_source
 from gnnssd.sampler import node_order
 from gnnssd.storage_format import DatasetError, Store, write_store

@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from gnnssd import NodeLoader
-from gnnssd.config import ModelConfig, SSDConfig
+from gnnssd.core.config import ModelConfig, SSDConfig
 from gnnssd.datasets.ogb_hetero import OGBHeteroSource
-from gnnssd.hetero_models import build_hetero_model
-from gnnssd.layerwise import layerwise_inference
+from gnnssd.inference.layerwise import layerwise_inference
+from gnnssd.models.hetero import build_hetero_model
 from gnnssd.storage_format import DatasetError, Store, write_store
 from tests.hetero_graph import ToyHeteroSource
 

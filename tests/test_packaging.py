@@ -26,7 +26,7 @@ import gnnssd
 import gnnssd.io_engine._gnnssd_io as engine_lib
 for module in (gnnssd, engine_lib):  # from the wheel, not from the project's editable install
     assert module.__file__.startswith(sys.prefix), (module.__file__, sys.prefix)
-from gnnssd.demo import run_demo
+from gnnssd.cli.demo import run_demo
 out = Path(sys.argv[1])
 run_demo(out, epochs=1)
 store = gnnssd.Store.open(out / "store")

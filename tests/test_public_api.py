@@ -9,8 +9,8 @@ import pytest
 import gnnssd
 
 
-@pytest.mark.parametrize("name, module", [("MiniBatch", "gnnssd.memory_loader"), ("EdgeBatch", "gnnssd.edge_loader"),
-                                          ("ConfigError", "gnnssd.config"), ("StoreError", "gnnssd.storage_format"),
+@pytest.mark.parametrize("name, module", [("MiniBatch", "gnnssd.loading.backends.memory"), ("EdgeBatch", "gnnssd.loading.edge_loader"),
+                                          ("ConfigError", "gnnssd.core.config"), ("StoreError", "gnnssd.storage_format"),
                                           ("ChecksumError", "gnnssd.io_engine")])
 def test_the_types_users_receive_and_catch_are_exported(name: str, module: str) -> None:
     assert name in gnnssd.__all__

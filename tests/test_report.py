@@ -7,7 +7,7 @@ from pathlib import Path
 import matplotlib.image
 import pytest
 
-from gnnssd.report import render_report
+from gnnssd.cli.report import render_report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

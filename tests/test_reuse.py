@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 import gnnssd
-from gnnssd.config import ConfigError, config_from_dict
+from gnnssd.core.config import ConfigError, config_from_dict
 from gnnssd.datasets import synthetic_source
 from gnnssd.sampler import node_order
 from gnnssd.storage_format import Store, write_store
-from gnnssd.tasks import Trainer
+from gnnssd.training.tasks import Trainer
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +110,7 @@ def test_past_the_disk_share_nothing_is_kept(store: Store, tmp_path: Path, monke
                                              caplog: pytest.LogCaptureFixture) -> None:
     """A disk too full to keep an epoch: a warning, the files deleted as usual, and the next
     epoch reads the same samples again."""
-    monkeypatch.setattr("gnnssd.budget.AUTO_DISK_SHARE", 1e-12)
+    monkeypatch.setattr("gnnssd.core.budget.AUTO_DISK_SHARE", 1e-12)
     with _loader(store, "ssd", tmp_path / "scratch", reuse_epochs=2) as loader:
         with caplog.at_level(logging.WARNING, logger="gnnssd.ssd"):
             first, _ = _epoch(loader, 0)

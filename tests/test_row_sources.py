@@ -5,13 +5,13 @@ from the same file, for IDs in any order, repeated, and none."""
 import numpy as np
 import pytest
 
-from gnnssd.baselines import LRUCache, PageReads
+from gnnssd.core.timing import StageTimer
 from gnnssd.datasets import synthetic_source
-from gnnssd.layerwise_rows import StoredRows
-from gnnssd.memory_loader import IOCounters
+from gnnssd.inference.rows import StoredRows
+from gnnssd.loading.backends.baselines import LRUCache, PageReads
+from gnnssd.loading.types import IOCounters
 from gnnssd.pipeline import DirectIO, FeatureFile, HotCache, RowSource
 from gnnssd.storage_format import Store, write_store
-from gnnssd.timing import StageTimer
 
 NUM_NODES = 3000
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gnnssd.cli import main
+from gnnssd.cli.commands import main
 from gnnssd.storage_format import Store
 
 

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from gnnssd.config import ConfigError, config_from_dict
+from gnnssd.core.config import ConfigError, config_from_dict
 from gnnssd.datasets import synthetic_source
 from gnnssd.sampler import PlanConfig, Planner, Shuffled, node_order, seed_batches
 from gnnssd.storage_format import Store, write_store
-from gnnssd.tasks import Trainer
+from gnnssd.training.tasks import Trainer
 
 
 @pytest.fixture(scope="module")

@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 import torch
 
-from gnnssd.config import ConfigError, config_from_dict
+from gnnssd.core.config import ConfigError, config_from_dict
 from gnnssd.datasets import PlanetoidSource, synthetic_source
 from gnnssd.sampler import node_order
 from gnnssd.storage_format import write_store
-from gnnssd.tasks import Trainer
+from gnnssd.training.tasks import Trainer
 
 
 @pytest.fixture(scope="module")
@@ -105,9 +105,9 @@ def test_compiled_models_equal_dgl_nn_models(tiny_store, model):
     dgl.nn layers compute, with the same parameters, on sampled blocks."""
     import dgl
 
-    from gnnssd.config import ModelConfig
-    from gnnssd.memory_loader import load_features, store_graph
-    from gnnssd.models import build_model
+    from gnnssd.core.config import ModelConfig
+    from gnnssd.loading.types import load_features, store_graph
+    from gnnssd.models.builtin import build_model
     from gnnssd.storage_format import Store
 
     store = Store.open(tiny_store)
@@ -125,8 +125,8 @@ def test_compiled_models_equal_dgl_nn_models(tiny_store, model):
 def test_trainer_builds_the_tasks_trainer_and_a_task_trainer_subclass_runs(tiny_store, tmp_path):
     """Trainer(config) picks the task's trainer (every task trainer is a Trainer); a user
     changes a task by subclassing its trainer, not the picker, which refuses subclasses."""
-    from gnnssd.node_task import NodeTrainer
-    from gnnssd.trainer import TaskTrainer
+    from gnnssd.training.node_task import NodeTrainer
+    from gnnssd.training.trainer import TaskTrainer
 
     trainer = Trainer(_config(tiny_store, tmp_path / "run", train={"epochs": 1}))
     try:

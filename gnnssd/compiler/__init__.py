@@ -3,7 +3,7 @@
 >>> layer = gnnssd.compiler.compile(GATConvUDF(16, 8, num_heads=4))
 >>> out = layer(block, feat); layer.explain()
 """
-from .api import CompiledLayer, compile
-from .layers import GATConvUDF, GraphConvUDF, SAGEConvUDF
+from gnnssd.compiler.api import CompiledLayer, compile
+from gnnssd.compiler.layers import GATConvUDF, GraphConvUDF, SAGEConvUDF
 
 __all__ = ["compile", "CompiledLayer", "SAGEConvUDF", "GraphConvUDF", "GATConvUDF"]

@@ -11,9 +11,9 @@ from enum import Enum
 import torch
 from torch import fx
 
-from . import ops
-from .errors import CaptureError
-from .semantics import REDUCTIONS, dim_arg, op_name
+from gnnssd.compiler import ops
+from gnnssd.compiler.errors import CaptureError
+from gnnssd.compiler.semantics import REDUCTIONS, dim_arg, op_name
 
 
 class Space(str, Enum):

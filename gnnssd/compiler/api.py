@@ -14,18 +14,18 @@ import dgl
 import torch
 from torch import fx, nn
 
-from .annotate import annotate, propagate_shapes
-from .capture import capture, trace_layer
-from .errors import CaptureError
-from .passes import Pass, run_passes
-from .passes.aggregate_order import linear_before_aggregate
-from .passes.cleanup import cse, cse_prefix_rows, dce
-from .passes.fuse import fuse_sddmm, fuse_spmm
-from .passes.fuse_attention import fuse_attention
-from .passes.hoist import hoist_nodewise
-from .passes.mailbox import MAILBOX_PASSES
-from .passes.split_concat import split_concat_linear
-from .printer import format_mpdfg
+from gnnssd.compiler.annotate import annotate, propagate_shapes
+from gnnssd.compiler.capture import capture, trace_layer
+from gnnssd.compiler.errors import CaptureError
+from gnnssd.compiler.passes import Pass, run_passes
+from gnnssd.compiler.passes.aggregate_order import linear_before_aggregate
+from gnnssd.compiler.passes.cleanup import cse, cse_prefix_rows, dce
+from gnnssd.compiler.passes.fuse import fuse_sddmm, fuse_spmm
+from gnnssd.compiler.passes.fuse_attention import fuse_attention
+from gnnssd.compiler.passes.hoist import hoist_nodewise
+from gnnssd.compiler.passes.mailbox import MAILBOX_PASSES
+from gnnssd.compiler.passes.split_concat import split_concat_linear
+from gnnssd.compiler.printer import format_mpdfg
 
 LEVELS = ("lower", "reorder", "fuse")
 

@@ -14,10 +14,10 @@ from collections.abc import Callable, MutableMapping
 import dgl.function as dglfn
 from torch import fx, nn
 
-from . import ops
-from .annotate import Space
-from .errors import CaptureError
-from .semantics import is_inplace
+from gnnssd.compiler import ops
+from gnnssd.compiler.annotate import Space
+from gnnssd.compiler.errors import CaptureError
+from gnnssd.compiler.semantics import is_inplace
 
 
 class _DataView(MutableMapping):

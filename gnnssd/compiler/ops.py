@@ -94,7 +94,7 @@ def fused_attention(g: dgl.DGLGraph, el: torch.Tensor, er: torch.Tensor, z: torc
     One pass per destination with the numba kernel for float32/float64 on CPU;
     elsewhere the same maths through ``dgl.ops``.
     """
-    from .kernels.attention import attention_aggregate
+    from gnnssd.compiler.kernels.attention import attention_aggregate
 
     heads = z.shape[1] if z.dim() == 3 else 1
     el2, er2 = el.reshape(el.shape[0], heads), er.reshape(er.shape[0], heads)

@@ -7,16 +7,16 @@ buffers, the gather), repack and block_writer (compact blocks), worker (backgrou
 epoch's plans and blocks kept for the epochs that reuse its samples), calibration (the
 drive's cost model).
 """
-from .block_writer import BlockWriter
-from .buffers import BUFFERS, MegaBatchBuffers
-from .calibration import calibrate, load_cost_model
-from .direct_io import DirectIO
-from .feature_file import FeatureFile
-from .hot_cache import HotCache, HotRanking
-from .kept import KeptSamples, samples_key
-from .repack import RepackReport, delete, repack, repacked_windows
-from .row_source import RowSource
-from .worker import PlanWorker
+from gnnssd.pipeline.block_writer import BlockWriter
+from gnnssd.pipeline.buffers import BUFFERS, MegaBatchBuffers
+from gnnssd.pipeline.calibration import calibrate, load_cost_model
+from gnnssd.pipeline.direct_io import DirectIO
+from gnnssd.pipeline.feature_file import FeatureFile
+from gnnssd.pipeline.hot_cache import HotCache, HotRanking
+from gnnssd.pipeline.kept import KeptSamples, samples_key
+from gnnssd.pipeline.repack import RepackReport, delete, repack, repacked_windows
+from gnnssd.pipeline.row_source import RowSource
+from gnnssd.pipeline.worker import PlanWorker
 
 __all__ = ["BUFFERS", "BlockWriter", "DirectIO", "FeatureFile", "HotCache", "HotRanking", "KeptSamples",
            "MegaBatchBuffers", "PlanWorker", "RepackReport", "RowSource", "calibrate", "delete", "load_cost_model", "repack",

@@ -4,7 +4,7 @@ Memory is the hot cache plus BUFFERS mega-batch buffers (the one being trained o
 one being filled, which also lets carried rows be copied from the previous buffer) plus a
 bounded staging area for page reads. The read stage that fills them must run at most
 BUFFERS plans ahead of the caller (PlanWorker depth BUFFERS), and the memory budget
-(gnnssd.budget) counts BUFFERS buffers: the count is this one constant.
+(gnnssd.core.budget) counts BUFFERS buffers: the count is this one constant.
 """
 from __future__ import annotations
 
@@ -15,10 +15,9 @@ import numba as nb
 import numpy as np
 
 from gnnssd.io_engine import copy_rows
+from gnnssd.pipeline.hot_cache import HotCache
+from gnnssd.pipeline.repack import block_path
 from gnnssd.sampler import MegaBatchPlan, Strategy
-
-from .hot_cache import HotCache
-from .repack import block_path
 
 BUFFERS = 2  # mega-batch buffers: the one gathered from and the one being filled
 

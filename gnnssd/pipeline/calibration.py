@@ -15,10 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
+from gnnssd.pipeline.direct_io import DirectIO
 from gnnssd.sampler import CostModel
 from gnnssd.storage_format import PAGE, StoreError
-
-from .direct_io import DirectIO
 
 CALIBRATION_FILE = "calibration.json"
 SIZES = (PAGE, 4 * PAGE, 16 * PAGE, 64 * PAGE, 1 << 20)

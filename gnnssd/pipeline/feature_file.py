@@ -7,9 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
+from gnnssd.pipeline.direct_io import DirectIO
 from gnnssd.sampler import CostModel, plan_extents
-
-from .direct_io import DirectIO
 
 
 class FeatureFile:

@@ -12,10 +12,10 @@ import functools
 
 import numpy as np
 
+from gnnssd.pipeline.row_source import RowSource
 from gnnssd.sampler import ORDERS, HotRows, hot_order
 from gnnssd.storage_format import Store
 
-from .row_source import RowSource
 
 class HotRanking:
     """The store's rows in decreasing sampling heat, ranked once (on first use) and cut at

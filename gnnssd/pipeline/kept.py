@@ -17,9 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from gnnssd.pipeline.repack import delete, plan_files
 from gnnssd.sampler import MegaBatchPlan
-
-from .repack import delete, plan_files
 
 log = logging.getLogger("gnnssd.ssd")
 

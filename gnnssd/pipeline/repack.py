@@ -14,10 +14,9 @@ from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
+from gnnssd.pipeline.block_writer import BlockWriter
+from gnnssd.pipeline.direct_io import DirectIO
 from gnnssd.sampler import CostModel, MegaBatchPlan, Scan, Strategy, windows
-
-from .block_writer import BlockWriter
-from .direct_io import DirectIO
 
 
 def repack(

@@ -1,8 +1,8 @@
 """The one interface every reader and cache of feature rows offers (as GraphBolt's
 `Feature.read(ids)`): rows by ID. A cache is a row source wrapping another, its fallback,
 which it asks for the rows it does not hold: the hot cache (pipeline.hot_cache) around the
-SSD reader (pipeline.feature_file), the per-row baseline's LRU (gnnssd.baselines) around
-page reads, layer-wise inference's inputs (gnnssd.layerwise_rows) around either."""
+SSD reader (pipeline.feature_file), the per-row baseline's LRU (gnnssd.loading.backends.baselines) around
+page reads, layer-wise inference's inputs (gnnssd.inference.rows) around either."""
 from __future__ import annotations
 
 from typing import Protocol

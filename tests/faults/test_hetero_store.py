@@ -10,13 +10,13 @@ import shutil
 import numpy as np
 import pytest
 
-from gnnssd.cli import main
-from gnnssd.config import ConfigError, config_from_dict
-from gnnssd.link import LinkTrainer
+from gnnssd.cli.commands import main
+from gnnssd.core.config import ConfigError, config_from_dict
 from gnnssd.sampler import node_order
 from gnnssd.storage_format import DatasetError, Store, StoreError, write_store
 from gnnssd.storage_format.manifest import MANIFEST, manifest_checksum
 from gnnssd.storage_format.schema import GraphSchema, NodeType
+from gnnssd.training.link import LinkTrainer
 from tests.faults.test_round2 import _array, _tamper
 from tests.hetero_graph import RELATIONS, ToyHeteroSource
 
@@ -190,9 +190,9 @@ def test_a_typed_topology_above_the_memory_limit_is_refused_not_built(tmp_path, 
 def test_layerwise_inference_of_a_homogeneous_model_on_a_typed_store_is_refused(typed_store, tmp_path):
     """A model whose layers take one tensor cannot run over a typed store's blocks: refused
     before any layer runs, naming what a typed model's layer takes."""
-    from gnnssd.config import ModelConfig
-    from gnnssd.layerwise import layerwise_inference
-    from gnnssd.models import build_model
+    from gnnssd.core.config import ModelConfig
+    from gnnssd.inference.layerwise import layerwise_inference
+    from gnnssd.models.builtin import build_model
 
     model = build_model(ModelConfig(name="sage", hidden=8, layers=2), 8, 4)
     for features in ("memory", "ssd"):
@@ -206,7 +206,7 @@ def test_a_typed_model_whose_layer_returns_one_tensor_is_named(typed_store):
     """A model of the user's whose layer gives one tensor, not rows by node type."""
     import torch
 
-    from gnnssd.layerwise import layerwise_inference
+    from gnnssd.inference.layerwise import layerwise_inference
 
     class OneTensor(torch.nn.Module):
         num_layers = 1

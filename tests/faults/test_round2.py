@@ -14,16 +14,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
-from gnnssd.config import ConfigError, config_from_dict, load_config
+from gnnssd.core.config import ConfigError, config_from_dict, load_config
 from gnnssd.datasets import PlanetoidSource
 from gnnssd.datasets.arrays import ArraySource
-from gnnssd.rundir import LOCK, SCRATCH, RunLock, Scratch
 from gnnssd.storage_format import DatasetError, Store, StoreError, write_store
 from gnnssd.storage_format.atomic import atomic_output, crc32_of_file
 from gnnssd.storage_format.manifest import MANIFEST, ROW_SCALES, manifest_checksum
+from gnnssd.training.rundir import LOCK, SCRATCH, RunLock, Scratch
 from tests.conftest import random_graph_arrays
 
 
@@ -285,7 +284,7 @@ def test_lock_file_planted_as_a_link_is_refused_untruncated(tmp_path, exclusive,
 
 
 def test_run_config_symlink_is_refused_not_written_through(tmp_path):
-    from gnnssd.rundir import write_run_file  # what the Trainer writes run_config.yaml with
+    from gnnssd.training.rundir import write_run_file
     run_dir, victim = tmp_path / "run", tmp_path / "victim.txt"
     run_dir.mkdir()
     victim.write_text("precious")
@@ -320,9 +319,9 @@ import numpy as np
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from gnnssd import NodeLoader
-from gnnssd.config import config_from_dict
+from gnnssd.core.config import config_from_dict
 from gnnssd.storage_format import Store, StoreError
-from gnnssd.tasks import Trainer
+from gnnssd.training.tasks import Trainer
 CLEAR = (StoreError, IndexError, ValueError)
 for path in sys.argv[1:]:
     print("store", path, flush=True)
@@ -506,6 +505,7 @@ def _graphbolt(root: Path) -> Path:
 ])
 def test_graphbolt_metadata_of_the_wrong_shape_names_file_and_key(tmp_path, edit, message):
     import yaml
+
     from gnnssd.datasets import GraphBoltSource
     root = _graphbolt(tmp_path / "gb")
     meta = yaml.safe_load((root / "metadata.yaml").read_text())
@@ -518,6 +518,7 @@ def test_graphbolt_metadata_of_the_wrong_shape_names_file_and_key(tmp_path, edit
 
 def _ogb_with(tmp_path: Path, name: str, line: int, value: str) -> Path:
     import gzip
+
     from tests.test_datasets import _write_ogb_layout
     root = tmp_path / "ogbn-test"
     _write_ogb_layout(root, random_graph_arrays(seed=7))
@@ -624,7 +625,7 @@ def test_graphbolt_edges_npy_of_a_foreign_dtype_names_the_file(tmp_path, dtype):
     ("train_loss", '"abc"', r"'train_loss' is 'abc', expected a number"),
 ])
 def test_report_on_a_bad_metrics_value_names_file_line_and_key(tmp_path, field, value, message):
-    from gnnssd.report import read_metrics
+    from gnnssd.cli.report import read_metrics
     good = {"epoch": 1, "train_loss": 0.5, "epoch_s": 1.0, "stages_s": {}}
     bad = json.dumps({**good, "epoch": 2, field: "PLACEHOLDER"}).replace('"PLACEHOLDER"', value)
     path = tmp_path / "metrics.jsonl"
@@ -636,6 +637,6 @@ def test_report_on_a_bad_metrics_value_names_file_line_and_key(tmp_path, field, 
 # --- --nproc --------------------------------------------------------------------------------
 
 def test_nproc_past_the_upper_bound_is_refused_before_launching():
-    from gnnssd.distributed import MAX_LOCAL_RANKS, launch
+    from gnnssd.training.distributed import MAX_LOCAL_RANKS, launch
     with pytest.raises(ConfigError, match=rf"--nproc {MAX_LOCAL_RANKS + 1}: expected 1\.\.{MAX_LOCAL_RANKS}"):
         launch(MAX_LOCAL_RANKS + 1, os.getpid)

@@ -20,11 +20,11 @@ import pytest
 import torch
 import yaml
 
-from gnnssd.cli import main
-from gnnssd.config import ConfigError, config_from_dict
+from gnnssd.cli.commands import main
+from gnnssd.core.config import ConfigError, config_from_dict
 from gnnssd.datasets import ArraySource
 from gnnssd.storage_format import write_store
-from gnnssd.tasks import Trainer
+from gnnssd.training.tasks import Trainer
 
 from ..conftest import REPO, random_graph_arrays
 
@@ -133,7 +133,7 @@ def test_seed_out_of_dgl_int32_range_trains(store, tmp_path, features, seed):
 
 
 def test_seeds_map_into_range_and_stay_distinct():
-    from gnnssd.runtime import SEED_RANGE, epoch_seed, run_seed
+    from gnnssd.core.runtime import SEED_RANGE, epoch_seed, run_seed
 
     seeds = [0, 2148, 12345, 2**40, -1, -(2**70)]
     mapped = [run_seed(s) for s in seeds]
@@ -144,7 +144,7 @@ def test_seeds_map_into_range_and_stay_distinct():
 # --- 5. one writer per run directory; scratch of its own -----------------------------------
 
 def test_second_writer_is_refused_naming_the_holder(store, tmp_path):
-    from gnnssd.rundir import RunDirBusy, RunLock
+    from gnnssd.training.rundir import RunDirBusy, RunLock
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()
@@ -291,7 +291,7 @@ def test_one_node_graph_trains(tmp_path, capsys, features):
 
 def test_non_finite_loss_stops_naming_epoch_and_batch(store, tmp_path, capsys):
     run_dir = tmp_path / "run"
-    from gnnssd.checkpoint import load_checkpoint
+    from gnnssd.training.checkpoint import load_checkpoint
 
     # One mini-batch per epoch: epoch 1's loss is finite, its step (lr 1e37) makes the
     # weights ~1e37, and epoch 2's logits overflow.
@@ -306,7 +306,7 @@ def test_non_finite_loss_stops_naming_epoch_and_batch(store, tmp_path, capsys):
 
 @pytest.mark.parametrize("presses", [1, 4])
 def test_ctrl_c_during_ssd_training_exits_130_once(store, tmp_path, presses):
-    from gnnssd.checkpoint import load_checkpoint
+    from gnnssd.training.checkpoint import load_checkpoint
 
     run_dir = tmp_path / "run"
     config = _config_file(store, run_dir, features="ssd", sampler={"batch_size": 16},
@@ -336,7 +336,7 @@ def test_ctrl_c_during_ssd_training_exits_130_once(store, tmp_path, presses):
 def test_ctrl_c_inside_a_model_step_is_raised_when_the_step_ends():
     """A Ctrl-C inside DGL's Python backward used to leave autograd nodes for exit to free,
     and the process hung at exit waiting for the GIL; the step now finishes first."""
-    from gnnssd.runtime import one_interrupt, uninterruptible
+    from gnnssd.core.runtime import one_interrupt, uninterruptible
 
     finished = []
     with pytest.raises(KeyboardInterrupt), one_interrupt():
@@ -415,7 +415,7 @@ def test_torn_last_metrics_line_is_dropped_on_resume(store, tmp_path):
 
 
 def test_bad_metrics_line_before_the_last_is_named(store, tmp_path):
-    from gnnssd.checkpoint import CheckpointError
+    from gnnssd.training.checkpoint import CheckpointError
 
     run_dir = tmp_path / "run"
     _train(store, run_dir, train={"epochs": 2})
@@ -481,7 +481,7 @@ def test_ranks_with_different_batch_size_or_lr_are_refused_naming_them(store, tm
 # --- also found: I/O counters from several threads -------------------------------------------
 
 def test_io_counters_lose_no_counts_across_threads():
-    from gnnssd.memory_loader import IOCounters
+    from gnnssd.loading.types import IOCounters
 
     interval = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)  # switch threads as often as possible
@@ -520,12 +520,12 @@ def test_checkpoint_on_a_full_disk_names_the_file_and_keeps_the_previous_one(tmp
     """The file-size limit (EFBIG, as ENOSPC on a full disk) hits the checkpoint's write: a
     CheckpointError naming the file, no checkpoint.pt.tmp left, the previous checkpoint
     still loads."""
-    from gnnssd.checkpoint import load_checkpoint, save_checkpoint
+    from gnnssd.training.checkpoint import load_checkpoint, save_checkpoint
 
     save_checkpoint(tmp_path, {"epoch": 1, "w": torch.ones(10)})
     done = _under_file_size_limit(4096, tmp_path, "CheckpointError", (
         "import torch\n"
-        "from gnnssd.checkpoint import CheckpointError, save_checkpoint\n"
+        "from gnnssd.training.checkpoint import CheckpointError, save_checkpoint\n"
         "save_checkpoint(folder, {'epoch': 2, 'w': torch.zeros(100_000)})\n"))
     assert f"{tmp_path / 'checkpoint.pt'}: cannot write the checkpoint (File too large" in done.stdout
     assert "the previous checkpoint is unchanged" in done.stdout
@@ -552,7 +552,7 @@ def test_scratch_disk_full_while_writing_compact_blocks_names_the_file_and_the_w
 def test_a_checkpoint_from_before_a_new_config_key_resumes(store, tmp_path):
     """model.featureless came after this checkpoint was written: its config has no such key,
     which counts as the key's default (not as a different model)."""
-    from gnnssd.checkpoint import load_checkpoint, save_checkpoint
+    from gnnssd.training.checkpoint import load_checkpoint, save_checkpoint
 
     run_dir = tmp_path / "run"
     _train(store, run_dir, train={"epochs": 1})

@@ -15,17 +15,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gnnssd.config import config_from_dict
+from gnnssd.core.config import config_from_dict
 from gnnssd.datasets import HeterophilousSource, PlanetoidSource, synthetic_source
 from gnnssd.datasets.arrays import ArraySource
 from gnnssd.io_engine import ChecksumError, Engine
-from gnnssd.io_engine.crc import checksum_error, crc32c, page_crc32c
-from gnnssd.io_engine.crc import first_bad_page as c_first_bad_page
+from gnnssd.io_engine.crc import checksum_error, crc32c, first_bad_page as c_first_bad_page, page_crc32c
 from gnnssd.pipeline import DirectIO
 from gnnssd.sampler.readplan import CostModel, per_row_requests, plan_extents
-from gnnssd.storage_format import DatasetError, PageChecksumError, Store, StoreError, write_store
-from gnnssd.storage_format import page_crc
-from gnnssd.tasks import Trainer
+from gnnssd.storage_format import DatasetError, PageChecksumError, Store, StoreError, page_crc, write_store
+from gnnssd.training.tasks import Trainer
 from tests.conftest import REPO, random_graph_arrays
 
 BACKENDS = ["io_uring", "threads"]
@@ -548,9 +546,9 @@ def test_broken_ring_fails_reads_without_hanging(tmp_path):
 
 def test_layerwise_inference_stops_on_a_corrupt_page(tmp_path):
     """Layer-wise inference reads features.bin through the engine with its page checksums."""
-    from gnnssd.config import ModelConfig
-    from gnnssd.layerwise import LayerwiseSSD
-    from gnnssd.models import build_model
+    from gnnssd.core.config import ModelConfig
+    from gnnssd.inference.layerwise import LayerwiseSSD
+    from gnnssd.models.builtin import build_model
 
     path = write_store(tmp_path / "s", synthetic_source(num_nodes=3000, feat_dim=32,
                                                         num_classes=4, avg_degree=5))

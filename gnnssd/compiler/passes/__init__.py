@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 
 from torch import fx
 
-from ..annotate import annotate
+from gnnssd.compiler.annotate import annotate
 
 Pass = Callable[[fx.GraphModule], None]
 

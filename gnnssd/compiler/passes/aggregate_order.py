@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from torch import fx
 
-from .. import ops
-from ..annotate import Space
-from ..semantics import is_rowwise, op_name, shape
-from . import replace
+from gnnssd.compiler import ops
+from gnnssd.compiler.annotate import Space
+from gnnssd.compiler.passes import replace
+from gnnssd.compiler.semantics import is_rowwise, op_name, shape
 
 
 def _is_bias_free_linear(node: fx.Node, gm: fx.GraphModule) -> bool:

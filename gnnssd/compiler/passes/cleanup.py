@@ -11,9 +11,9 @@ import operator
 
 from torch import fx
 
-from ..annotate import Space, is_narrow_to_dst
-from ..semantics import RANDOM, is_rowwise, op_name
-from . import replace
+from gnnssd.compiler.annotate import Space, is_narrow_to_dst
+from gnnssd.compiler.passes import replace
+from gnnssd.compiler.semantics import RANDOM, is_rowwise, op_name
 
 
 def _key_of(op: str, target, args, kwargs, node: fx.Node, gm: fx.GraphModule):

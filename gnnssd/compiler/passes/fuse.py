@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from torch import fx
 
-from .. import ops
-from ..annotate import Space
-from ..semantics import dim_arg, op_name, shape
-from . import graph_input, replace
+from gnnssd.compiler import ops
+from gnnssd.compiler.annotate import Space
+from gnnssd.compiler.passes import graph_input, replace
+from gnnssd.compiler.semantics import dim_arg, op_name, shape
 
 _BINARY = {"add": "add", "sub": "sub", "mul": "mul", "truediv": "div", "div": "div"}
 _TARGET = {ops.gather_src: "u", ops.gather_dst: "v"}

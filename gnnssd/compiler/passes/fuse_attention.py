@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from torch import fx, nn
 
-from .. import ops
-from ..semantics import op_name, shape
-from . import graph_input, replace
+from gnnssd.compiler import ops
+from gnnssd.compiler.passes import graph_input, replace
+from gnnssd.compiler.semantics import op_name, shape
 
 
 def _only_user(node: fx.Node, user: fx.Node) -> bool:

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from torch import fx
 
-from .. import ops
-from ..annotate import Space
-from ..semantics import is_rowwise, shape
-from . import replace
+from gnnssd.compiler import ops
+from gnnssd.compiler.annotate import Space
+from gnnssd.compiler.passes import replace
+from gnnssd.compiler.semantics import is_rowwise, shape
 
 
 def _row_args(node: fx.Node) -> list[fx.Node]:

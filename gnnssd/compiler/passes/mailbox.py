@@ -11,11 +11,11 @@ import operator
 
 from torch import fx
 
-from .. import ops
-from ..annotate import Space, annotate
-from ..errors import CaptureError
-from ..semantics import DIM_OPS, ELEMENTWISE, REDUCTIONS, dim_arg, op_name, set_dim_arg
-from . import graph_input, replace
+from gnnssd.compiler import ops
+from gnnssd.compiler.annotate import Space, annotate
+from gnnssd.compiler.errors import CaptureError
+from gnnssd.compiler.passes import graph_input, replace
+from gnnssd.compiler.semantics import DIM_OPS, ELEMENTWISE, REDUCTIONS, dim_arg, op_name, set_dim_arg
 
 
 def _on_mailbox(node: fx.Node) -> bool:

@@ -11,7 +11,7 @@ import operator
 import torch.nn.functional as F
 from torch import fx, nn
 
-from ..semantics import dim_arg, op_name, shape
+from gnnssd.compiler.semantics import dim_arg, op_name, shape
 
 
 def _linear_parts(node: fx.Node, gm: fx.GraphModule):

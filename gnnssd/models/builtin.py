@@ -6,17 +6,15 @@ import dgl.nn as dglnn
 import torch
 from torch import nn
 
+from gnnssd.compiler import GATConvUDF, GraphConvUDF, SAGEConvUDF, compile as compile_layer
+from gnnssd.core import ConfigError, ModelConfig
 from gnnssd.storage_format import Store
-
-from .compiler import GATConvUDF, GraphConvUDF, SAGEConvUDF
-from .compiler import compile as compile_layer
-from .config import ConfigError, ModelConfig
 
 
 class BlockGNN(nn.Module):
     """`layers` graph convolutions; ReLU and dropout between them, none after the last.
 
-    The per-layer interface (what layer-wise inference uses, see gnnssd.layerwise):
+    The per-layer interface (what layer-wise inference uses, see gnnssd.inference.layerwise):
     `num_layers` and `layer(i, block, h)`, layer i on one block, activation included, and
     optionally `mean_aggregation(i)`.
     """
@@ -99,10 +97,10 @@ def build_model(cfg: ModelConfig, in_dim: int, num_classes: int) -> BlockGNN:
 
 def store_model(cfg: ModelConfig, store: Store, num_classes: int, every_type: bool = False) -> nn.Module:
     """The built-in model for `store`: a relational GNN over a heterogeneous store's node
-    types and relations (gnnssd.hetero_models; `every_type`: a dict of every type's
+    types and relations (gnnssd.models.hetero; `every_type`: a dict of every type's
     outputs), else a BlockGNN."""
     if store.schema.is_homogeneous:
         return build_model(cfg, store.feat_dim, num_classes)
-    from .hetero_models import build_hetero_model
+    from .hetero import build_hetero_model
 
     return build_hetero_model(cfg, store.schema, store.feat_dim, num_classes, every_type)

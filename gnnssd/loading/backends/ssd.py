@@ -23,17 +23,17 @@ from typing import Any, Callable, Iterable, Iterator
 import numpy as np
 import torch
 
-from gnnssd.sampler import (HotRows, MFGs, MegaBatchPlan, NeighborSampler, PlanConfig, Planner, pages_plan,
+from gnnssd.core import (ConfigError, SamplerConfig, SSDConfig, StageTimer, disk_share, format_bytes,
+                         parse_bytes, resolve_block_budget, ssd_split)
+from gnnssd.pipeline import (BUFFERS, DirectIO, FeatureFile, HotCache, HotRanking, KeptSamples,
+                             MegaBatchBuffers, PlanWorker, RepackReport, delete, load_cost_model,
+                             repacked_windows, samples_key)
+from gnnssd.sampler import (HotRows, MegaBatchPlan, MFGs, NeighborSampler, PlanConfig, Planner, pages_plan,
                             to_dgl_blocks)
 from gnnssd.storage_format import Store
 
-from .budget import disk_share, format_bytes, parse_bytes, resolve_block_budget, ssd_split
-from .config import ConfigError, SamplerConfig, SSDConfig
-from .memory_loader import IOCounters, Labels, MiniBatch
-from .pipeline import (BUFFERS, DirectIO, FeatureFile, HotCache, HotRanking, KeptSamples, MegaBatchBuffers,
-                       PlanWorker, RepackReport, delete, load_cost_model, repacked_windows, samples_key)
-from .timing import StageTimer
-from .typed import layer_fanouts, typed_batch_parts
+from ..typed import layer_fanouts, typed_batch_parts
+from ..types import IOCounters, Labels, MiniBatch
 
 log = logging.getLogger("gnnssd.ssd")
 
@@ -137,7 +137,7 @@ class SSDLoader:
                     exclude: list[np.ndarray] | None = None, reuse_epochs: int = 1) -> Iterator[MiniBatch]:
         """A mini-batch per array of seed nodes, in order; neighbour draws are seeded by
         (seed, epoch, position). With `exclude`, batch b is sampled without the edges of the
-        (E, 2) node pairs exclude[b] and their reverses (edge mini-batches; gnnssd.edge_loader).
+        (E, 2) node pairs exclude[b] and their reverses (edge mini-batches; gnnssd.loading.edge_loader).
         With `reuse_epochs` > 1 (that many epochs train on these samples: sampler.reuse_epochs)
         the epoch's plans and blocks are kept on disk (within a share of the free space) once
         it is iterated to its end, the same call again replays them, and blocks are chosen for

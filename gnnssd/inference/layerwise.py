@@ -7,23 +7,23 @@ in-neighbours, their input rows are read, the model's layer runs, and the chunk'
 rows are appended to the layer's output. In `ssd` mode the inputs are features.bin and
 then each layer's page-aligned scratch feature file, read through the io_engine
 (O_DIRECT) and written with O_DIRECT; in `memory` mode they are tensors in RAM (the
-reference; gnnssd.layerwise_rows reads a layer's input either way). The chunk size
+reference; gnnssd.inference.rows reads a layer's input either way). The chunk size
 follows the memory budget.
 
 In `ssd` mode a layer whose neighbour input is the mean of its in-neighbours' rows
 (GraphSAGE-mean: `model.mean_aggregation(i)`) is computed instead by sequential passes over
-its input file (gnnssd.layerwise_mean): gathering in-neighbour rows is one small read per row
+its input file (gnnssd.inference.mean): gathering in-neighbour rows is one small read per row
 on graphs without neighbourhood locality.
 
-The model must expose the per-layer interface of gnnssd.models.BlockGNN:
+The model must expose the per-layer interface of gnnssd.models.builtin.BlockGNN:
 `num_layers` and `layer(i, block, h)` (layer i on one DGL block, activation included), and
 may expose `mean_aggregation(i)`.
 
-On a heterogeneous store (gnnssd.hetero_models' models) each layer is computed for every
-node of the types a later layer reads (gnnssd.layerwise_blocks.layer_types: all the types
+On a heterogeneous store (gnnssd.models.hetero' models) each layer is computed for every
+node of the types a later layer reads (gnnssd.inference.blocks.layer_types: all the types
 the next layer's destinations and their in-neighbours are; at the last layer the target
 type), in chunks within each type's ID range, as heterogeneous blocks over the typed CSC;
-`h` and the layer's output are dicts of rows by node type (gnnssd.layerwise_typed). Layer 0
+`h` and the layer's output are dicts of rows by node type (gnnssd.inference.typed). Layer 0
 reads the featured types' rows, and the featureless types' zeros or the model's
 `embeddings[type]` rows; the layers' outputs are a tensor, or a scratch file, per node type.
 Outputs are the target type's rows, by its dataset IDs.
@@ -41,28 +41,24 @@ import numpy as np
 import torch
 from torch import nn
 
+from gnnssd.core import Config, ConfigError, SSDConfig, format_bytes, parse_bytes
+from gnnssd.loading import load_features
+from gnnssd.models import store_model
+from gnnssd.pipeline import BlockWriter, DirectIO, FeatureFile, load_cost_model
 from gnnssd.sampler import hot_order
-from gnnssd.storage_format import PAGE, Store
+from gnnssd.storage_format import PAGE, Store, atomic_output
+from gnnssd.training import check_classifies, load_checkpoint, reading, trainer_class
 
-from .budget import format_bytes, parse_bytes
-from .checkpoint import load_checkpoint
-from .config import Config, ConfigError, SSDConfig
-from .layerwise_blocks import CHUNK_SHARE, chunk_block, chunk_bounds, input_types, layer_types
-from .layerwise_mean import mean_layer_chunks
-from .layerwise_rows import Rows, StoredRows, TensorRows
-from .layerwise_typed import check_typed_model, first_inputs, typed_layer_chunks
-from .memory_loader import load_features
-from .models import store_model
-from .pipeline import BlockWriter, DirectIO, FeatureFile, load_cost_model
-from .rundir import reading
-from .storage_format import atomic_output
-from .tasks import check_classifies, trainer_class
+from .blocks import CHUNK_SHARE, chunk_block, chunk_bounds, input_types, layer_types
+from .mean import mean_layer_chunks
+from .rows import Rows, StoredRows, TensorRows
+from .typed import check_typed_model, first_inputs, typed_layer_chunks
 
-log = logging.getLogger("gnnssd.layerwise")
+log = logging.getLogger("gnnssd.inference.layerwise")
 
 STAGING_BYTES = 8 << 20  # a layer file reader's staging: half read while the other half is copied
 HOT_INDEX_BYTES = 5  # per row of a layer's input, a hot cache's membership mask (1 B) and slot map (4 B)
-# A chunk's inputs take 1/CHUNK_SHARE of the budget (gnnssd.layerwise_blocks); in ssd mode half
+# A chunk's inputs take 1/CHUNK_SHARE of the budget (gnnssd.inference.blocks); in ssd mode half
 # the budget caches the most referenced input rows of each layer.
 
 

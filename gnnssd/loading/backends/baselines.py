@@ -18,15 +18,14 @@ import numba as nb
 import numpy as np
 import torch
 
+from gnnssd.core import SamplerConfig, SSDConfig, StageTimer, parse_bytes
 from gnnssd.io_engine import Engine
+from gnnssd.pipeline import RowSource
 from gnnssd.sampler import per_row_requests
 from gnnssd.storage_format import Store
 
-from .budget import parse_bytes
-from .config import SamplerConfig, SSDConfig
-from .memory_loader import IOCounters, SampledLoader
-from .pipeline import RowSource
-from .timing import StageTimer
+from ..types import IOCounters
+from .memory import SampledLoader
 
 
 class MmapLoader(SampledLoader):

@@ -13,9 +13,8 @@ import dgl.nn as dglnn
 import torch
 from torch import nn
 
+from gnnssd.core import ConfigError, ModelConfig
 from gnnssd.storage_format import GraphSchema
-
-from .config import ConfigError, ModelConfig
 
 
 def _relation_conv(name: str, d_in: int | tuple[int, int], d_out: int, heads: int) -> nn.Module:

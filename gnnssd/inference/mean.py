@@ -1,6 +1,6 @@
 """Layer-wise inference of mean-aggregation layers by sequential passes over the input file.
 
-Chunks of destinations over their gathered in-neighbour rows (gnnssd.layerwise) are what a
+Chunks of destinations over their gathered in-neighbour rows (gnnssd.inference.layerwise) are what a
 general layer needs, but on a graph without neighbourhood locality every chunk's
 in-neighbours are spread over the whole file: the reads are one small request per row, and a
 layer takes hours on a 20M-node graph. A layer whose neighbour input is the mean of its
@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .layerwise_rows import Rows
+from .rows import Rows
 
 SEGMENT_BYTES = 16 << 20  # input rows read and added at once
 SUM_SHARE = 2  # a range's sums and bucketed edges take at most 1/SUM_SHARE of the budget

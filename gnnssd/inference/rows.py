@@ -1,4 +1,4 @@
-"""A layer's input rows for layer-wise inference (gnnssd.layerwise, gnnssd.layerwise_mean):
+"""A layer's input rows for layer-wise inference (gnnssd.inference.layerwise, gnnssd.inference.mean):
 float32 rows of node IDs from a tensor in RAM, or from a row source: a features or layer
 file through the ssd loader's reader, or a hot cache of its most referenced rows around it; on a
 typed store one node type's rows by its own IDs (OffsetRows) or its zeros (ZeroRows)."""
@@ -9,7 +9,7 @@ from typing import Callable, Protocol
 import numpy as np
 import torch
 
-from .pipeline import HotCache, RowSource
+from gnnssd.pipeline import HotCache, RowSource
 
 
 class Rows(Protocol):

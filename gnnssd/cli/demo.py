@@ -10,8 +10,7 @@ import yaml
 from gnnssd.datasets import synthetic_source
 from gnnssd.sampler import node_order
 from gnnssd.storage_format import Store, write_store
-
-from .tasks import Trainer
+from gnnssd.training import Trainer
 
 DEMO_CONFIG = {
     "store": "store",

@@ -17,9 +17,9 @@ from typing import Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from .checkpoint import METRICS
+from gnnssd.training import METRICS
 
-log = logging.getLogger("gnnssd.report")
+log = logging.getLogger("gnnssd.cli.report")
 
 REQUIRED = ("epoch", "train_loss", "epoch_s", "stages_s")
 ACCURACIES = ("train_acc", "valid_acc", "test_acc")

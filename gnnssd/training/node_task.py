@@ -6,12 +6,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from gnnssd.core import Config, ConfigError
+from gnnssd.loading import MiniBatch, NodeLoader, check_nodes
 from gnnssd.storage_format import Store
 
 from . import distributed
-from .config import Config, ConfigError
-from .memory_loader import MiniBatch
-from .node_loader import NodeLoader, check_nodes
 from .trainer import TaskTrainer
 
 

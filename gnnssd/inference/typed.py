@@ -1,8 +1,8 @@
-"""Layer-wise inference on a heterogeneous store, the parts gnnssd.layerwise's memory and
+"""Layer-wise inference on a heterogeneous store, the parts gnnssd.inference.layerwise's memory and
 ssd runners share: a layer's chunks of one node type over heterogeneous blocks, layer 0's
 input rows per type, and how often each node is read as an in-neighbour (the ssd cache).
 
-The model's per-layer protocol on a typed store (gnnssd.hetero_models' RelationalGNN and
+The model's per-layer protocol on a typed store (gnnssd.models.hetero' RelationalGNN and
 TargetLinear): `num_layers`, `layer(i, block, h)` with `h` and the result dicts of rows by
 node type, and optionally `embeddings[type]` (learned rows of a featureless type; without
 one the type enters as zeros).
@@ -11,22 +11,21 @@ from __future__ import annotations
 
 from typing import Iterator
 
-import numpy as np
 import torch
 from torch import nn
 
+from gnnssd.models import BlockGNN
 from gnnssd.storage_format import Store
 
-from .layerwise_blocks import chunk_bounds, typed_chunk_block
-from .layerwise_rows import OffsetRows, Rows, TensorRows, ZeroRows
-from .models import BlockGNN
+from .blocks import chunk_bounds, typed_chunk_block
+from .rows import OffsetRows, Rows, TensorRows, ZeroRows
 
 
 def check_typed_model(model: nn.Module) -> None:
     """Refuse a homogeneous model before any layer runs (its layers take one tensor)."""
     if isinstance(model, BlockGNN):
         raise TypeError("layer-wise inference on a heterogeneous store needs a model whose layer(i, block, h) "
-                        "takes and returns dicts of rows by node type (gnnssd.hetero_models), not a BlockGNN")
+                        "takes and returns dicts of rows by node type (gnnssd.models.hetero), not a BlockGNN")
 
 
 def typed_layer_chunks(model: nn.Module, i: int, store: Store, inputs: dict[str, Rows], t: int,

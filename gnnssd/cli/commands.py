@@ -10,12 +10,9 @@ from typing import Any, Callable, Iterator
 
 import yaml
 
+from gnnssd.core import ConfigError, one_interrupt, setup_logging
 from gnnssd.sampler import ORDERS, node_order
 from gnnssd.storage_format import FEATURE_DTYPES, Store, StoreError, write_store
-
-from .config import ConfigError
-from .logs import setup_logging
-from .runtime import one_interrupt
 
 
 def _source_from_args(args: argparse.Namespace) -> Any:
@@ -78,8 +75,7 @@ def _progress_bar() -> Callable[[str, int, int], None]:
 
 def cmd_preprocess(args: argparse.Namespace) -> None:
     from gnnssd.datasets import FlattenedSource
-    from gnnssd.storage_format import parse_fractions
-    from gnnssd.storage_format import schema_of
+    from gnnssd.storage_format import parse_fractions, schema_of
 
     edge_split = parse_fractions(args.edge_split) if args.edge_split else None
     source = _source_from_args(args)
@@ -104,7 +100,7 @@ def cmd_preprocess(args: argparse.Namespace) -> None:
 
 
 def _size_arg(value: str) -> int:
-    from .budget import parse_bytes
+    from gnnssd.core import parse_bytes
 
     try:
         return parse_bytes(value)
@@ -128,9 +124,9 @@ def _parse_overrides(pairs: list[str]) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def _trainer(config: str, overrides: dict[str, Any]) -> Iterator[Any]:
-    """The trainer of the config's task (gnnssd.tasks), closed (threads joined, scratch
+    """The trainer of the config's task (gnnssd.training.tasks), closed (threads joined, scratch
     removed, lock released) however the command ends; a second Ctrl-C cannot cut that short."""
-    from .tasks import Trainer
+    from gnnssd.training import Trainer
 
     with one_interrupt():
         trainer = Trainer(config, overrides)
@@ -141,19 +137,19 @@ def _trainer(config: str, overrides: dict[str, Any]) -> Iterator[Any]:
 
 
 def cmd_train(args: argparse.Namespace) -> None:
-    from . import distributed
-    from .config import load_config
+    from gnnssd.core import launched_by_torchrun, load_config
+    from gnnssd.training import distributed
 
     job = (args.config, _parse_overrides(args.set), args.resume)
     if args.nproc < 1:
         raise ConfigError(f"--nproc {args.nproc}: expected a positive number of ranks")
-    if args.nproc > 1 and distributed.launched_by_torchrun():
+    if args.nproc > 1 and launched_by_torchrun():
         raise ConfigError("--nproc: this process is already a rank of torchrun; give the ranks "
                           "to torchrun (--nproc-per-node) and drop --nproc")
     if args.nproc > 1:
         load_config(*job[:2])  # a bad config fails here, once, not on every rank
         distributed.launch(args.nproc, train_job, *job)
-    elif distributed.launched_by_torchrun():
+    elif launched_by_torchrun():
         distributed.run_rank(train_job, *job)
     else:
         train_job(*job)
@@ -161,7 +157,7 @@ def cmd_train(args: argparse.Namespace) -> None:
 
 def train_job(config: str, overrides: dict[str, Any], resume: bool) -> None:
     """`gnnssd train` in one process, or in one rank of several (rank 0 prints)."""
-    from .trainer import RUN_CONFIG
+    from gnnssd.training import RUN_CONFIG
 
     with _trainer(config, overrides) as trainer:
         trainer.fit(resume=resume)
@@ -203,17 +199,16 @@ def _write_new(out: Path, arrays: dict[str, Any]) -> None:
 def cmd_predict(args: argparse.Namespace) -> None:
     import numpy as np
 
-    from .config import load_config
-    from .rundir import check_output
-    from .storage_format import atomic_output
-    from .tasks import check_classifies
+    from gnnssd.core import load_config
+    from gnnssd.storage_format import atomic_output
+    from gnnssd.training import check_classifies, check_output
 
     config = load_config(args.config, _parse_overrides(args.set))
     check_classifies(config)
     out = Path(args.out)
     check_output(out, config.run_path())
     if args.layerwise:
-        from .layerwise import predict_layerwise
+        from gnnssd.inference import predict_layerwise
 
         predictions = predict_layerwise(config)
     else:
@@ -226,10 +221,9 @@ def cmd_predict(args: argparse.Namespace) -> None:
 
 
 def cmd_embed(args: argparse.Namespace) -> None:
-    from .config import load_config
-    from .layerwise import embed
-
-    from .rundir import check_output
+    from gnnssd.core import load_config
+    from gnnssd.inference import embed
+    from gnnssd.training import check_output
 
     config = load_config(args.config, _parse_overrides(args.set))
     check_output(Path(args.out), config.run_path())

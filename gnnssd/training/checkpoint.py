@@ -16,16 +16,14 @@ from typing import Any
 
 import torch
 
-from gnnssd.storage_format import Store
-from gnnssd.storage_format import fsync_dir
-
-from .config import ConfigError
+from gnnssd.core import ConfigError
+from gnnssd.storage_format import Store, fsync_dir
 
 CHECKPOINT = "checkpoint.pt"
 METRICS = "metrics.jsonl"
 FORMAT = "gnnssd-checkpoint-1"
 
-log = logging.getLogger("gnnssd.checkpoint")
+log = logging.getLogger("gnnssd.training.checkpoint")
 
 
 class CheckpointError(RuntimeError):

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import tomllib
 import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import tomllib
 import yaml
 
 
@@ -87,7 +87,7 @@ def _check(check: typing.Callable[[Any], bool], expected: str) -> dict[str, Any]
 class ModelConfig:
     #: "mlp": linear layers on each node's own features (no message passing): the floor
     #: a GNN must beat.
-    #: "rgcn" / "rgat": relational GNNs, for heterogeneous stores (gnnssd.hetero_models).
+    #: "rgcn" / "rgat": relational GNNs, for heterogeneous stores (gnnssd.models.hetero).
     name: Literal["sage", "gcn", "gat", "mlp", "rgcn", "rgat"] = "sage"
     hidden: int = field(default=256, metadata=_check(_positive, "a positive integer"))
     layers: int = field(default=2, metadata=_check(_positive, "a positive integer"))
@@ -179,7 +179,7 @@ class SSDConfig:
     #: Disk space for compact blocks repacked ahead of training; 0 = extents only; "auto":
     #: 0 when the features are at most twice memory_budget, else half the features' size,
     #: capped at a quarter of the free space where the blocks go (0 if that is below
-    #: memory_budget). The chosen value is logged (gnnssd.budget.auto_block_budget).
+    #: memory_budget). The chosen value is logged (gnnssd.core.budget.auto_block_budget).
     block_budget: int | str = field(default="auto", metadata=SIZE_OR_AUTO)
     queue_depth: int = field(default=128, metadata=_check(_positive, "a positive integer"))
     io_backend: Literal["auto", "io_uring", "threads"] = "auto"

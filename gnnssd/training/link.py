@@ -12,17 +12,16 @@ decoder scores the relation's source-type embedding against its destination-type
 """
 from __future__ import annotations
 
-
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from gnnssd.core import Config, ConfigError
+from gnnssd.loading import EdgeBatch, EdgeLoader
+from gnnssd.models import store_model
 from gnnssd.storage_format import Store
 
-from .config import Config, ConfigError
-from .edge_loader import EdgeBatch, EdgeLoader
-from .models import store_model
 from .trainer import TaskTrainer
 
 HITS_AT = (1, 3, 10, 50, 100)

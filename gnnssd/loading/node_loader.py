@@ -10,12 +10,12 @@
 
 The data path is two steps, kept apart on purpose: `seed_batches` (gnnssd.sampler) turns
 (seeds, batch size, seed order, seed, epoch) into the epoch's list of seed batches, the same
-for every mode; the feature backend of a `FeatureSource` (gnnssd.feature_source) turns a
+for every mode; the feature backend of a `FeatureSource` (gnnssd.loading.feature_source) turns a
 list of seed batches into `MiniBatch`es. A NodeLoader is a cheap iterator over a source:
 it opens its own from keyword options, or shares one (`with_seeds`, or a FeatureSource
 passed in) with other loaders. Seed orders are policies (gnnssd.sampler.SeedOrder:
 sequential, random, proximity, a data-parallel rank's share, or the user's own) plugged in
-at that seam; edge mini-batches come through it too (gnnssd.edge_loader).
+at that seam; edge mini-batches come through it too (gnnssd.loading.edge_loader).
 """
 from __future__ import annotations
 
@@ -25,14 +25,13 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
+from gnnssd.core import SamplerConfig, run_seed
 from gnnssd.sampler import SeedOrder, Sequential, Sharded, named_order, seed_batches
-from gnnssd.storage_format import Store
-from gnnssd.storage_format import GraphSchema
+from gnnssd.storage_format import GraphSchema, Store
 
-from .config import SamplerConfig
 from .feature_source import FeatureSource, SourceLoader
-from .memory_loader import MiniBatch
-from .runtime import run_seed
+from .types import MiniBatch
+
 
 def _count(f: Any) -> bool:
     return isinstance(f, (int, np.integer)) and not isinstance(f, bool)
@@ -201,7 +200,7 @@ class NodeLoader(SourceLoader):
 
 def _ranks(rank: int | None, world_size: int | None) -> tuple[int, int]:
     """(rank, world_size) as given, or this process's in the initialised process group."""
-    from .distributed import current
+    from gnnssd.core import current
 
     ranks = current()
     rank = ranks.rank if rank is None else rank

@@ -4,8 +4,8 @@
 labels nodes `CLASSIFIES`). The CLI, layer-wise inference and `Trainer(config)` ask here
 instead of testing the task's name.
 
-It sits above the trainers it names (gnnssd.node_task, gnnssd.link, both built on
-gnnssd.trainer.TaskTrainer), so choosing a trainer imports nothing back."""
+It sits above the trainers it names (gnnssd.training.node_task, gnnssd.training.link, both built on
+gnnssd.training.trainer.TaskTrainer), so choosing a trainer imports nothing back."""
 from __future__ import annotations
 
 import abc
@@ -14,7 +14,8 @@ from typing import Any
 
 from torch import nn
 
-from .config import Config, ConfigError, as_config
+from gnnssd.core import Config, ConfigError, as_config
+
 from .link import LinkTrainer
 from .node_task import NodeTrainer
 from .trainer import TaskTrainer

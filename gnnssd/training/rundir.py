@@ -12,16 +12,16 @@ import errno
 import fcntl
 import logging
 import os
+import secrets
 import shutil
 import stat
-import secrets
 from pathlib import Path
 from typing import Iterator
 
-from .config import ConfigError
-from .storage_format import atomic_write_bytes
+from gnnssd.core import ConfigError
+from gnnssd.storage_format import atomic_write_bytes
 
-log = logging.getLogger("gnnssd.rundir")
+log = logging.getLogger("gnnssd.training.rundir")
 
 LOCK = ".gnnssd-lock"
 SCRATCH = ".gnnssd-scratch"

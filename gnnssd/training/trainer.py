@@ -1,7 +1,7 @@
 """What every task's trainer shares (TaskTrainer): the run directory, its lock and
 checkpoints, resume, the feature source, the epoch loop and the choice of the best model.
-A task (gnnssd.node_task, gnnssd.link) adds its store checks, model, loss and evaluation;
-`gnnssd.Trainer(config)` (gnnssd.tasks) builds the config's."""
+A task (gnnssd.training.node_task, gnnssd.training.link) adds its store checks, model, loss and evaluation;
+`gnnssd.Trainer(config)` (gnnssd.training.tasks) builds the config's."""
 from __future__ import annotations
 
 import abc
@@ -19,19 +19,17 @@ import torch
 import yaml
 from tqdm import tqdm
 
+from gnnssd.core import (Config, ConfigError, ModelConfig, SamplerConfig, as_config, current, epoch_seed, format_bytes,
+                         parse_bytes, seed_everything, select_device, uninterruptible, use_single_thread)
+from gnnssd.loading import BACKENDS, FeatureSource
+from gnnssd.models import store_model
 from gnnssd.storage_format import Store
 
 from . import distributed
-from .budget import format_bytes, parse_bytes
-from .checkpoint import (CHECKPOINT, CheckpointError, MetricsLog, check_store, load_checkpoint,
-                         save_checkpoint)
-from .config import Config, ConfigError, ModelConfig, SamplerConfig, as_config
-from .models import store_model
+from .checkpoint import CHECKPOINT, CheckpointError, MetricsLog, check_store, load_checkpoint, save_checkpoint
 from .rundir import RunLock, Scratch, prepare_run_dir, write_run_file
-from .feature_source import BACKENDS, FeatureSource
-from .runtime import epoch_seed, seed_everything, select_device, uninterruptible, use_single_thread
 
-log = logging.getLogger("gnnssd.trainer")
+log = logging.getLogger("gnnssd.training.trainer")
 
 # Parts of the config a resumed run must share with the run that wrote the checkpoint.
 RESUME_KEYS = ("store", "features", "seed", "deterministic", "task", "model", "sampler")
@@ -67,7 +65,7 @@ class TaskTrainer(abc.ABC):
                  model: torch.nn.Module | None = None):
         self.config = as_config(config, overrides)
         cfg = self.config
-        self.ranks = distributed.current()  # several when inside an initialised process group
+        self.ranks = current()  # several when inside an initialised process group
         self.run_dir = cfg.run_path()
         self.store = Store.open(cfg.store_path())
         distributed.check_same_config(cfg, self.ranks)
@@ -95,7 +93,7 @@ class TaskTrainer(abc.ABC):
         self.best: dict[str, Any] = {f"valid_{self.SELECTION}": -1.0, "epoch": 0, "state": None}
         self.metrics = MetricsLog(self.run_dir)
 
-    # --- what a task implements (gnnssd.node_task, gnnssd.link) ------------------------
+    # --- what a task implements (gnnssd.training.node_task, gnnssd.training.link) ------------------------
 
     @abc.abstractmethod
     def _check_store(self) -> None:

@@ -29,8 +29,8 @@ import torch
 from gnnssd.storage_format import GraphSchema, Store, random_negatives
 
 from .feature_source import FeatureSource, SourceLoader
-from .memory_loader import MiniBatch
 from .node_loader import NodeLoader, check_fanouts
+from .types import MiniBatch
 
 EDGE_FEATURES = ("memory", "ssd")
 

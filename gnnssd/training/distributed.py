@@ -19,7 +19,6 @@ import os
 import threading
 import time
 import uuid
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Callable
 
@@ -30,13 +29,10 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, P
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 from torch.nn.parallel import DistributedDataParallel
 
+from gnnssd.core import Config, ConfigError, Ranks, current, parse_bytes, setup_logging
 from gnnssd.storage_format import Store, StoreError
 
-from .budget import parse_bytes
-from .config import Config, ConfigError
-from .logs import setup_logging
-
-log = logging.getLogger("gnnssd.distributed")
+log = logging.getLogger("gnnssd.training.distributed")
 
 TIMEOUT_ENV = "GNNSSD_DIST_TIMEOUT"
 DEFAULT_TIMEOUT_S = 30.0
@@ -56,44 +52,6 @@ def collective_timeout() -> timedelta:
     if seconds <= 0:
         raise ConfigError(f"{TIMEOUT_ENV}={raw!r}: expected a positive number of seconds")
     return timedelta(seconds=seconds)
-
-
-@dataclass(frozen=True)
-class Ranks:
-    """Where this process sits: its rank among all, and among the ranks of its machine."""
-
-    rank: int = 0
-    world_size: int = 1
-    local_rank: int = 0
-    local_world_size: int = 1
-
-    @property
-    def active(self) -> bool:
-        """More than one rank: seeds are sharded and gradients averaged."""
-        return self.world_size > 1
-
-    @property
-    def is_main(self) -> bool:
-        """Rank 0 writes metrics, logs and checkpoints."""
-        return self.rank == 0
-
-    def split(self, nodes: np.ndarray) -> np.ndarray:
-        """This rank's share of evaluation nodes: every node on exactly one rank, no padding."""
-        return np.asarray(nodes)[self.rank::self.world_size]
-
-
-def current() -> Ranks:
-    """This process's ranks: from the initialised default process group, or one process."""
-    if not (dist.is_available() and dist.is_initialized()):
-        return Ranks()
-    rank, world = dist.get_rank(), dist.get_world_size()
-    return Ranks(rank, world, int(os.environ.get("LOCAL_RANK", rank)),
-                 int(os.environ.get("LOCAL_WORLD_SIZE", world)))
-
-
-def launched_by_torchrun() -> bool:
-    """True in a process that torchrun (or the elastic launcher) started as a rank."""
-    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
 def rank_device(device: torch.device, ranks: Ranks) -> torch.device:

@@ -22,14 +22,13 @@ import dgl
 import numpy as np
 import torch
 
+from gnnssd.core import SamplerConfig, SSDConfig, StageTimer, run_seed, select_device
 from gnnssd.storage_format import Store
 
-from .baselines import MmapLoader, PerRowLoader
-from .config import SamplerConfig, SSDConfig
-from .memory_loader import MemoryLoader, MiniBatch
-from .runtime import run_seed, select_device
-from .ssd_loader import SSDLoader
-from .timing import StageTimer
+from .backends.baselines import MmapLoader, PerRowLoader
+from .backends.memory import MemoryLoader
+from .backends.ssd import SSDLoader
+from .types import MiniBatch
 
 
 class FeatureBackend(Protocol):

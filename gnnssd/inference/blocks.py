@@ -1,4 +1,4 @@
-"""The blocks of layer-wise inference (gnnssd.layerwise): chunks of destination nodes
+"""The blocks of layer-wise inference (gnnssd.inference.layerwise): chunks of destination nodes
 within the memory budget, a chunk over all its in-edges as a DGL block on a homogeneous
 store or a DGL heterogeneous block on a typed one (its CSC with the relation of each edge,
 etypes.npy), and which node types each layer of a typed model must be computed for.
@@ -9,10 +9,9 @@ import dgl
 import numpy as np
 import torch
 
-from gnnssd.storage_format import Store
-from gnnssd.storage_format import GraphSchema
+from gnnssd.storage_format import GraphSchema, Store
 
-from .layerwise_mean import cost_ranges
+from .mean import cost_ranges
 
 CHUNK_SHARE = 8  # a chunk's input rows take at most 1/CHUNK_SHARE of the budget
 

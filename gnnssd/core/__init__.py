@@ -1,0 +1,15 @@
+"""What every layer above shares: the typed config, the memory budget, devices and seeds,
+ranks, stage timing and logging."""
+from .budget import disk_share, format_bytes, parse_bytes, resolve_block_budget, ssd_split
+from .config import Config, ConfigError, ModelConfig, SamplerConfig, SSDConfig, as_config, load_config
+from .logs import setup_logging
+from .ranks import Ranks, current, launched_by_torchrun
+from .runtime import (epoch_seed, one_interrupt, run_seed, seed_everything, select_device, uninterruptible,
+                      use_single_thread)
+from .timing import StageTimer
+
+__all__ = ["Config", "ConfigError", "ModelConfig", "Ranks", "SSDConfig", "SamplerConfig", "StageTimer",
+           "as_config", "current", "disk_share", "epoch_seed", "format_bytes", "launched_by_torchrun",
+           "load_config", "one_interrupt", "parse_bytes", "resolve_block_budget", "run_seed",
+           "seed_everything", "select_device", "setup_logging", "ssd_split", "uninterruptible",
+           "use_single_thread"]
