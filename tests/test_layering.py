@@ -31,7 +31,7 @@ ALLOWED = {
     "gnnssd.pipeline": {"gnnssd.storage_format", "gnnssd.sampler", "gnnssd.io_engine"},
     "gnnssd.compiler": set(),
     "gnnssd.core": {"gnnssd.storage_format"},
-    "gnnssd.loading": _LOWER | {"gnnssd.core"},
+    "gnnssd.loading": _LOWER | {"gnnssd.core", "gnnssd.compiler"},
     "gnnssd.models": {"gnnssd.storage_format", "gnnssd.compiler", "gnnssd.core"},
     "gnnssd.training": _LOWER | {"gnnssd.core", "gnnssd.loading", "gnnssd.models"},
     "gnnssd.inference": _LOWER | {"gnnssd.core", "gnnssd.loading", "gnnssd.models", "gnnssd.training"},

@@ -3,7 +3,10 @@
 The compiled module shares the layer's submodules and parameters (same names, same
 objects). Programs are specialised per (block or whole graph, pair or single input,
 training mode) and built on first use from that call's real inputs, whose shapes the
-passes consult. Whatever cannot be captured runs as plain DGL, with a warning.
+passes consult. Whatever cannot be captured runs as plain DGL, with a warning, on a DGL
+graph; on a CSCBlock (a GPU without DGL's CUDA build) there is no plain DGL to fall back
+to, so it is refused naming what could not be captured: `check_lowerable()` asks that
+before the first mini-batch.
 """
 from __future__ import annotations
 
@@ -15,8 +18,9 @@ import torch
 from torch import fx, nn
 
 from gnnssd.compiler.annotate import annotate, propagate_shapes
+from gnnssd.compiler.block import CSCBlock
 from gnnssd.compiler.capture import capture, trace_layer
-from gnnssd.compiler.errors import CaptureError
+from gnnssd.compiler.errors import CaptureError, LoweringError
 from gnnssd.compiler.passes import Pass, run_passes
 from gnnssd.compiler.passes.aggregate_order import linear_before_aggregate
 from gnnssd.compiler.passes.cleanup import cse, cse_prefix_rows, dce
@@ -92,8 +96,23 @@ class CompiledLayer(nn.Module):
         if program is None:
             program = self._programs[key] = self._build(graph, feat, *key)
         if program.module is None:
+            if isinstance(graph, CSCBlock):
+                raise LoweringError(f"gnnssd.compile: {type(self._layer).__name__} cannot run on a CSCBlock "
+                                    f"(no DGL to fall back to): {program.fallback_reason}")
             return self._layer(graph, feat)
         return program.module(graph, *(feat if pair else (feat, None)))
+
+    def check_lowerable(self) -> None:
+        """Capture the layer for a block with a (source, destination) input, as a model's
+        layers run: raises LoweringError naming the op when it cannot be compiled, which on
+        a CSCBlock means it cannot run at all."""
+        try:
+            gm = capture(self, True, True)
+            annotate(gm.graph)
+            run_passes(gm, MAILBOX_PASSES)
+        except Exception as err:  # noqa: BLE001 - any capture failure is the answer
+            raise LoweringError(f"gnnssd.compile: {type(self._layer).__name__} cannot be lowered "
+                                f"without DGL: {type(err).__name__}: {err}") from err
 
     def _build(self, graph, feat, is_block: bool, pair: bool, training: bool) -> Program:
         program = Program()
@@ -113,6 +132,8 @@ class CompiledLayer(nn.Module):
             program.module = gm
         except Exception as err:  # noqa: BLE001 - any capture failure means: run plain DGL
             program.fallback_reason = f"{type(err).__name__}: {err}"
+            if isinstance(graph, CSCBlock):
+                return program  # forward refuses it: nothing to fall back to
             warnings.warn(f"gnnssd.compile: cannot compile {type(self._layer).__name__}, "
                           f"falling back to plain DGL execution: {program.fallback_reason}",
                           stacklevel=3)

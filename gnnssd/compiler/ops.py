@@ -5,6 +5,9 @@ captured program stays an ordinary torch.fx program that runs at every stage of
 compilation; this is what lets each pass be checked numerically on its own.
 ``mailbox`` is the one exception: it only marks DGL's degree-bucketed layout during
 capture and must be rewritten away before the program runs.
+
+On a CSCBlock (gnnssd.compiler.block) every primitive runs as torch ops and Triton kernels
+(gnnssd.compiler.kernels.csc) instead: the lowering that needs no DGL, on any device.
 """
 from __future__ import annotations
 
@@ -12,6 +15,9 @@ from enum import Enum
 
 import dgl
 import torch
+
+from gnnssd.compiler.block import CSCBlock
+from gnnssd.compiler.kernels import csc
 
 
 class Movement(str, Enum):
@@ -30,6 +36,8 @@ class Movement(str, Enum):
 
 def read_data(g: dgl.DGLGraph, kind: str, key: str) -> torch.Tensor:
     """Feature stored on the graph before the layer ran (``kind``: src, dst or edge)."""
+    if isinstance(g, CSCBlock):
+        return {"src": g.srcdata, "dst": g.dstdata, "edge": g.edata}[kind][key]
     return {"src": g.srcdata, "dst": g.dstdata, "edge": g.edata}[kind][key]
 
 
@@ -47,11 +55,15 @@ def out_degrees(g: dgl.DGLGraph) -> torch.Tensor:
 
 def gather_src(g: dgl.DGLGraph, x: torch.Tensor) -> torch.Tensor:
     """Each edge's copy of its source node's row."""
+    if isinstance(g, CSCBlock):
+        return csc.gather_src(g, x)
     return dgl.ops.copy_u(g, x)
 
 
 def gather_dst(g: dgl.DGLGraph, x: torch.Tensor) -> torch.Tensor:
     """Each edge's copy of its destination node's row."""
+    if isinstance(g, CSCBlock):
+        return csc.gather_dst(g, x)
     return dgl.ops.copy_v(g, x)
 
 
@@ -62,11 +74,15 @@ def mailbox(g: dgl.DGLGraph, e: torch.Tensor) -> torch.Tensor:
 
 def segment_reduce(g: dgl.DGLGraph, e: torch.Tensor, reduce: str) -> torch.Tensor:
     """Reduce edge rows onto their destinations (zero for zero in-degree)."""
+    if isinstance(g, CSCBlock):
+        return csc.segment_reduce(g, e, reduce)
     return gspmm(g, "copy_rhs", reduce, None, e)
 
 
 def edge_softmax(g: dgl.DGLGraph, e: torch.Tensor) -> torch.Tensor:
     """Softmax of edge rows over each destination's in-edges."""
+    if isinstance(g, CSCBlock):
+        return csc.edge_softmax(g, e)
     return dgl.ops.edge_softmax(g, e)
 
 
@@ -77,6 +93,8 @@ def gspmm(g: dgl.DGLGraph, op: str, reduce: str, x: torch.Tensor | None,
     Like ``update_all``, destinations without in-edges get zero, also for max/min
     (where the kernel leaves +-inf).
     """
+    if isinstance(g, CSCBlock):
+        return csc.gspmm(g, op, reduce, x, e)
     out = dgl.ops.gspmm(g, op, reduce, x, e)
     return out.masked_fill(torch.isinf(out), 0) if reduce in ("max", "min") else out
 
@@ -84,6 +102,8 @@ def gspmm(g: dgl.DGLGraph, op: str, reduce: str, x: torch.Tensor | None,
 def gsddmm(g: dgl.DGLGraph, op: str, x: torch.Tensor, y: torch.Tensor,
            lhs_target: str, rhs_target: str) -> torch.Tensor:
     """``x[lhs] op y[rhs]`` per edge, without materialising the two gathers."""
+    if isinstance(g, CSCBlock):
+        return csc.gsddmm(g, op, x, y, lhs_target, rhs_target)
     return dgl.ops.gsddmm(g, op, x, y, lhs_target, rhs_target)
 
 
@@ -91,15 +111,17 @@ def fused_attention(g: dgl.DGLGraph, el: torch.Tensor, er: torch.Tensor, z: torc
                     slope: float) -> torch.Tensor:
     """``sum_u softmax_u(leaky_relu(el[u] + er[v])) * z[u]`` per destination v.
 
-    One pass per destination with the numba kernel for float32/float64 on CPU;
-    elsewhere the same maths through ``dgl.ops``.
+    One pass per destination with the numba kernel for float32/float64 on CPU; on a
+    CSCBlock through its torch lowering; elsewhere the same maths through ``dgl.ops``.
     """
     from gnnssd.compiler.kernels.attention import attention_aggregate
 
     heads = z.shape[1] if z.dim() == 3 else 1
     el2, er2 = el.reshape(el.shape[0], heads), er.reshape(er.shape[0], heads)
     z3 = z.reshape(z.shape[0], heads, -1)
-    if z.device.type == "cpu" and z.dtype in (torch.float32, torch.float64):
+    if isinstance(g, CSCBlock):
+        out = csc.attention(g, el2, er2, z3, slope)
+    elif z.device.type == "cpu" and z.dtype in (torch.float32, torch.float64):
         out = attention_aggregate(g, el2, er2, z3, slope)
     else:
         s = torch.nn.functional.leaky_relu(dgl.ops.u_add_v(g, el2, er2), slope)

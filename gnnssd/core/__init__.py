@@ -4,12 +4,12 @@ from .budget import disk_share, format_bytes, parse_bytes, resolve_block_budget,
 from .config import Config, ConfigError, ModelConfig, SamplerConfig, SSDConfig, as_config, load_config
 from .logs import setup_logging
 from .ranks import Ranks, current, launched_by_torchrun
-from .runtime import (epoch_seed, one_interrupt, run_seed, seed_everything, select_device, uninterruptible,
+from .runtime import (dgl_has_cuda, epoch_seed, one_interrupt, run_seed, seed_everything, select_device, uninterruptible,
                       use_single_thread)
 from .timing import StageTimer
 
 __all__ = ["Config", "ConfigError", "ModelConfig", "Ranks", "SSDConfig", "SamplerConfig", "StageTimer",
-           "as_config", "current", "disk_share", "epoch_seed", "format_bytes", "launched_by_torchrun",
+           "as_config", "current", "dgl_has_cuda", "disk_share", "epoch_seed", "format_bytes", "launched_by_torchrun",
            "load_config", "one_interrupt", "parse_bytes", "resolve_block_budget", "run_seed",
            "seed_everything", "select_device", "setup_logging", "ssd_split", "uninterruptible",
            "use_single_thread"]

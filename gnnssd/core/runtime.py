@@ -13,13 +13,18 @@ import dgl
 import numpy as np
 import torch
 
+from .config import ConfigError
+
 log = logging.getLogger("gnnssd")
 
 # DGL warns on every DataLoader that CPU affinity is off; it is a tuning hint, not a fault.
 warnings.filterwarnings("ignore", message="Dataloader CPU affinity opt is not enabled")
 
 
-def _dgl_has_cuda() -> bool:
+def dgl_has_cuda() -> bool:
+    """Whether this DGL build can hold graphs on a GPU (PyPI's wheels cannot)."""
+    if not torch.cuda.is_available():
+        return False
     try:
         dgl.graph(([0], [0])).to("cuda")
     except Exception:  # DGL's CPU build raises a plain DGLError
@@ -28,15 +33,23 @@ def _dgl_has_cuda() -> bool:
 
 
 def select_device(preference: str) -> torch.device:
-    """CUDA when both torch and DGL have it (unless the config says cpu); the choice is logged."""
-    cuda = torch.cuda.is_available() and _dgl_has_cuda()
-    if preference == "cuda" and not cuda:
-        raise RuntimeError("device: 'cuda' requested, but "
-                           + ("this DGL build has no CUDA" if torch.cuda.is_available()
-                              else "torch sees no CUDA device"))
-    device = torch.device("cuda" if cuda and preference != "cpu" else "cpu")
-    log.info("device: %s (%s)", device, "CUDA available" if cuda else "no CUDA in torch+DGL")
-    return device
+    """CUDA whenever torch sees a GPU (unless the config says cpu), else the CPU; which
+    compute path runs there is logged. Without DGL's CUDA build (PyPI's DGL is CPU-only)
+    the models run as gnnssd's compiled layers on CSC blocks (gnnssd.compiler.CSCBlock)."""
+    if preference == "cpu":
+        log.info("device: cpu (the config's choice)")
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        if preference == "cuda":
+            reason = (f"this torch ({torch.__version__}) is built without CUDA" if torch.version.cuda is None
+                      else f"torch {torch.__version__} (CUDA {torch.version.cuda}) sees no CUDA device")
+            raise ConfigError(f"device: 'cuda' requested, but {reason}; use device: auto or cpu")
+        log.info("device: cpu (torch sees no CUDA device)")
+        return torch.device("cpu")
+    path = ("dgl.nn and compiled layers on DGL's CUDA blocks" if dgl_has_cuda()
+            else "compiled layers on CSC blocks (this DGL is CPU-only)")
+    log.info("device: cuda, %s; compute: %s", torch.cuda.get_device_name(), path)
+    return torch.device("cuda")
 
 
 #: Seeds every consumer accepts: DGL takes a C int, NumPy's and the planner's RNGs no negatives.

@@ -10,7 +10,7 @@ lists, if any), `io_stats()` counts what reached the disk, `close()` releases it
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, Iterator
 
 import dgl
@@ -18,7 +18,8 @@ import numpy as np
 import psutil
 import torch
 
-from gnnssd.core import ConfigError, format_bytes
+from gnnssd.compiler import CSCBlock
+from gnnssd.core import ConfigError, dgl_has_cuda, format_bytes
 from gnnssd.storage_format import Store, check_indptr_monotone, check_range, released_chunks
 
 LABEL_CHUNK = 1 << 22  # labels copied per pass (32 MiB of the int64 file)
@@ -40,9 +41,11 @@ class MiniBatch:
     blocks: list[dgl.DGLGraph]
     x: torch.Tensor | dict[str, torch.Tensor]
     y: torch.Tensor
+    #: The blocks as CSC tensors on y's device, made on first use (see `csc_blocks`).
+    csc: list[CSCBlock] | None = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
-        if not self.blocks:
+        if not self.blocks or self.blocks[0].device != self.y.device:  # CPU blocks of a GPU batch
             return
         if isinstance(self.x, dict):  # per type (DGL's dict assignment to a block's dstdata is off)
             for name, x in self.x.items():
@@ -63,15 +66,51 @@ class MiniBatch:
         """Which output nodes have a label (y >= 0): a loss must skip the others."""
         return self.y >= 0
 
+    @property
+    def csc_blocks(self) -> list[CSCBlock]:
+        """The blocks as CSCBlocks on this mini-batch's device: what compiled layers run on
+        where DGL cannot hold a graph (a GPU with PyPI's CPU-only DGL)."""
+        if self.csc is None:
+            if isinstance(self.x, dict):
+                raise TypeError("a heterogeneous mini-batch has no CSC blocks: its relational model needs "
+                                "DGL's blocks (on a GPU, DGL's CUDA build)")
+            self.csc = [CSCBlock.from_dgl(block).to(self.y.device) for block in self.blocks]
+        return self.csc
+
+    @property
+    def model_blocks(self) -> list[dgl.DGLGraph] | list[CSCBlock]:
+        """The blocks a model runs on, on this mini-batch's device: DGL's where DGL holds
+        them there (the CPU, or DGL's CUDA build), else `csc_blocks`."""
+        if not self.blocks or self.blocks[0].device == self.y.device:
+            return self.blocks
+        return self.csc_blocks
+
     def to(self, device: torch.device | str, non_blocking: bool = False) -> MiniBatch:
-        """This mini-batch with every tensor and block on `device` (itself if there already)."""
-        if self.y.device == torch.device(device):
+        """This mini-batch with every tensor and block on `device` (itself if there already).
+        To a GPU: copied on the copy stream (gnnssd.loading.device), float16 rows widened
+        there; DGL's blocks go along where DGL has CUDA, else they stay on the CPU and
+        `csc_blocks` carry the graph."""
+        target = torch.device(device)
+        if self.y.device == target:
             return self
-        moved = {f.name: _to(getattr(self, f.name), device, non_blocking) for f in fields(self)}
-        return type(self)(**moved)
+        if target.type != "cuda":
+            moved = {f.name: _to(getattr(self, f.name), target, non_blocking) for f in fields(self)}
+            return type(self)(**moved)
+        from .device import DeviceCopy
+
+        host = {f.name: getattr(self, f.name) for f in fields(self)}
+        if not isinstance(self.x, dict):
+            host["csc"] = self.csc or [CSCBlock.from_dgl(b) for b in self.blocks]
+        blocks = host.pop("blocks")
+        with DeviceCopy(target) as copy:
+            moved = {name: value if value is None or isinstance(value, tuple) else copy.move(value, widen=name == "x")
+                     for name, value in host.items()}
+        return type(self)(**moved, blocks=[b.to(target) for b in blocks] if dgl_has_cuda() else blocks)
 
 
 def _to(value: Any, device: torch.device | str, non_blocking: bool) -> Any:
+    if value is None:
+        return None
     if isinstance(value, list):
         return [b.to(device) for b in value]
     if isinstance(value, dict):

@@ -131,7 +131,7 @@ class LinkTrainer(TaskTrainer):
 
     def _batch_loss(self, batch: EdgeBatch) -> tuple[torch.Tensor, int, None]:  # type: ignore[override]
         """Binary cross-entropy of the batch's positive and negative edges."""
-        h = self.encoder(batch.blocks, batch.x)
+        h = self.encoder(batch.model_blocks, batch.x)
         return link_loss(self.model["decoder"], h, batch), len(batch.pos), None
 
     def _split_scores(self, split: str) -> dict[str, float]:
@@ -150,7 +150,7 @@ class LinkTrainer(TaskTrainer):
         out = torch.empty(len(nodes), cfg.model.hidden)
         seeds = nodes if node_type is None else {node_type: nodes}
         for batch in self.loader.node_batches(seeds, fanouts, batch_size):
-            h, ids = self.encoder(batch.blocks, batch.x), batch.output_nodes
+            h, ids = self.encoder(batch.model_blocks, batch.x), batch.output_nodes
             if node_type is not None:
                 h, ids = h[node_type], ids[node_type]
             out[np.searchsorted(nodes, ids.numpy())] = h.cpu()

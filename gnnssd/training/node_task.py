@@ -46,12 +46,13 @@ class NodeTrainer(TaskTrainer):
                           seed_order=cfg.sampler.seed_order, seed_window=cfg.sampler.seed_window,
                           reuse_epochs=cfg.sampler.reuse_epochs, first_epoch=1)
 
-    def _batch_loss(self, batch: MiniBatch) -> tuple[torch.Tensor, int, int | None]:
-        """Cross-entropy over the labelled output nodes (label -1 is left out)."""
-        logits = self.train_model(batch.blocks, batch.x)
+    def _batch_loss(self, batch: MiniBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Cross-entropy over the labelled output nodes (label -1 is left out); the counts
+        stay tensors on the batch's device (the trainer sums them without a host sync)."""
+        logits = self.train_model(batch.model_blocks, batch.x)
         y = batch.y
         loss = F.cross_entropy(logits, y, ignore_index=-1)
-        return loss, int(batch.labelled.sum()), int((logits.argmax(1) == y).sum())
+        return loss, batch.labelled.sum(), (logits.argmax(1) == y).sum()
 
     def _split_scores(self, split: str) -> dict[str, float]:
         return {"acc": self.evaluate(split)["accuracy"]}
@@ -66,7 +67,7 @@ class NodeTrainer(TaskTrainer):
             fanouts, batch_size = cfg.sampler.evaluation(self.store.num_edges)
             self.model.eval()
             for batch in self.loader.with_seeds(nodes, fanouts=fanouts, batch_size=batch_size):
-                outputs.append(self.model(batch.blocks, batch.x).cpu())
+                outputs.append(self.model(batch.model_blocks, batch.x).cpu())
                 order.append(_target_ids(batch.output_nodes).cpu())
                 labels.append(batch.y.cpu())
         return torch.cat(outputs), torch.cat(order), torch.cat(labels)

@@ -22,7 +22,7 @@ from tqdm import tqdm
 from gnnssd.core import (Config, ConfigError, ModelConfig, SamplerConfig, as_config, current, epoch_seed, format_bytes,
                          parse_bytes, seed_everything, select_device, uninterruptible, use_single_thread)
 from gnnssd.loading import BACKENDS, FeatureSource
-from gnnssd.models import store_model
+from gnnssd.models import device_for, store_model
 from gnnssd.storage_format import Store
 
 from . import distributed
@@ -72,10 +72,11 @@ class TaskTrainer(abc.ABC):
         distributed.check_same_store(self.store, self.ranks)
         self._check_store()
         _check_memory(distributed.share_budget(cfg, self.ranks), self.store, self._output_dim())
-        self.device = distributed.rank_device(select_device(cfg.device), self.ranks)
         if cfg.deterministic:
             use_single_thread()
         seed_everything(cfg.seed)
+        built = self._build_model(model)
+        self.device = distributed.rank_device(device_for(built, select_device(cfg.device), cfg.device), self.ranks)
         self.scratch = Scratch(self.run_dir)  # each rank its own
         self.lock: RunLock | None = None
         self.source = self._open_source()
@@ -84,7 +85,7 @@ class TaskTrainer(abc.ABC):
         except BaseException:
             self.source.close()
             raise
-        self.model = self._build_model(model).to(self.device)
+        self.model = built.to(self.device)
         self.train_model = distributed.wrap(self.model, self.ranks, self.device)
         self.progress = distributed.progress(self.ranks)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.train.lr,
@@ -113,7 +114,7 @@ class TaskTrainer(abc.ABC):
         """The training loader over `self.source` (a rank loads its shard)."""
 
     @abc.abstractmethod
-    def _batch_loss(self, batch: Any) -> tuple[torch.Tensor, int, int | None]:
+    def _batch_loss(self, batch: Any) -> tuple[torch.Tensor, int | torch.Tensor, int | torch.Tensor | None]:
         """The training step's loss on one mini-batch, the examples it averages over and
         how many of them the model got right (None: the task has no accuracy)."""
 
@@ -229,7 +230,11 @@ class TaskTrainer(abc.ABC):
         start = time.perf_counter()
         self.loader.stage_times()
         self.loader.io_stats()
-        loss_sum, correct, seen = 0.0, 0, 0
+        # Sums kept where the loss lives: a GPU step is not waited for on the host, so the
+        # next mini-batch is loaded (and copied) while it computes. On a GPU a loss is checked
+        # once the next step is queued (its mini-batch still named); on the CPU at once.
+        sums = [torch.zeros((), dtype=torch.float64, device=self.device) for _ in range(3)]
+        unchecked: tuple[torch.Tensor, int] | None = None
         self.loader.set_epoch(epoch)
         n_batches = len(self.loader)
         batches = iter(self.loader)
@@ -239,18 +244,23 @@ class TaskTrainer(abc.ABC):
                                            mininterval=1.0), 1):
                 with self.loader.timer.stage("compute"), uninterruptible():
                     loss, count, right = self._batch_loss(batch)
-                    self._check_finite(loss, epoch, i, n_batches)
+                    if self.device.type == "cpu":
+                        self._check_finite(loss, i, epoch, n_batches)
                     self.optimizer.zero_grad()
                     self.progress.enter()  # backward averages the gradients over the ranks
                     loss.backward()
                     self.optimizer.step()
-                loss_sum += loss.item() * count
-                correct += right or 0
-                seen += count
+                    if unchecked is not None:
+                        self._check_finite(*unchecked, epoch, n_batches)
+                    unchecked = (loss.detach(), i) if self.device.type != "cpu" else None
+                for total, value in zip(sums, (loss.detach() * count, 0 if right is None else right, count)):
+                    total += value
+            if unchecked is not None:
+                self._check_finite(*unchecked, epoch, n_batches)
         finally:
             batches.close()
         self.progress.enter()
-        loss_sum, correct, seen = distributed.sum_over_ranks([loss_sum, correct, seen], self.ranks)
+        loss_sum, correct, seen = distributed.sum_over_ranks([float(total) for total in sums], self.ranks)
         record: dict[str, Any] = {"epoch": epoch, "train_loss": loss_sum / max(seen, 1)}
         if self.CLASSIFIES:
             record["train_acc"] = correct / max(seen, 1)
@@ -260,7 +270,7 @@ class TaskTrainer(abc.ABC):
             record["io"] = self.loader.io_stats()
         return record
 
-    def _check_finite(self, loss: torch.Tensor, epoch: int, i: int, n_batches: int) -> None:
+    def _check_finite(self, loss: torch.Tensor, i: int, epoch: int, n_batches: int) -> None:
         if not math.isfinite(loss.item()):
             raise TrainingError(
                 f"epoch {epoch}, mini-batch {i}/{n_batches}: the loss is {loss.item()}; "

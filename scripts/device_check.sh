@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The GPU machine's check (issue 31), run from the repository root on a lent machine with
+# Python 3.12, torch 2.11 (CUDA), NumPy 2, numba, Triton and PyG, where nothing can be
+# downloaded. What that machine lacks travels as files: .whl/ (DGL 2.1.0's cp312 CPU wheel,
+# cffi, pycparser, pydantic and what it needs) and .deb/ (liburing2, liburing-dev).
+# Steps (into the machine's own python3, which is discarded with the machine): the carried
+# wheels, DGL made importable on this
+# torch (scripts/device_patch_dgl.py), liburing unpacked, gnnssd built (io_uring or the
+# thread fallback, said), the CUDA tests, then scripts/bench_gpu.py on a `medium` store made
+# there. Every step's output goes to $OUT (default bench_out); a failing step is reported
+# and the next one still runs. With GNNSSD_PY set (a ready interpreter) the install is skipped.
+set -uo pipefail
+OUT=${OUT:-bench_out}
+mkdir -p "$OUT"
+STORE=${STORE:-/tmp/gnnssd-medium}
+export PYTHONUNBUFFERED=1
+step() { echo; echo "== $(date +%T) $*"; }
+
+if [ -z "${GNNSSD_PY:-}" ]; then
+  step "install"
+  PY=python3
+  $PY -m pip install -q --no-index --no-deps .whl/*.whl
+  $PY scripts/device_patch_dgl.py "$($PY -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  mkdir -p /tmp/uring
+  for deb in .deb/*.deb; do dpkg -x "$deb" /tmp/uring; done
+  export CPATH=/tmp/uring/usr/include LIBRARY_PATH=/tmp/uring/usr/lib/x86_64-linux-gnu
+  export LD_LIBRARY_PATH=/tmp/uring/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  $PY -m pip install -q --no-index --no-deps --no-build-isolation --ignore-requires-python -e . 2>&1 | tail -5
+else
+  PY=$GNNSSD_PY
+fi
+
+step "stack"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | tee "$OUT/card.txt"
+$PY - <<'PY' 2>&1 | tee "$OUT/stack.txt"
+import sys, numpy, torch, numba, dgl
+from gnnssd.io_engine import Engine
+print("python", sys.version.split()[0], "numpy", numpy.__version__, "torch", torch.__version__,
+      "numba", numba.__version__, "dgl", dgl.__version__, "cuda", torch.cuda.is_available())
+try:
+    import triton; print("triton", triton.__version__)
+except ImportError as err:
+    print("triton missing:", err)
+from gnnssd.core import dgl_has_cuda
+print("dgl has cuda:", dgl_has_cuda())
+engine = Engine()
+print("io_engine backend:", engine.backend)
+engine.close()
+PY
+
+step "tests: the CUDA ones (marked cuda) and the compiler's CPU lowering ones on this stack"
+timeout 240 $PY -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_compiler_csc.py \
+  -k "not cora and not interpreter" -W ignore::DeprecationWarning 2>&1 | tee "$OUT/pytest_cuda.txt" | tail -25
+
+step "store: synthetic medium"
+[ -f "$STORE/manifest.json" ] || $PY -m gnnssd preprocess synthetic --preset medium --out "$STORE" --order degree 2>&1 | tail -3
+
+step "bench_gpu"
+timeout 300 $PY scripts/bench_gpu.py --store "$STORE" --quick --json "$OUT/bench_gpu.json" 2>&1 | tee "$OUT/bench_gpu.txt"
+step "done"
