@@ -186,26 +186,28 @@ INTERPRETED = textwrap.dedent("""
     # Triton 2.2's interpreter cannot cast between integer widths: int32 indices here
     csc = CSCBlock(dgl_csc.indptr.int(), dgl_csc.indices.int(), 40, 20)
     eid = block.adj_tensors("csc")[2]
-    for reduce in ("sum", "mean"):
-        for weighted in (False, True):
-            x = torch.randn(40, 2, 3, requires_grad=True)
-            w = (torch.rand(150, 1) + 0.5).requires_grad_(True)  # in the DGL block's edge order
-            w_csc = w[eid]
-            out = fused_aggregate(csc, x, w_csc if weighted else None, reduce)
-            ref = ops.gspmm(block, "mul" if weighted else "copy_lhs", reduce, x, w if weighted else None)
-            g = torch.randn(out.shape)
-            got = torch.autograd.grad((out * g).sum(), [x, w] if weighted else [x])
-            want = torch.autograd.grad((ref * g).sum(), [x, w] if weighted else [x])
-            torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
-            for a, b in zip(got, want):
-                torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    # no weight, one per edge, one per edge and head (attention's)
+    for reduce, weight_shape in [("sum", None), ("mean", None), ("sum", (150, 1)), ("mean", (150, 1)),
+                                 ("sum", (150, 2, 1))]:
+        x = torch.randn(40, 2, 3, requires_grad=True)
+        w = None if weight_shape is None else (torch.rand(weight_shape) + 0.5).requires_grad_(True)
+        leaves = [x] if w is None else [x, w]
+        out = fused_aggregate(csc, x, None if w is None else w[eid], reduce)  # CSC edge order
+        ref = ops.gspmm(block, "copy_lhs" if w is None else "mul", reduce, x, w)
+        g = torch.randn(out.shape)
+        got = torch.autograd.grad((out * g).sum(), leaves)
+        want = torch.autograd.grad((ref * g).sum(), leaves)
+        torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
     print("checked")
 """)
 
 
 def test_the_triton_aggregation_kernel_in_tritons_interpreter():
-    """The GPU kernel's own code, run by Triton's CPU interpreter, against DGL's g-SpMM:
-    sum and mean, with and without edge weights, forward and both gradients."""
+    """The GPU kernels' own code, run by Triton's CPU interpreter, against DGL's g-SpMM: sum
+    and mean, without weights, with one per edge and one per edge and head, forward and
+    both gradients (the weights' through the edge-dot kernel)."""
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     run = subprocess.run([sys.executable, "-c", INTERPRETED], cwd=REPO, env=env, capture_output=True,
                          text=True, timeout=300)

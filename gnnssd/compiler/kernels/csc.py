@@ -77,14 +77,21 @@ def edge_softmax(g: CSCBlock, e: torch.Tensor) -> torch.Tensor:
     return weights / segment_reduce(g, weights, "sum").index_select(0, dst)
 
 
+def _fusable(x: torch.Tensor | None, e: torch.Tensor | None, g: CSCBlock) -> bool:
+    """Whether the fused kernel computes this aggregation: x on CUDA, and no weight, one
+    per edge, or one per edge and head ((E, H, 1) against x of (N, H, D))."""
+    if not (FUSED_ON_CUDA and x is not None and x.is_cuda):
+        return False
+    return (e is None or e.numel() == g.num_edges
+            or e.dim() == x.dim() and e.shape[1:-1] == x.shape[1:-1] and e.shape[-1] == 1)
+
+
 def gspmm(g: CSCBlock, op: str, reduce: str, x: torch.Tensor | None, e: torch.Tensor | None) -> torch.Tensor:
     """``reduce_{(u, v)} x[u] op e`` per destination v."""
-    if FUSED_ON_CUDA and x is not None and reduce in ("sum", "mean") and op in ("copy_lhs", "mul") and x.is_cuda:
+    if reduce in ("sum", "mean") and op in ("copy_lhs", "mul") and _fusable(x, None if op == "copy_lhs" else e, g):
         from gnnssd.compiler.kernels.triton_spmm import fused_aggregate
 
-        weight = e if op == "mul" else None
-        if weight is None or weight.numel() == g.num_edges:  # one scalar weight per edge
-            return fused_aggregate(g, x, weight, reduce)
+        return fused_aggregate(g, x, e if op == "mul" else None, reduce)
     source = None if x is None else gather_src(g, x)
     return segment_reduce(g, _binary(op, source, e), reduce)
 
@@ -99,7 +106,12 @@ def gsddmm(g: CSCBlock, op: str, x: torch.Tensor, y: torch.Tensor, lhs_target: s
 
 def attention(g: CSCBlock, el: torch.Tensor, er: torch.Tensor, z: torch.Tensor, slope: float) -> torch.Tensor:
     """``sum_u softmax_u(leaky_relu(el[u] + er[v])) * z[u]`` per destination v
-    (el, er: (nodes, heads); z: (nodes, heads, dim))."""
+    (el, er: (nodes, heads); z: (nodes, heads, dim)): scores and softmax per edge and head,
+    then the weighted sum fused on CUDA (no (edges, heads, dim) tensor)."""
     scores = torch.nn.functional.leaky_relu(gather_src(g, el) + gather_dst(g, er), slope)
-    weights = edge_softmax(g, scores)  # (edges, heads)
-    return segment_reduce(g, gather_src(g, z) * weights.unsqueeze(-1), "sum")
+    weights = edge_softmax(g, scores).unsqueeze(-1)  # (edges, heads, 1)
+    if _fusable(z, weights, g):
+        from gnnssd.compiler.kernels.triton_spmm import fused_aggregate
+
+        return fused_aggregate(g, z, weights, "sum")
+    return segment_reduce(g, gather_src(g, z) * weights, "sum")
