@@ -102,6 +102,17 @@ class HeteroSyntheticSource:
     def describe(self) -> dict[str, Any]:
         return {"kind": "hetero-synthetic", **asdict(self.spec)}
 
+    @property
+    def num_edges(self) -> int:
+        """Edges over every relation, reverses included (before repeats are dropped): what
+        preprocess sizes its topology build and disk estimate by."""
+        spec = self.spec
+        cites = int(spec.papers * spec.cites_per_paper)
+        writes = spec.papers + int(spec.papers * max(spec.authors_per_paper - 1, 0))
+        affiliations = (int(spec.authors * spec.institutions_per_author) if spec.institutions_per_author < 1
+                        else spec.authors + int(spec.authors * (spec.institutions_per_author - 1)))
+        return (cites + writes + affiliations) * (2 if spec.add_reverse else 1)
+
     def _rng(self, *what: int) -> np.random.Generator:
         return np.random.default_rng([self.spec.seed, *what])
 

@@ -23,7 +23,7 @@ from .order import Permutation, order_name, resolve_order
 from .progress import record, state_of
 from .source import DatasetSource, edge_chunks, edge_count, schema_of
 from .steps import RUNTIME_BYTES, _step, spare_memory
-from .typed_csc import checked_relation_edges, typed_csc
+from .typed_csc import checked_relation_edges, typed_csc, typed_csc_to_files
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ def _resumable_csc(partial: Path, source: DatasetSource, link: LinkSplit | None,
     """The CSC in the source's node order (indices mapped from the partial folder)."""
     if not state_of(partial, "csc")["done"]:
         if not schema_of(source).is_homogeneous:
-            indptr, indices, etypes = typed_csc(source, notify, limit, link=link)
+            indptr, indices, etypes = _typed_topology(partial, source, limit, notify, link, partial / CSC_INDICES)
             _save_array(partial / f"{ETYPES}.npy", etypes)
             del etypes
         elif link is None:
@@ -135,13 +135,37 @@ def _renumber_typed(partial: Path, source: DatasetSource, link: LinkSplit | None
     interleave (typed_csc)."""
     dtype = index_dtype(schema_of(source).num_nodes)
     # no name here holds the relabelling: typed_csc takes it out of the list and drops it
-    indptr, indices, etypes = typed_csc(source, notify, limit,
-                                        relabel=[_inverse(np.load(partial / ORDER_PERM)).astype(dtype)], link=link)
+    indptr, indices, etypes = _typed_topology(partial, source, limit, notify, link, partial / "indices.npy",
+                                              relabel=[_inverse(np.load(partial / ORDER_PERM)).astype(dtype)])
     for path, array in ((partial / "indices.npy", indices), (partial / f"{ETYPES}.npy", etypes),
                         (partial / STORE_INDPTR, indptr)):
         _save_array(path, array)
     record(partial, "renumber", {"done": 1})
     (partial / CSC_INDICES).unlink()
+
+
+def _typed_topology(partial: Path, source: DatasetSource, limit: int, notify: Callable[[str, int, int], None],
+                    link: LinkSplit | None, indices_path: Path,
+                    relabel: list[np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """typed_csc in memory when its arrays fit `limit` (or the source does not say how
+    many edges it has), else built out of core relation by relation (typed_csc_to_files:
+    the same arrays, indices written to `indices_path` and etypes to etypes.npy)."""
+    schema = schema_of(source)
+    n, edges = schema.num_nodes, edge_count(source)
+    in_memory = (len(schema.relations) * (n + 1) * 8 + RUNTIME_BYTES
+                 + (edges or 0) * (2 * index_dtype(n).itemsize + schema.etype_dtype().itemsize))
+    if edges is None or in_memory <= limit:
+        return typed_csc(source, notify, limit, relabel=relabel, link=link)
+    log.info("%s: %d edges exceed the memory limit of %d bytes: sorting each relation out of core",
+             source.name, edges, limit)
+
+    def bucket_edges() -> int:
+        """Edges a bucket may hold beside this process's memory now and a relation's indptr."""
+        spare = spare_memory(limit) - 8 * (n + 1)
+        return max(MIN_BUCKET_EDGES, spare // (BUCKET_IDS_PER_EDGE * index_dtype(n).itemsize))
+
+    return typed_csc_to_files(source, notify, bucket_edges, partial / "relation-buckets", indices_path,
+                              partial / f"{ETYPES}.npy", relabel=relabel, link=link)
 
 
 def _link_split(source: DatasetSource, edge_split: tuple[float, float, float] | None,

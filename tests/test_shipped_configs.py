@@ -82,3 +82,9 @@ def test_fewer_affiliations_than_authors_lists_the_first_ones():
     np.testing.assert_array_equal(src, whole.load_relation_edges(r)[0][:300])
     np.testing.assert_array_equal(dst, whole.load_relation_edges(r)[1][:300])
     np.testing.assert_array_equal(third.load_labels(), whole.load_labels())
+
+
+@pytest.mark.parametrize("overrides", [{}, {"institutions_per_author": 0.3}, {"add_reverse": False}])
+def test_the_hetero_source_declares_the_edges_it_makes(overrides):
+    source = hetero_synthetic_source("mag-small", papers=2000, authors=1000, institutions=50, **overrides)
+    assert source.num_edges == sum(len(source.load_relation_edges(r)[0]) for r in range(len(source.schema.relations)))
