@@ -7,17 +7,30 @@ node by node, so each node's in-edges are grouped by relation (in the schema's o
 sorted by source within a relation: the sampler finds a relation's neighbours of a node
 as one contiguous run. A store in another node order is built the same way from the
 relabelled endpoints, so the grouping and sorting hold in the store's IDs.
+
+Beyond memory (`typed_csc_to_files`) each relation goes through the homogeneous
+out-of-core build (csc_external: a bucketed external sort of its edges, streamed in
+chunks, relabelled and filtered chunk by chunk) into files of its own, and the
+interleave runs a range of nodes at a time over those files, mapped: memory is one
+relation's offsets, a bucket and a node range's edges, and the result is byte-identical.
 """
 from __future__ import annotations
 
-from typing import Callable
+import json
+import os
+import shutil
+from functools import partial
+from pathlib import Path
+from typing import Callable, Iterator
 
 import numba
 import numpy as np
 
 from .csc import csc_from_edges, index_dtype
+from .csc_external import external_csc
 from .errors import DatasetError
 from .link_split import LinkSplit, held_out_mask
+from .mapping import release_pages
 from .schema import GraphSchema
 from .source import TypedSource
 
@@ -117,3 +130,97 @@ def typed_csc(source: TypedSource, notify: Notify, memory_limit: int | None = No
     out_etypes = np.empty(cat.shape[0], schema.etype_dtype())
     _interleave(indptrs, cat, starts, out_indptr, out_indices, out_etypes)
     return out_indptr, out_indices, out_etypes
+
+
+#: Edges of one relation streamed at a time into the out-of-core build.
+RELATION_CHUNK_EDGES = 1 << 22
+#: Edges interleaved at once by the out-of-core build (a range of whole nodes).
+INTERLEAVE_EDGES = 1 << 24
+_STATE = "typed-state.json"
+
+
+def typed_csc_to_files(source: TypedSource, notify: Notify, bucket_edges: int | Callable[[], int], scratch: Path,
+                       indices_path: Path, etypes_path: Path, relabel: list[np.ndarray] | None = None,
+                       link: LinkSplit | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """typed_csc's (indptr, indices, etypes), built out of core: indices and etypes written
+    to the .npy files `indices_path` and `etypes_path` and returned mapped. `scratch` holds
+    each relation's CSC (recorded once complete, so a killed build resumes at the relation,
+    inside one at its bucket) and is removed at the end. `bucket_edges` as external_csc's.
+    One relation's edges are in memory at a time, as the source gives them (TypedSource
+    loads a relation whole); its sort and the interleave are out of core."""
+    schema = source.schema
+    n, num_rel = schema.num_nodes, len(schema.relations)
+    dtype = index_dtype(n)
+    store_id = relabel.pop() if relabel else None
+    scratch.mkdir(parents=True, exist_ok=True)
+    done = _typed_state(scratch)
+    for r in range(done, num_rel):
+        src, dst = checked_relation_edges(source, schema, r)
+        chunks = partial(_relation_chunks, src, dst, n, link, store_id)
+        indptr, _ = external_csc(chunks, n, False, bucket_edges, scratch / f"relation-{r}",
+                                 scratch / f"indices-{r}.npy", expected_edges=len(src), progress=notify)
+        del src, dst, chunks
+        np.save(scratch / f"indptr-{r}.npy", indptr)
+        del indptr
+        _typed_record(scratch, r + 1)
+        notify("relations", r + 1, num_rel)
+    del store_id
+    indptr = _interleave_files(scratch, num_rel, n, dtype, schema.etype_dtype(), indices_path, etypes_path, notify)
+    shutil.rmtree(scratch, ignore_errors=True)
+    return indptr, np.load(indices_path, mmap_mode="r"), np.load(etypes_path, mmap_mode="r")
+
+
+def _relation_chunks(src: np.ndarray, dst: np.ndarray, n: int, link: LinkSplit | None,
+                     store_id: np.ndarray | None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """A relation's edges in chunks of RELATION_CHUNK_EDGES, the link split's held-out
+    pairs left out and, with `store_id`, relabelled."""
+    for lo in range(0, len(src), RELATION_CHUNK_EDGES):
+        s, d = _kept((src[lo:lo + RELATION_CHUNK_EDGES], dst[lo:lo + RELATION_CHUNK_EDGES]), n, link)
+        yield (s, d) if store_id is None else (store_id[s], store_id[d])
+
+
+def _typed_state(scratch: Path) -> int:
+    """Relations whose CSC files are complete in `scratch`."""
+    try:
+        return int(json.loads((scratch / _STATE).read_text())["relations"])
+    except (OSError, ValueError, KeyError):
+        return 0
+
+
+def _typed_record(scratch: Path, relations: int) -> None:
+    tmp = scratch / (_STATE + ".tmp")
+    tmp.write_text(json.dumps({"relations": relations}))
+    os.replace(tmp, scratch / _STATE)
+
+
+def _interleave_files(scratch: Path, num_rel: int, n: int, dtype: np.dtype, etype_dtype: np.dtype,
+                      indices_path: Path, etypes_path: Path, notify: Notify) -> np.ndarray:
+    """The relations' CSC files interleaved node by node (typed_csc's `_interleave`), a
+    range of nodes of about INTERLEAVE_EDGES edges at a time; returns the indptr."""
+    indptrs = [np.load(scratch / f"indptr-{r}.npy", mmap_mode="r") for r in range(num_rel)]
+    parts = [np.load(scratch / f"indices-{r}.npy", mmap_mode="r") for r in range(num_rel)]
+    out_indptr = np.zeros(n + 1, np.int64)
+    for indptr in indptrs:
+        out_indptr += indptr
+    total = int(out_indptr[-1])
+    indices = np.lib.format.open_memmap(indices_path, mode="w+", dtype=dtype, shape=(total,))
+    etypes = np.lib.format.open_memmap(etypes_path, mode="w+", dtype=etype_dtype, shape=(total,))
+    lo = 0
+    while lo < n:
+        hi = int(min(max(np.searchsorted(out_indptr, out_indptr[lo] + INTERLEAVE_EDGES, side="right") - 1, lo + 1), n))
+        local = np.stack([np.asarray(indptr[lo:hi + 1]) - indptr[lo] for indptr in indptrs])
+        cat = np.concatenate([np.asarray(part[indptr[lo]:indptr[hi]]) for part, indptr in zip(parts, indptrs)])
+        starts = np.concatenate([[0], np.cumsum(local[:, -1])]).astype(np.int64)
+        a, b = int(out_indptr[lo]), int(out_indptr[hi])
+        _interleave(local, cat, starts, out_indptr[lo:hi + 1] - a, np.asarray(indices[a:b]), np.asarray(etypes[a:b]))
+        for array in (indices, etypes, *parts, *indptrs):
+            release_pages(array)  # the pass's pages leave the RSS (the page cache keeps them)
+        notify("interleave", hi, n)
+        lo = hi
+    for array in (indices, etypes):
+        array.flush()
+    del indices, etypes
+    for path in (indices_path, etypes_path):
+        with open(path, "rb") as f:
+            os.fsync(f.fileno())
+    return out_indptr

@@ -13,7 +13,7 @@ import gnnssd
 from gnnssd.datasets import ArraySource
 from gnnssd.loading.types import load_features
 from gnnssd.sampler import node_order
-from gnnssd.storage_format import Store, StoreError, write_store, writer
+from gnnssd.storage_format import Store, StoreError, features, write_store
 from gnnssd.storage_format.quantize import dequantize_rows, quantize_rows
 
 from .conftest import random_graph_arrays
@@ -122,11 +122,11 @@ def test_preprocess_stopped_before_the_int8_rows_replace_features_resumes(tmp_pa
             raise KeyboardInterrupt
         replace(src, dst)
 
-    monkeypatch.setattr(writer.os, "replace", stop_at_the_swap)
+    monkeypatch.setattr(features.os, "replace", stop_at_the_swap)
     with pytest.raises(KeyboardInterrupt):
         write_store(tmp_path / "s", ArraySource(**data), dtype="int8")
     assert not (tmp_path / "s").exists()
-    monkeypatch.setattr(writer.os, "replace", replace)
+    monkeypatch.setattr(features.os, "replace", replace)
     resumed = Store.open(write_store(tmp_path / "s", ArraySource(**data), dtype="int8"), verify=True)
     np.testing.assert_array_equal(resumed.read_features(), whole.read_features())
     np.testing.assert_array_equal(resumed.row_scales, whole.row_scales)

@@ -11,7 +11,7 @@ from gnnssd.datasets.synthetic import _weighted_position
 from gnnssd.sampler import node_order
 from gnnssd.sampler import order as sampler_order
 from gnnssd.storage_format import Store, write_store
-from gnnssd.storage_format import reorder, writer
+from gnnssd.storage_format import features, reorder, topology, writer
 from gnnssd.storage_format.csc import csc_from_edges, renumber_csc, renumber_csc_to_file
 from gnnssd.storage_format.csc_external import external_csc
 
@@ -144,10 +144,10 @@ def test_preprocess_interrupted_in_any_step_resumes_to_the_same_store(tmp_path, 
     """Small chunks make every step take many progress calls (edge buckets, renumber
     chunks, feature windows); the run is stopped in the middle of `stage`, rerun, and
     every file equals that of a run never stopped."""
-    monkeypatch.setattr(writer, "CHUNK_BYTES", 4096)
-    monkeypatch.setattr(writer, "RENUMBER_CHUNK_EDGES", 500)
-    monkeypatch.setattr(writer, "CHUNK_EDGES", 700)
-    monkeypatch.setattr(writer, "MIN_BUCKET_EDGES", 1000)
+    monkeypatch.setattr(features, "CHUNK_BYTES", 4096)
+    monkeypatch.setattr(topology, "RENUMBER_CHUNK_EDGES", 500)
+    monkeypatch.setattr(topology, "CHUNK_EDGES", 700)
+    monkeypatch.setattr(topology, "MIN_BUCKET_EDGES", 1000)
     monkeypatch.setattr(reorder, "SYNC_BYTES", 4096)
     data = random_graph_arrays(num_nodes=2000, num_edges=12_000, dim=16)
     source = lambda: ArraySource(**data, symmetric=True)  # noqa: E731
@@ -173,7 +173,7 @@ def test_preprocess_interrupted_in_any_step_resumes_to_the_same_store(tmp_path, 
 def test_resumed_reorder_keeps_its_window_size(tmp_path, monkeypatch):
     """The window size depends on the memory free when the step starts; a resumed run
     must use the one its files were distributed with."""
-    monkeypatch.setattr(writer, "CHUNK_BYTES", 4096)
+    monkeypatch.setattr(features, "CHUNK_BYTES", 4096)
     monkeypatch.setattr(reorder, "SYNC_BYTES", 4096)  # progress recorded after every chunk
     data = random_graph_arrays(num_nodes=2000, num_edges=12_000, dim=16)
     source = lambda: ArraySource(**data, symmetric=True)  # noqa: E731
@@ -195,7 +195,7 @@ def test_typed_store_in_another_order_interrupted_in_any_step_resumes_to_the_sam
         tmp_path, monkeypatch, stage, count):
     """A heterogeneous store in degree order: stopped in the middle of `stage`, rerun, and
     every file equals that of a run never stopped."""
-    monkeypatch.setattr(writer, "CHUNK_BYTES", 4096)  # 32 rows of 64 float16
+    monkeypatch.setattr(features, "CHUNK_BYTES", 4096)  # 32 rows of 64 float16
     monkeypatch.setattr(reorder, "SYNC_BYTES", 4096)
     monkeypatch.setattr(writer, "_window_rows", lambda spare, row_bytes: 70)
     source = lambda: ToyHeteroSource(feat_dim=64)  # noqa: E731

@@ -26,10 +26,11 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
+from gnnssd.sampler import Sequential, Sharded
 from gnnssd.storage_format import GraphSchema, Store, random_negatives
 
 from .feature_source import FeatureSource, SourceLoader
-from .node_loader import NodeLoader, check_fanouts
+from .node_loader import NodeLoader, _ranks, check_fanouts
 from .types import MiniBatch
 
 EDGE_FEATURES = ("memory", "ssd")
@@ -131,14 +132,22 @@ class EdgeLoader(SourceLoader):
     Each batch's positive edges and their reverses are excluded from its sampled blocks
     (DGL's exclude="reverse_id"), so no batch sees the edges it is asked to predict.
     `drop_last` drops a last batch of fewer than `batch_size` edges.
+
+    Data parallel: rank `rank` of `world_size` (default: this process's place in the
+    initialised torch.distributed process group, else 0 of 1) iterates over its `shard` of
+    the one-process epoch's batches (the same positives and negatives, every world_size-th
+    batch, wrapped so that all ranks get the same number).
     """
 
     def __init__(self, source: FeatureSource | Store | str | Path, edges: Any, *, fanouts: list[int],
                  batch_size: int, negatives: int = 1, shuffle: bool = True, seed: int = 0,
-                 drop_last: bool = False, **source_options: Any):
+                 drop_last: bool = False, rank: int | None = None, world_size: int | None = None,
+                 **source_options: Any):
         fanouts = check_fanouts(fanouts)
         if batch_size < 1 or negatives < 1:
             raise ValueError(f"batch_size {batch_size} and negatives {negatives}: both must be >= 1")
+        self.rank, self.world_size = _ranks(rank, world_size)
+        self._shard = Sequential() if self.world_size == 1 else Sharded(Sequential(), self.rank, self.world_size)
         features = source.features if isinstance(source, FeatureSource) else source_options.get("features", "memory")
         if features not in EDGE_FEATURES:
             raise ValueError(f"features: {features!r}; expected one of {EDGE_FEATURES}")
@@ -163,13 +172,18 @@ class EdgeLoader(SourceLoader):
         self.batch_size, self.negatives, self.shuffle, self.drop_last = batch_size, negatives, shuffle, drop_last
         self.fanouts, self.seed = fanouts, source.seed
 
-    def __len__(self) -> int:
+    def _epoch_batches(self) -> int:
+        """The batches of one process's epoch (all ranks' together)."""
         full, rest = divmod(len(self.edges), self.batch_size)
         return full + (0 if self.drop_last or rest == 0 else 1)
 
+    def __len__(self) -> int:
+        return -(-self._epoch_batches() // self.world_size)
+
     def __iter__(self) -> Iterator[EdgeBatch]:
         groups = edge_groups(self.store_edges, self.batch_size, self.negatives, self._dst_nodes,
-                             self.seed, self.epoch, self.shuffle, self._ends_first)[:len(self)]
+                             self.seed, self.epoch, self.shuffle, self._ends_first)[:self._epoch_batches()]
+        groups = [groups[k] for k in self._shard.order(np.arange(len(groups)), self.seed, self.epoch)]
         batches = self.backend.minibatches([g.seeds for g in groups], self.fanouts, self.epoch,
                                            exclude=[g.pos_edges for g in groups])
         try:  # closed here, not when collected: a caller's break stops the I/O threads now

@@ -16,6 +16,7 @@ import numpy as np
 
 from gnnssd.pipeline.block_writer import BlockWriter
 from gnnssd.pipeline.direct_io import DirectIO
+from gnnssd.pipeline.worker import check_stop
 from gnnssd.sampler import CostModel, MegaBatchPlan, Scan, Strategy, windows
 
 
@@ -30,7 +31,8 @@ def repack(
     writer_bytes: int = 16 << 20,
 ) -> int:
     """Write the block files of the window's block plans; returns bytes written.
-    Memory: the staging area and `writer_bytes` of write chunks."""
+    Memory: the staging area and `writer_bytes` of write chunks. In a closing PlanWorker's
+    thread it raises Stopped between staging chunks (the caller removes the blocks)."""
     blocks = [p for p in plans if p.read is not None and p.read.strategy is Strategy.BLOCK]
     if not blocks:
         return 0
@@ -43,6 +45,7 @@ def repack(
         with BlockWriter([block_dir / p.read.block for p in blocks], row_bytes, io.alloc,
                          writer_bytes) as writer:
             for lo, hi, pos in io.iter_rows(f, union, row_bytes, scan.offsets, scan.lengths, staging):
+                check_stop()  # a closing worker stops here, not at the window's end
                 for k, p in enumerate(blocks):
                     rows = p.read_rows
                     a, b = np.searchsorted(rows, [union[lo], union[hi - 1] + 1]) if hi > lo else (0, 0)

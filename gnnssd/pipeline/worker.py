@@ -3,11 +3,17 @@
 A thread suffices: the sampling and copy kernels are numba with nogil, so planning overlaps
 training. Plans can be written to disk as they are made (`saving`) and replayed later
 (`replay`).
+
+An item can be long (a repack window: the plans of many mega-batches, then a scan of
+features.bin), so closing a worker does not wait for it: the stages call `check_stop()`
+between chunks of their work, which raises `Stopped` in a worker's thread once the worker
+is closing (Ctrl-C at papers scale returns in a chunk's time, not a window's).
 """
 from __future__ import annotations
 
 import queue
 import threading
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Generic, Iterable, Iterator, TypeVar
 
@@ -15,6 +21,31 @@ from gnnssd.sampler import MegaBatchPlan, load_plan, save_plan
 
 T = TypeVar("T")
 _DONE = object()
+#: Seconds between looks at the stop flag while a worker or its consumer waits.
+POLL_S = 0.1
+_running = threading.local()  # .stop: the stop flag of the worker whose thread this is
+
+
+class Stopped(Exception):
+    """Raised at a `check_stop()` in a worker's thread once the worker is closing."""
+
+
+def check_stop() -> None:
+    """Raise Stopped if this thread runs a PlanWorker that is closing (elsewhere: nothing).
+    Long stages call it between chunks."""
+    stop = getattr(_running, "stop", None)
+    if stop is not None and stop.is_set():
+        raise Stopped
+
+
+@contextmanager
+def stops_with(flag: threading.Event) -> Iterator[None]:
+    """Make `flag` the stop flag that `check_stop()` reads in this thread."""
+    _running.stop = flag
+    try:
+        yield
+    finally:
+        _running.stop = None
 
 
 class PlanWorker(Generic[T]):
@@ -34,22 +65,29 @@ class PlanWorker(Generic[T]):
 
     def _run(self, source: Iterator[T]) -> None:
         try:
-            while True:
-                while not self._slots.acquire(timeout=0.1):
+            with stops_with(self._stop):
+                while True:
+                    while not self._slots.acquire(timeout=POLL_S):
+                        if self._stop.is_set():
+                            return
                     if self._stop.is_set():
                         return
-                if self._stop.is_set():
-                    return
-                item = next(source, _DONE)
-                self._queue.put(item)
-                if item is _DONE:
-                    return
+                    item = next(source, _DONE)
+                    self._queue.put(item)
+                    if item is _DONE:
+                        return
         except BaseException as e:  # handed to the consumer, raised there
             self._queue.put(e)
 
     def __iter__(self) -> Iterator[T]:
+        """The items in order; a consumer that is itself a worker's stage stops waiting
+        (and taking items) once its own worker is closing."""
         while True:
-            item = self._queue.get()
+            check_stop()
+            try:
+                item = self._queue.get(timeout=POLL_S)
+            except queue.Empty:
+                continue
             if item is _DONE:
                 return
             if isinstance(item, BaseException):
@@ -58,7 +96,8 @@ class PlanWorker(Generic[T]):
             self._slots.release()  # the consumer is done with item
 
     def close(self) -> None:
-        """Stop the worker (it finishes the item in progress) and wait for it."""
+        """Stop the worker and wait for it: the item in progress stops at its next
+        `check_stop()` (or, in a stage that never checks, when it is made)."""
         self._stop.set()
         self._thread.join()
 

@@ -43,6 +43,17 @@ class EdgeDecoder(nn.Module):
         return self.mlp(h_src * h_dst).squeeze(-1)
 
 
+class LinkModel(nn.ModuleDict):
+    """The encoder and the edge decoder ("encoder", "decoder") as one module whose forward
+    is the training loss, so that data-parallel training (DDP) averages the gradients of both."""
+
+    def __init__(self, encoder: nn.Module, decoder: EdgeDecoder):
+        super().__init__({"encoder": encoder, "decoder": decoder})
+
+    def forward(self, batch: EdgeBatch) -> torch.Tensor:
+        return link_loss(self.decoder, self.encoder(batch.model_blocks, batch.x), batch)
+
+
 def link_loss(decoder: EdgeDecoder, h: torch.Tensor | dict[str, torch.Tensor], batch: EdgeBatch) -> torch.Tensor:
     """Binary cross-entropy of the positives (label 1) and negatives (label 0); `h` by
     node type on a heterogeneous store (the relation's ends)."""
@@ -82,9 +93,6 @@ class LinkTrainer(TaskTrainer):
 
     def _check_store(self) -> None:
         cfg = self.config
-        if self.ranks.world_size > 1:  # its step runs the plain modules, not the DDP wrapper
-            raise ConfigError("task: link: data-parallel training (--nproc, torchrun) is not "
-                              "supported yet; train link tasks in one process")
         if not self.store.has_link_split:
             raise ConfigError(f"task: link needs a store with a link split; {cfg.store} has none "
                               "(preprocess with --edge-split, or from an OGB link layout)")
@@ -107,32 +115,31 @@ class LinkTrainer(TaskTrainer):
         return min(self.store.num_nodes, cfg.sampler.batch_size * (2 + cfg.link.negatives))
 
     def _make_loader(self) -> EdgeLoader:  # type: ignore[override]
-        """The training edges' loader; evaluation embeds nodes through the same source."""
+        """The training edges' loader (a rank loads its shard of the batches); evaluation
+        embeds nodes through the same source."""
         cfg = self.config
         edges = np.asarray(self.store.link_edges("train"))
         relation = self.store.link_relation
         return EdgeLoader(self.source, edges if relation is None else {relation[1]: edges},
                           fanouts=cfg.sampler.fanouts, batch_size=cfg.sampler.batch_size,
-                          negatives=cfg.link.negatives)
+                          negatives=cfg.link.negatives, rank=self.ranks.rank, world_size=self.ranks.world_size)
 
     def _build_model(self, model: nn.Module | None) -> nn.Module:
         """The encoder (the user's `model` or the configured one, to `model.hidden`-wide
         embeddings; on a heterogeneous store a dict of them by node type) and the edge decoder."""
         cfg = self.config
         encoder = model if model is not None else store_model(cfg.model, self.store, cfg.model.hidden, every_type=True)
-        return nn.ModuleDict({"encoder": encoder,
-                              "decoder": EdgeDecoder(cfg.link.decoder, cfg.model.hidden)})
+        return LinkModel(encoder, EdgeDecoder(cfg.link.decoder, cfg.model.hidden))
 
     @property
     def encoder(self) -> nn.Module:
-        return self.model["encoder"]
+        return self.model.encoder
 
     # --- training ------------------------------------------------------------------------
 
     def _batch_loss(self, batch: EdgeBatch) -> tuple[torch.Tensor, int, None]:  # type: ignore[override]
         """Binary cross-entropy of the batch's positive and negative edges."""
-        h = self.encoder(batch.model_blocks, batch.x)
-        return link_loss(self.model["decoder"], h, batch), len(batch.pos), None
+        return self.train_model(batch), len(batch.pos), None
 
     def _split_scores(self, split: str) -> dict[str, float]:
         return {k: v for k, v in self.evaluate(split).items() if k != "edges"}
@@ -174,7 +181,7 @@ class LinkTrainer(TaskTrainer):
             ends.setdefault(node_type, []).append(ids)
         nodes = {node_type: np.unique(np.concatenate(ids)) for node_type, ids in ends.items()}
         h = {node_type: self.embeddings(ids, node_type) for node_type, ids in nodes.items()}
-        decoder = self.model["decoder"].cpu()
+        decoder = self.model.decoder.cpu()
         pos_scores, neg_scores = [], []
         for lo in range(0, len(edges), SCORE_CHUNK):
             h_src = h[src_type][np.searchsorted(nodes[src_type], edges[lo:lo + SCORE_CHUNK, 0])]
@@ -182,7 +189,7 @@ class LinkTrainer(TaskTrainer):
             n = np.searchsorted(nodes[dst_type], negatives[lo:lo + SCORE_CHUNK])
             pos_scores.append(decoder(h_src, h_dst).numpy())
             neg_scores.append(decoder(h_src[:, None, :].expand(-1, n.shape[1], -1), h[dst_type][n]).numpy())
-        self.model["decoder"].to(self.device)
+        self.model.decoder.to(self.device)
         return edges, np.concatenate(pos_scores), np.concatenate(neg_scores)
 
     def evaluate(self, split: str = "test") -> dict[str, float]:

@@ -121,7 +121,7 @@ def test_user_folder_named_like_preprocess_scratch_is_refused_untouched(tmp_path
 def test_swap_interrupted_between_its_renames_is_restored(tmp_path, monkeypatch):
     """A crash after the old store moved to `.NAME.old` and before the new one moved in:
     the next preprocess puts the old store back, then resumes and replaces it."""
-    from gnnssd.storage_format import writer
+    from gnnssd.storage_format import partial_dir
 
     out = _small_store(tmp_path / "store")
     renames, rename = [], os.rename
@@ -132,7 +132,7 @@ def test_swap_interrupted_between_its_renames_is_restored(tmp_path, monkeypatch)
             raise Interrupted
         rename(src, dst)
 
-    monkeypatch.setattr(writer.os, "rename", crash_on_the_second_rename)
+    monkeypatch.setattr(partial_dir.os, "rename", crash_on_the_second_rename)
     with pytest.raises(Interrupted):
         write_store(out, ArraySource(**random_graph_arrays(seed=1)))
     monkeypatch.undo()

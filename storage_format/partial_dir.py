@@ -1,0 +1,170 @@
+"""The destination of preprocess and its partial directory: the checks on --out, the lock
+beside it, the `.NAME.partial` folder a store is built in (resumed when an identical run
+was interrupted) and the final swap into place. Only folders carrying preprocess's marker
+file (OWNER_MARKER) are resumed, moved or deleted."""
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import shutil
+import zlib
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import Any, Iterator
+
+from .atomic import atomic_write_json, fsync_dir
+from .disk_space import _writing
+from .errors import StoreError
+from .manifest import MANIFEST, is_store_manifest
+from .progress import PROGRESS
+
+log = logging.getLogger(__name__)
+
+HEAD_BYTES = 1 << 20  # of each input file, checksummed for the resume key
+#: The marker file of the folders preprocess makes beside --out (.NAME.partial, .NAME.old),
+#: naming gnnssd and --out: a folder of those names without it is the user's, never touched.
+OWNER_MARKER = ".gnnssd-preprocess.json"
+MADE_BY = "gnnssd preprocess"
+
+
+def _check_no_overlap(out: Path, inputs: list[Path]) -> None:
+    target = out.resolve()
+    for path in inputs:
+        if target == path or path in target.parents or target in path.parents:
+            raise StoreError(f"--out {out}: overlaps the input {path}; write the store to a "
+                             "folder outside the input files")
+
+
+def _check_destination(out: Path) -> None:
+    """Replace only what preprocess made: a store, or an empty folder; reuse or delete
+    only a .NAME.partial beside it that preprocess made."""
+    if os.path.lexists(_partial_dir(out)):
+        _check_ours(_partial_dir(out), out)
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise StoreError(f"--out {out}: exists and is not a directory; refusing to replace "
+                         "it (choose another --out)")
+    if out.is_dir() and any(out.iterdir()) and not is_store_manifest(out / MANIFEST):
+        raise StoreError(f"--out {out}: an existing folder that is not a gnnssd store (no "
+                         f"gnnssd {MANIFEST}); refusing to replace its contents (choose a new "
+                         "or empty folder)")
+
+
+@contextmanager
+def _destination_lock(out: Path) -> Iterator[None]:
+    """Hold an exclusive lock on `out`: the file .NAME.lock beside it, holding our pid,
+    removed when done. A lock taken on a file another holder removed meanwhile is
+    retaken on the new file, so two processes never both hold it."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    path = out.parent / f".{out.name}.lock"
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise StoreError(f"--out {out}: another gnnssd preprocess (pid {holder}) is writing "
+                             f"this store (lock {path}); wait for it to finish") from None
+        try:
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        path.unlink(missing_ok=True)
+        os.close(fd)
+
+
+def _input_identity(inputs: list[Path]) -> list[dict[str, Any]]:
+    """Path, size, mtime and the CRC-32 of the first MiB of every input file (all files
+    under an input folder): what an interrupted preprocess must match to be resumed."""
+    identity = []
+    for root in inputs:
+        files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
+        for path in files:
+            stat = path.stat()
+            with open(path, "rb") as f:
+                head = zlib.crc32(f.read(HEAD_BYTES))
+            identity.append({"path": str(path), "size": stat.st_size,
+                             "mtime_ns": stat.st_mtime_ns, "head_crc32": head})
+    return identity
+
+
+def _partial_dir(out: Path) -> Path:
+    return out.parent / f".{out.name}.partial"
+
+
+def _old_dir(out: Path) -> Path:
+    return out.parent / f".{out.name}.old"
+
+
+def _mark(folder: Path, out: Path) -> None:
+    """Sign `folder` (.NAME.partial, or the store about to become .NAME.old) as preprocess's."""
+    with _writing(folder / OWNER_MARKER, "the preprocess marker"):
+        atomic_write_json(folder / OWNER_MARKER, {"made_by": MADE_BY, "target": out.name})
+
+
+def _check_ours(folder: Path, out: Path) -> None:
+    """Refuse `folder` (.NAME.partial or .NAME.old beside `out`) unless preprocess made it:
+    only then may it be deleted, resumed or moved into place."""
+    marker = None
+    if folder.is_dir() and not folder.is_symlink():
+        with suppress(OSError, ValueError):
+            marker = json.loads((folder / OWNER_MARKER).read_text())
+    if not (isinstance(marker, dict) and marker.get("made_by") == MADE_BY
+            and marker.get("target") == out.name):
+        raise StoreError(f"{folder}: not made by gnnssd preprocess (no {OWNER_MARKER} naming "
+                         f"--out {out.name}); refusing to delete or reuse it (move it away or "
+                         "choose another --out)")
+
+
+def _open_partial_dir(out: Path, params: dict[str, Any]) -> Path:
+    """Reuse a partial directory left by an identical interrupted run, else start afresh
+    (the folder is preprocess's: _check_destination checked its marker)."""
+    partial = _partial_dir(out)
+    progress_file = partial / PROGRESS
+    if partial.exists():
+        try:
+            same = json.loads(progress_file.read_text()).get("params") == params
+        except (OSError, ValueError):
+            same = False
+        if same:
+            log.info("resuming the interrupted preprocess in %s", partial)
+            return partial
+        shutil.rmtree(partial)
+    partial.mkdir()
+    _mark(partial, out)
+    with _writing(progress_file, "the preprocess progress record"):
+        atomic_write_json(progress_file, {"params": params, "files": {}})
+    return partial
+
+
+def _restore_interrupted_swap(out: Path) -> None:
+    """A crash between the two renames of the swap leaves the old store at .NAME.old."""
+    old = _old_dir(out)
+    if os.path.lexists(old):
+        _check_ours(old, out)
+        if out.exists():
+            shutil.rmtree(old)
+        else:
+            os.rename(old, out)
+            (out / OWNER_MARKER).unlink(missing_ok=True)
+
+
+def _swap_into_place(partial: Path, out: Path) -> None:
+    old = _old_dir(out)
+    if out.exists():
+        _mark(out, out)  # a store or an empty folder (_check_destination), soon .NAME.old
+        os.rename(out, old)
+    os.rename(partial, out)
+    fsync_dir(out.parent)
+    (out / OWNER_MARKER).unlink(missing_ok=True)
+    if old.exists():
+        shutil.rmtree(old)
