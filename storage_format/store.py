@@ -18,6 +18,7 @@ from .manifest import (ETYPES, FEATURE_DTYPES, FEATURES, MANIFEST, PAGE, PAGE_CH
 from .page_crc import first_bad_page, page_checksum_error
 from .quantize import dequantize_rows
 from .schema import GraphSchema, NodeType
+from .small_files import read_small
 
 
 def _array_file(name: str, doc: str) -> cached_property:
@@ -57,7 +58,7 @@ class Store:
     @cached_property
     def fingerprint(self) -> str:
         """SHA-256 (hex) of manifest.json's bytes: which store, as preprocessed, this is."""
-        return hashlib.sha256((self.path / "manifest.json").read_bytes()).hexdigest()
+        return hashlib.sha256(read_small(self.path / MANIFEST, what="store manifest")).hexdigest()
 
     def verify(self) -> list[str]:
         """Check every file's checksum, features.bin page by page against its page

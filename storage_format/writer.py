@@ -32,13 +32,15 @@ from .errors import DatasetError, StoreError
 from .link_split import (LinkSplit, checked_link_split, held_out_mask, random_link_split,
                          relation_link_split, split_relation)
 from .manifest import (ARRAY_FILES, ETYPES, FEATURE_DTYPES, FEATURES, FORMAT_NAME, FORMAT_VERSION,
-                       MANIFEST, PAGE, PAGE_CHECKSUMS, ROW_SCALES, is_store_manifest, manifest_checksum)
+                       MANIFEST, PAGE, PAGE_CHECKSUMS, ROW_SCALES, foreign_entries, is_store_manifest,
+                       manifest_checksum)
 from .order import Permutation, order_name, resolve_order
 from .page_crc import page_crc32c
 from .progress import PROGRESS, record, state_of
 from .quantize import quantize_rows
 from .reorder import reordered_features
 from .schema import GraphSchema
+from .small_files import read_small_json
 from .source import DatasetSource, edge_chunks, edge_count, schema_of
 from .typed_csc import checked_relation_edges, typed_csc
 
@@ -216,7 +218,7 @@ def _write_partial(partial: Path, source: DatasetSource, order: str | Permutatio
     manifest["checksum"] = manifest_checksum(manifest)
     (partial / PROGRESS).unlink()
     with _writing(partial / MANIFEST, "the manifest"):
-        atomic_write_json(partial / MANIFEST, manifest)
+        atomic_write_json(partial / MANIFEST, manifest, into_store=True)
     for name in TOPOLOGY_STAGING:
         (partial / name).unlink(missing_ok=True)
     log.info("preprocess steps: %s", "; ".join(f"{k} {v['wall_s']:.1f} s wall, {v['cpu_s']:.1f} s "
@@ -471,6 +473,11 @@ def _check_destination(out: Path) -> None:
         raise StoreError(f"--out {out}: an existing folder that is not a gnnssd store (no "
                          f"gnnssd {MANIFEST}); refusing to replace its contents (choose a new "
                          "or empty folder)")
+    foreign = foreign_entries(out) if out.is_dir() else []
+    if foreign:
+        raise StoreError(f"--out {out}: the store holds {len(foreign)} entries that are not its own "
+                         f"({', '.join(foreign[:5])}{', ...' if len(foreign) > 5 else ''}); replacing the "
+                         "store would delete them: move them out first")
 
 
 @contextmanager
@@ -532,16 +539,19 @@ def _old_dir(out: Path) -> Path:
 def _mark(folder: Path, out: Path) -> None:
     """Sign `folder` (.NAME.partial, or the store about to become .NAME.old) as preprocess's."""
     with _writing(folder / OWNER_MARKER, "the preprocess marker"):
-        atomic_write_json(folder / OWNER_MARKER, {"made_by": MADE_BY, "target": out.name})
+        atomic_write_json(folder / OWNER_MARKER, {"made_by": MADE_BY, "target": out.name}, into_store=True)
 
 
 def _check_ours(folder: Path, out: Path) -> None:
-    """Refuse `folder` (.NAME.partial or .NAME.old beside `out`) unless preprocess made it:
-    only then may it be deleted, resumed or moved into place."""
+    """Refuse `folder` (.NAME.partial or .NAME.old beside `out`) unless preprocess made it
+    (or it is an empty folder: a kill between its mkdir and its marker leaves one): only
+    then may it be deleted, resumed or moved into place."""
+    if folder.is_dir() and not folder.is_symlink() and not any(folder.iterdir()):
+        return
     marker = None
     if folder.is_dir() and not folder.is_symlink():
         with suppress(OSError, ValueError):
-            marker = json.loads((folder / OWNER_MARKER).read_text())
+            marker = read_small_json(folder / OWNER_MARKER)
     if not (isinstance(marker, dict) and marker.get("made_by") == MADE_BY
             and marker.get("target") == out.name):
         raise StoreError(f"{folder}: not made by gnnssd preprocess (no {OWNER_MARKER} naming "
@@ -556,7 +566,7 @@ def _open_partial_dir(out: Path, params: dict[str, Any]) -> Path:
     progress_file = partial / PROGRESS
     if partial.exists():
         try:
-            same = json.loads(progress_file.read_text()).get("params") == params
+            same = read_small_json(progress_file).get("params") == params
         except (OSError, ValueError):
             same = False
         if same:
@@ -566,7 +576,7 @@ def _open_partial_dir(out: Path, params: dict[str, Any]) -> Path:
     partial.mkdir()
     _mark(partial, out)
     with _writing(progress_file, "the preprocess progress record"):
-        atomic_write_json(progress_file, {"params": params, "files": {}})
+        atomic_write_json(progress_file, {"params": params, "files": {}}, into_store=True)
     return partial
 
 

@@ -316,7 +316,7 @@ class TaskTrainer(abc.ABC):
     # --- checkpoint state ----------------------------------------------------------------
 
     def _state(self) -> dict[str, Any]:
-        """Tensors and plain types only: what `torch.load(weights_only=True)` reads back."""
+        """Tensors and plain values only: what a state file (`state_file`) holds."""
         _, keys, pos, has_gauss, gauss = np.random.get_state()
         return {"epoch": self.epochs_done, "model": self.model.state_dict(),
                 "optimizer": self.optimizer.state_dict(), "best": self.best,
