@@ -144,6 +144,6 @@ def load_torch_file(path: Path) -> Any:
             IndexError, KeyError, struct.error) as exc:
         if isinstance(exc, DatasetError):
             raise
-        raise DatasetError(f"{path}: refused: {exc}") from None
+        raise DatasetError(f"{path}: holds more than tensors and arrays, refused unread ({exc})") from None
     _check_values(value, path)
     return value

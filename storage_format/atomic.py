@@ -31,7 +31,14 @@ class UnsafeOutputError(ValueError):
 
 
 class OutputWriteError(OSError):
-    """Writing an output failed (disk full, I/O error); the message names the file and disk."""
+    """Writing an output failed (disk full, I/O error); the message names the file and disk
+    (`reason`: the system's words, `disk`: which file system and its free space)."""
+
+    reason = ""
+    disk = ""
+
+    def __str__(self) -> str:
+        return str(self.strerror)  # the message alone, without "[Errno N]"
 
 
 def fsync_dir(path: Path) -> None:
@@ -87,9 +94,10 @@ def write_error(path: Path, exc: OSError) -> OutputWriteError:
     except OSError:
         free = "free space unknown"
     hint = "; free some space and retry" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else ""
-    return OutputWriteError(exc.errno or errno.EIO,
-                            f"{path}: cannot write ({exc.strerror or exc}) on the file system "
-                            f"of {parent} ({free}){hint}; nothing was replaced")
+    error = OutputWriteError(exc.errno or errno.EIO, f"{path}: cannot write ({exc.strerror or exc}) on the file "
+                             f"system of {parent} ({free}){hint}; nothing was replaced")
+    error.reason, error.disk = str(exc.strerror or exc), f"on the file system of {parent} ({free})"
+    return error
 
 
 @contextlib.contextmanager
@@ -112,30 +120,6 @@ def atomic_file(path: Path, into_store: bool = False) -> Iterator[BinaryIO]:
                 os.fsync(f.fileno())
             except OSError as exc:
                 raise write_error(path, exc) from None
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-        raise
-    fsync_dir(path.parent)
-
-
-@contextlib.contextmanager
-def atomic_output(path: Path, into_store: bool = False) -> Iterator[Path]:
-    """A fresh temporary path beside `path` (created empty with O_EXCL and O_NOFOLLOW) for
-    writers that need a path rather than a file; renamed over `path` on success, removed
-    on failure. Prefer `atomic_file`."""
-    path = Path(path)
-    check_output_target(path, into_store)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.partial")
-    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644))
-    try:
-        yield tmp
-        fd = os.open(tmp, os.O_RDONLY | os.O_NOFOLLOW)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

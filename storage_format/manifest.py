@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import zlib
 from pathlib import Path
 from typing import Any
@@ -47,7 +48,7 @@ def read_manifest(store_dir: Path) -> dict[str, Any]:
     path = store_dir / MANIFEST
     if not store_dir.is_dir():
         raise StoreError(f"{store_dir}: no such store directory")
-    if not path.is_file():
+    if not os.path.lexists(path):
         partial = " (a preprocess into it did not finish)" if any(store_dir.iterdir()) else ""
         raise StoreError(f"{path}: missing; {store_dir} is not a complete store{partial}")
     try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import types
 import typing
 from dataclasses import dataclass, field
@@ -279,7 +280,7 @@ def as_config(config: Config | str | Path, overrides: dict[str, Any] | None = No
 def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Config:
     """Read a .yaml/.yml/.toml file into a Config; `overrides` are dotted keys."""
     path = Path(path)
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise ConfigError(f"{path}: no such config file")
     try:
         text = read_small_text(path, CONFIG_BYTES, "config file")

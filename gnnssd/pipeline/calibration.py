@@ -18,7 +18,7 @@ import numpy as np
 
 from gnnssd.pipeline.direct_io import DirectIO
 from gnnssd.sampler import CostModel
-from gnnssd.storage_format import PAGE, StoreError, read_small_json
+from gnnssd.storage_format import PAGE, SmallFileError, StoreError, read_small_text
 
 CALIBRATION_FILE = "calibration.json"
 CALIBRATION_BYTES = 1 << 20  # a model and a table of a few sizes: a few KiB
@@ -101,7 +101,9 @@ def _read_model(path: Path) -> CostModel:
     """calibration.json's model, every field checked against MODEL_RANGES: the file is
     not part of the store's checksummed manifest, so it is validated like user input."""
     try:
-        model = read_small_json(path, CALIBRATION_BYTES, "calibration file")["model"]
+        model = json.loads(read_small_text(path, CALIBRATION_BYTES, "calibration file"))["model"]
+    except SmallFileError as exc:
+        raise StoreError(f"{exc}; rerun `gnnssd calibrate` or delete it") from None
     except (ValueError, KeyError, TypeError) as exc:
         raise StoreError(f"{path}: not a calibration file ({type(exc).__name__}: {exc}); "
                          "rerun `gnnssd calibrate` or delete it") from None

@@ -41,8 +41,9 @@ def save_checkpoint(run_dir: Path, state: dict[str, Any]) -> None:
         with atomic_file(path) as f:
             f.write(data)
     except OutputWriteError as exc:
-        raise CheckpointError(f"{exc.strerror} ({len(data):,} bytes); the previous checkpoint is "
-                              "unchanged: resume with --resume") from None
+        raise CheckpointError(f"{path}: cannot write the checkpoint ({exc.reason}; {len(data):,} bytes) "
+                              f"{exc.disk}; the previous checkpoint is unchanged: free space and "
+                              "resume with --resume") from None
 
 
 def load_checkpoint(run_dir: Path, store: Store | None = None) -> dict[str, Any] | None:

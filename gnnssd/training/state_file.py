@@ -73,7 +73,7 @@ def decode_state(data: bytes | bytearray) -> Any:
         raise StateFileError(f"{len(data)} bytes: shorter than a state file's fixed parts")
     body = memoryview(data)[:-DIGEST]
     if hashlib.sha256(body).digest() != bytes(data[-DIGEST:]):
-        raise StateFileError("its SHA-256 does not match the recorded one: the file is damaged")
+        raise StateFileError("corrupt: its SHA-256 does not match the recorded one (a damaged file)")
     start = len(MAGIC) + 8
     size = int.from_bytes(data[len(MAGIC):start], "little")
     if start + size > len(body):
