@@ -22,7 +22,7 @@ from gnnssd.core.config import ConfigError, config_from_dict
 from gnnssd.datasets import ArraySource
 from gnnssd.sampler import SeedOrder
 from gnnssd.storage_format import DatasetError, Store, StoreError, write_store
-from tests.faults.test_round2 import _planetoid_copy, _tamper
+from tests.faults.test_round2 import _tamper
 from tests.faults.test_run import _train
 
 from ..conftest import random_graph_arrays
@@ -97,17 +97,32 @@ def test_typed_store_whose_target_is_unlabelled_is_refused_at_open(tmp_path):
 
 # --- case 2: a Planetoid CSR matrix whose indices lie past its shape -----------------------
 
-def test_planetoid_csr_with_out_of_range_indices_is_refused(tmp_path, planetoid_root):
+def _planetoid_layout(root: Path, n_all: int = 40, n_test: int = 10, dim: int = 6, classes: int = 3) -> None:
+    """A tiny Planetoid dataset in the original files' form (CSR features, one-hot labels,
+    a dict of adjacency lists, test.index)."""
+    rng = np.random.default_rng(0)
+    root.mkdir()
+    onehot = np.eye(classes)[rng.integers(0, classes, n_all + n_test)]
+    allx = sp.csr_matrix(rng.random((n_all, dim)) > 0.5, dtype=np.float32)
+    parts = {"allx": allx, "ally": onehot[:n_all], "x": allx[:10], "y": onehot[:10],
+             "tx": sp.csr_matrix(rng.random((n_test, dim)) > 0.5, dtype=np.float32), "ty": onehot[n_all:],
+             "graph": {v: [int((v + 1) % (n_all + n_test))] for v in range(n_all + n_test)}}
+    for name, value in parts.items():
+        (root / f"ind.toy.{name}").write_bytes(pickle.dumps(value, protocol=4))
+    np.savetxt(root / "ind.toy.test.index", rng.permutation(np.arange(n_all, n_all + n_test)), fmt="%d")
+
+
+def test_planetoid_csr_with_out_of_range_indices_is_refused(tmp_path):
     from gnnssd.datasets import PlanetoidSource
 
-    root = _planetoid_copy(planetoid_root, tmp_path / "planetoid")
-    with open(root / "ind.cora.x", "rb") as f:
-        x = pickle.load(f, encoding="latin1")  # the real file, to damage
-    x = sp.csr_matrix(x)
-    x.indices[0] = 2**30
-    (root / "ind.cora.x").write_bytes(pickle.dumps(x, protocol=2))
-    with pytest.raises(DatasetError, match=r"ind\.cora\.x: a malformed sparse matrix"):
-        PlanetoidSource(root, "cora")
+    root = tmp_path / "planetoid"
+    _planetoid_layout(root)
+    assert PlanetoidSource(root, "toy").num_nodes == 50  # the layout reads as written
+    tx = pickle.loads((root / "ind.toy.tx").read_bytes())
+    tx.indices[0] = 2**30  # SciPy's toarray trusted this and crashed
+    (root / "ind.toy.tx").write_bytes(pickle.dumps(tx, protocol=4))
+    with pytest.raises(DatasetError, match=r"ind\.toy\.tx: a malformed sparse matrix"):
+        PlanetoidSource(root, "toy")
 
 
 # --- partial: checkpoint epoch and tensors; memory_budget 0 --------------------------------
