@@ -54,7 +54,7 @@ def read_manifest(store_dir: Path) -> dict[str, Any]:
     try:
         manifest = read_small_json(path, what="store manifest")
     except ValueError as exc:
-        raise StoreError(f"{path}: unreadable manifest: {exc}") from exc
+        raise StoreError(f"unreadable manifest: {exc}") from None
     if not isinstance(manifest, dict):
         raise StoreError(f"{path}: expected a JSON object, got {type(manifest).__name__}")
     if manifest.get("format") != FORMAT_NAME:

@@ -21,9 +21,19 @@ from .schema import GraphSchema, NodeType
 from .small_files import read_small
 
 
+def load_stored_array(path: Path) -> np.ndarray:
+    """A store's .npy file memory-mapped; a header that does not fit the file (a lying
+    shape or dtype) is a StoreError naming the file, not NumPy's bare ValueError."""
+    try:
+        return np.load(path, mmap_mode="r", allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise StoreError(f"{path}: not a readable .npy array ({exc}); the store is damaged, "
+                         "preprocess it again") from None
+
+
 def _array_file(name: str, doc: str) -> cached_property:
     def load(self: "Store") -> np.ndarray:
-        return np.load(self.path / f"{name}.npy", mmap_mode="r")
+        return load_stored_array(self.path / f"{name}.npy")
 
     load.__doc__ = doc
     return cached_property(load)
@@ -165,7 +175,7 @@ class Store:
         None for a homogeneous store."""
         if self.schema.is_homogeneous:
             return None
-        return np.load(self.path / f"{ETYPES}.npy", mmap_mode="r")
+        return load_stored_array(self.path / f"{ETYPES}.npy")
 
     def _check_etypes(self) -> None:
         """A typed store has etypes.npy listed and as long as indices, its values relations."""
@@ -213,7 +223,7 @@ class Store:
             if split != "train":
                 shapes[f"link_{split}_neg.npy"] = (link["edges"][split], link["eval_negatives"])
             for name, shape in shapes.items():
-                array = np.load(self.path / name, mmap_mode="r")
+                array = load_stored_array(self.path / name)
                 check_integer_array(self.path / name, array, 2)
                 if array.shape != shape:
                     raise self._manifest_error(f"{name} has shape {array.shape}, but the link "
@@ -347,7 +357,7 @@ class Store:
                              "or from an OGB link layout")
         if split not in ("train", "valid", "test"):
             raise ValueError(f"link split {split!r}: expected 'train', 'valid' or 'test'")
-        return np.load(self.path / f"link_{split}{suffix}.npy", mmap_mode="r")
+        return load_stored_array(self.path / f"link_{split}{suffix}.npy")
 
     def split(self, name: str) -> np.ndarray:
         """The nodes of split `name`, original IDs (see train_idx)."""

@@ -167,3 +167,66 @@ def test_checkpoint_whose_tensors_fit_no_model_is_refused_naming_the_key(store, 
 def test_memory_budget_of_zero_is_a_config_error():
     with pytest.raises(ConfigError, match=r"ssd\.memory_budget.*above 0"):
         config_from_dict({"store": "s", "run_dir": "r", "ssd": {"memory_budget": 0}})
+
+
+def test_npy_header_that_lies_about_its_shape_is_refused_naming_the_file(store, tmp_path):
+    from gnnssd.storage_format.atomic import crc32_of_file
+    from gnnssd.storage_format.manifest import MANIFEST, manifest_checksum
+
+    copy = tmp_path / "store"
+    shutil.copytree(store, copy)
+    file = copy / "labels.npy"
+    raw = bytearray(file.read_bytes())
+    n = len(np.load(file))
+    header = raw[:128].decode("latin1")
+    raw[:128] = header.replace(f"({n},)", f"({n * 10},)".ljust(len(f"({n},)"))).encode("latin1")[:128]
+    file.write_bytes(raw)
+    manifest = json.loads((copy / MANIFEST).read_text())  # every checksum vouches for the lie
+    manifest["files"]["labels.npy"].update(size=file.stat().st_size, crc32=crc32_of_file(file))
+    manifest["checksum"] = manifest_checksum(manifest)
+    (copy / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(StoreError, match=r"labels\.npy: not a readable \.npy array"):
+        Store.open(copy)
+
+
+def test_graphbolt_typed_nan_label_is_refused_naming_the_metadata(tmp_path):
+    from gnnssd.datasets.graphbolt_hetero import GraphBoltHeteroSource
+    from tests.hetero_graph import ToyHeteroSource
+    from tests.test_graphbolt_hetero import _write_layout
+
+    root = tmp_path / "gb"
+    _write_layout(root, ToyHeteroSource())
+    labels = root / "train-labels.npy"
+    values = np.load(labels).astype(np.float64)
+    values[0] = np.nan
+    np.save(labels, values)
+    with pytest.raises(DatasetError, match=r"metadata\.yaml: .*labels: entry 0 is nan"):
+        GraphBoltHeteroSource(root).load_labels()
+
+
+# --- partial: a loader is per process -------------------------------------------------------
+
+def test_loader_pickled_or_used_after_fork_says_a_loader_is_per_process(store, tmp_path):
+    import os
+
+    loader = NodeLoader(store, Store.open(store).train_idx, fanouts=[2, 2], batch_size=16, features="ssd",
+                        scratch_dir=tmp_path)
+    try:
+        with pytest.raises(TypeError, match="cannot be pickled: .*A loader is per process"):
+            pickle.dumps(loader)
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: iterating must refuse, not hang or die silently
+            try:
+                next(iter(loader))
+                os.write(write, b"iterated")
+            except RuntimeError as exc:
+                os.write(write, str(exc).encode()[:500])
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
+        os.close(write)
+        said = os.read(read, 1000).decode()
+        assert "cannot be used in process" in said and "A loader is per process" in said, said
+    finally:
+        loader.close()
