@@ -83,7 +83,8 @@ def main() -> None:
     for r in rows:
         pages = "-" if r["pages_s"] is None else f"{r['pages_s']:8.1f} {r['pages_bytes_per_s'] / 1e9:6.2f}"
         print(f"{Path(r['store']).name:14} {r['nodes']:>12,} {r['edges']:>14,} {r['open_s']:>7.2f} "
-              f"{r['open_content_checks_s']:>8.2f} {r['open_order_checks_s']:>7.2f} {r['content_s']:>9.1f} {r['content_rows_per_s']:>12,} {pages}")
+              f"{r['open_content_checks_s']:>8.2f} {r['open_order_checks_s']:>7.2f} {r['content_s']:>9.1f} "
+              f"{r['content_rows_per_s']:>12,} {pages}")
     if args.json:
         args.json.write_text(json.dumps({"rows": rows}, indent=2))
 

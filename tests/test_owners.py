@@ -104,8 +104,8 @@ def raw_calls(files: list[Path], root: Path) -> dict[tuple[str, str], list[int]]
     for path in files:
         module = path.relative_to(root).as_posix()
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.ClassDef) and any(_name(b).endswith("Unpickler") and _name(b) != "AllowListUnpickler"
-                                                      for b in node.bases):
+            if isinstance(node, ast.ClassDef) and any(
+                    _name(b).endswith("Unpickler") and _name(b) != "AllowListUnpickler" for b in node.bases):
                 rules = ["unpickle"]
             elif isinstance(node, ast.Call):
                 rules = _rules(node)
