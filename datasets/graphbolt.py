@@ -11,21 +11,21 @@
 
 Labels come with the seed nodes of each set (or from a node feature named `label`);
 other nodes are unlabelled. Edges and features in numpy format are memory-mapped and
-streamed chunk by chunk; torch-format files are loaded with torch.load(mmap=True).
+streamed chunk by chunk; torch-format files are mapped by `torch_file` (nothing they name can run).
 """
 from __future__ import annotations
 
-import pickle
 from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
 import yaml
 
-from gnnssd.storage_format import DatasetError
+from gnnssd.storage_format import DatasetError, contained, read_small_text
 
 from .base import load_npy, mapped_edge_chunks, require_file, slice_chunks
 from .ogb import csv_edges
+from .torch_file import load_torch_file
 
 SETS = {"train": "train_set", "valid": "validation_set", "test": "test_set"}
 SEED_NAMES = ("seeds", "seed_nodes")
@@ -40,7 +40,7 @@ class GraphBoltMetadata:
         self.yaml_path = require_file(root / "metadata.yaml" if root.is_dir() else root)
         self.root = self.yaml_path.parent
         try:
-            meta = yaml.safe_load(self.yaml_path.read_text()) or {}
+            meta = yaml.safe_load(read_small_text(self.yaml_path, what="GraphBolt metadata.yaml")) or {}
         except yaml.YAMLError as exc:
             raise DatasetError(f"{self.yaml_path}: not valid YAML ({exc})") from exc
         if not isinstance(meta, dict):
@@ -74,12 +74,8 @@ class GraphBoltMetadata:
 
     def _path(self, entry: dict, where: str) -> Path:
         """A file named by the metadata: relative, and inside the dataset's folder."""
-        name = str(self._key(entry, "path", where))
-        path = (self.root / name).resolve()
-        if Path(name).is_absolute() or self.root.resolve() not in path.parents:
-            raise DatasetError(f"{self.yaml_path}: {where}.path {name!r} leads outside the "
-                               f"dataset folder {self.root}; expected a path relative to it")
-        return path
+        return contained(self.root, str(self._key(entry, "path", where)),
+                         where=f"{self.yaml_path}: {where}.path")
 
     def _read(self, entry: dict, where: str) -> np.ndarray:
         """A numpy (memory-mapped) or torch file named by a metadata entry."""
@@ -88,12 +84,10 @@ class GraphBoltMetadata:
         if fmt == "numpy":
             return load_npy(path, where)
         if fmt == "torch":
-            import torch
-
-            try:
-                return torch.load(str(require_file(path)), mmap=True, weights_only=True).numpy()
-            except (RuntimeError, AttributeError, OSError, ValueError, pickle.UnpicklingError) as exc:
-                raise DatasetError(f"{path}: not a saved torch tensor ({where}): {exc}") from exc
+            array = load_torch_file(path)
+            if not isinstance(array, np.ndarray):
+                raise DatasetError(f"{path}: holds a {type(array).__name__}, expected one saved tensor ({where})")
+            return array
         raise DatasetError(f"{self.yaml_path}: {where} has format {fmt!r}, expected numpy or torch")
 
     def _edge_array(self, entry: dict, where: str) -> np.ndarray | None:

@@ -104,7 +104,13 @@ class GraphBoltHeteroSource(GraphBoltMetadata):
             if "labels" not in data or data["labels"].shape != seeds.shape:
                 raise DatasetError(f"{self.yaml_path}: {SETS[split]} needs 'labels', one per seed")
             inside = (seeds >= 0) & (seeds < count)  # the writer reports the rest (as splits)
-            labels[seeds[inside] + self._offset(self.target)] = data["labels"][inside]
+            given = np.asarray(data["labels"])
+            bad = np.flatnonzero(~np.isfinite(given) | (given != np.round(given)) | (given < -1)) \
+                if given.dtype.kind == "f" else np.flatnonzero(given < -1)
+            if bad.size:
+                raise DatasetError(f"{self.yaml_path}: {SETS[split]} labels: entry {int(bad[0])} is "
+                                   f"{given[bad[0]]!r}, expected a class number (-1: unlabelled)")
+            labels[seeds[inside] + self._offset(self.target)] = given[inside]
         return labels
 
     def load_splits(self) -> dict[str, np.ndarray]:

@@ -8,59 +8,31 @@
     ROOT/processed/author___writes___paper/edge_index.npy
     ROOT/processed/author___affiliated_with___institution/edge_index.npy
 
-Papers carry the features; authors and institutions have none. The .pt files are read as
-tensors only, or as NumPy arrays through an unpickler that admits nothing else (OGB saves
-the splits as NumPy arrays, which torch 2.2's weights_only loader refuses). The test-dev
+Papers carry the features; authors and institutions have none. The .pt files are read by
+`torch_file` (tensors, NumPy arrays and plain containers; nothing they name can run). The test-dev
 and test-challenge labels are hidden in the public release, so `test` is empty unless
 `test_split` names a split whose papers are labelled.
 """
 from __future__ import annotations
 
-import pickle
-import types
 from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
-import torch
 
 from gnnssd.storage_format import DatasetError, GraphSchema, NodeType
 
-from .base import (NUMPY_ARRAY_GLOBALS, AllowListUnpickler, load_npy, relation_edges, require_file,
-                   reversed_relations, slice_chunks)
+from .base import load_npy, relation_edges, reversed_relations, slice_chunks
+from .torch_file import load_torch_file
 
 RELATIONS = (("paper", "cites", "paper"), ("author", "writes", "paper"),
              ("author", "affiliated_with", "institution"))
 TYPES = ("paper", "author", "institution")
 
 
-class _ArraysOnly(AllowListUnpickler):
-    """Unpickles tensors, NumPy arrays and plain containers."""
-
-    allowed = NUMPY_ARRAY_GLOBALS | {("collections", "OrderedDict"), ("_codecs", "encode")}  # an array's bytes
-    holds = "tensors and arrays only"
-
-    def admits(self, module: str, name: str) -> bool:
-        """torch's own tensor and storage rebuilders."""
-        return (module == "torch._utils" and name.startswith("_rebuild")) or \
-            (module == "torch" and name.endswith("Storage"))
-
-
-_ARRAYS_ONLY = types.SimpleNamespace(Unpickler=_ArraysOnly, load=pickle.load, __name__="arrays_only")
-
-
 def load_pt(path: Path) -> Any:
     """A .pt file of tensors, arrays and plain containers (never code), or an error naming it."""
-    try:
-        return torch.load(require_file(path), map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError:
-        pass  # NumPy arrays: the restricted unpickler below admits them
-    except Exception as exc:  # torch raises errors of many kinds for a file that is no torch file
-        raise DatasetError(f"{path}: not a torch file ({exc})") from exc
-    try:
-        return torch.load(path, map_location="cpu", weights_only=False, pickle_module=_ARRAYS_ONLY)
-    except Exception as exc:
-        raise DatasetError(f"{path}: holds more than tensors and arrays ({exc})") from exc
+    return load_torch_file(path)
 
 
 class MAG240MSource:

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from gnnssd.storage_format import DatasetError
-from gnnssd.storage_format import GraphSchema
+from gnnssd.storage_format import GraphSchema, contained
 
 from .base import featured_types, padded_rows, relation_edges, require_file, reversed_relations
 from .ogb import checked_labels, csv_edges, csv_feature_chunks, csv_feature_dim
@@ -34,12 +34,14 @@ class OGBHeteroSource:
         self.symmetric = False
         self.add_reverse = add_reverse
         counts = self._counts()
-        featured = [t for t in counts if (self.root / "raw" / "node-feat" / t / "node-feat.csv.gz").is_file()]
+        featured = [t for t in counts if self._feat_path(t).is_file()]
         if not featured:
             raise DatasetError(f"{self.root / 'raw' / 'node-feat'}: no node type has features")
         self._dims = {t: csv_feature_dim(self._feat_path(t)) for t in featured}
         self.feat_dim, types = featured_types(counts, self._dims)
         labelled = sorted(p.name for p in (self.root / "raw" / "node-label").glob("*") if p.is_dir())
+        if labelled:
+            contained(self.root, "raw", "node-label", labelled[0], where="labelled node type")
         if len(labelled) != 1:
             raise DatasetError(f"{self.root / 'raw' / 'node-label'}: expected one labelled node type, "
                                f"found {labelled}")
@@ -78,7 +80,7 @@ class OGBHeteroSource:
         return relations  # type: ignore[return-value]
 
     def _feat_path(self, node_type: str) -> Path:
-        return self.root / "raw" / "node-feat" / node_type / "node-feat.csv.gz"
+        return contained(self.root, "raw", "node-feat", node_type, "node-feat.csv.gz", where="node type")
 
     def load_relation_edges(self, relation: int) -> tuple[np.ndarray, np.ndarray]:
         """Global IDs of relation `relation` (a reverse: its forward relation's pairs swapped)."""
@@ -86,13 +88,15 @@ class OGBHeteroSource:
 
     def _forward_edges(self, relation: int) -> tuple[np.ndarray, np.ndarray]:
         src_type, name, dst_type = self._forward[relation]
-        path = require_file(self.root / "raw" / "relations" / f"{src_type}___{name}___{dst_type}" / "edge.csv.gz")
+        path = require_file(contained(self.root, "raw", "relations", f"{src_type}___{name}___{dst_type}",
+                                      "edge.csv.gz", where="relation"))
         src, dst = csv_edges(path)
         offsets = self.schema.offsets
         return src + offsets[self.schema.type_id(src_type)], dst + offsets[self.schema.type_id(dst_type)]
 
     def load_labels(self) -> np.ndarray:
-        path = require_file(self.root / "raw" / "node-label" / self.target / "node-label.csv.gz")
+        path = require_file(contained(self.root, "raw", "node-label", self.target, "node-label.csv.gz",
+                                      where="labelled node type"))
         target = checked_labels(path)
         t = self.schema.type_id(self.target)
         if len(target) != self.schema.node_types[t].count:

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gnnssd.storage_format import DatasetError
+from gnnssd.storage_format import DatasetError, contained
 
 from .base import require_file
 
@@ -38,6 +38,6 @@ def read_column(path: Path, dtype: Any) -> np.ndarray:
 
 def read_splits(root: Path, split_name: str) -> dict[str, np.ndarray]:
     """ROOT/split/NAME/{train,valid,test}.csv.gz: node IDs, one per line."""
-    folder = root / "split" / split_name
+    folder = contained(root, "split", split_name, where="split")
     return {name: read_column(require_file(folder / f"{name}.csv.gz"), np.int64)
             for name in ("train", "valid", "test")}

@@ -7,8 +7,8 @@
         {"edge": (E, 2), "edge_neg": (E', 2), ...}                    (ogbl-collab)
         {"source_node": (E,), "target_node": (E,), "target_node_neg": (E, K)}  (ogbl-citation2)
 
-The .pt files are read with torch.load(weights_only=True): plain tensors only, never
-arbitrary pickled objects. Evaluation negatives are the layout's per-edge
+The .pt files are read by `torch_file`: tensors and plain values only, nothing they name
+can run. Evaluation negatives are the layout's per-edge
 `target_node_neg` where it has them; where it has only shared negative pairs (collab's
 `edge_neg`), every evaluation edge gets K seeded uniform negative destinations instead, so
 all stores rank each edge against its own fixed negatives (ogbl-citation2's protocol).
@@ -19,14 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from gnnssd.storage_format import DatasetError
 from gnnssd.storage_format import LinkSplit, random_negatives
 
-from .base import require_file
 from .ogb import OGBSource, csv_feature_dim
 from .ogb_layout import read_column, resolve_split_name
+from .torch_file import load_torch_file
 
 DEFAULT_NEGATIVES = 1000
 
@@ -67,14 +66,11 @@ class OGBLinkSource(OGBSource):
         return self.root / "split" / self.split_name / f"{name}.pt"
 
     def _load_part(self, name: str) -> dict[str, np.ndarray]:
-        path = require_file(self._part_path(name))
-        try:
-            part = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as exc:  # torch raises pickle/runtime errors of many kinds
-            raise DatasetError(f"{path}: not a tensor-only torch file ({exc})") from exc
+        path = self._part_path(name)
+        part = load_torch_file(path)
         if not isinstance(part, dict):
             raise DatasetError(f"{path}: expected a dict of tensors, got {type(part).__name__}")
-        return {k: (v.numpy() if isinstance(v, torch.Tensor) else np.asarray(v)) for k, v in part.items()}
+        return {k: np.asarray(v) for k, v in part.items()}
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "ogb-link", "name": self.name, "split": self.split_name,

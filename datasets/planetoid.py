@@ -124,7 +124,15 @@ class PlanetoidSource(InMemoryTables):
 
 
 def _as_dense(matrix: Any, path: Path) -> np.ndarray:
+    """A pickled matrix as a dense array; a sparse one's indices, indptr and shape are
+    checked first (SciPy's toarray trusts them: a column index past the shape crashes it)."""
     if sp.issparse(matrix):
+        try:
+            if not isinstance(matrix, sp.csr_matrix) or len(matrix.shape) != 2:
+                raise ValueError(f"a {type(matrix).__name__}, expected a 2-D CSR matrix")
+            matrix.check_format(full_check=True)
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise DatasetError(f"{path}: a malformed sparse matrix ({exc})") from None
         return matrix.toarray()
     array = np.asarray(matrix)
     if array.ndim != 2:

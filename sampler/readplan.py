@@ -18,7 +18,7 @@ from typing import Iterable, Iterator
 import numba as nb
 import numpy as np
 
-from gnnssd.storage_format import PAGE
+from gnnssd.storage_format import PAGE, atomic_write_json, read_small_json
 
 
 @dataclass(frozen=True)
@@ -53,11 +53,12 @@ class CostModel:
         return int(self.request_s * self.read_bw // self.page)
 
     def save(self, path: str | Path, extra: dict | None = None) -> None:
-        Path(path).write_text(json.dumps({"model": asdict(self), **(extra or {})}, indent=2))
+        """Written into the store it was measured on (calibration.json)."""
+        atomic_write_json(Path(path), {"model": asdict(self), **(extra or {})}, into_store=True)
 
     @classmethod
     def load(cls, path: str | Path) -> "CostModel":
-        return cls(**json.loads(Path(path).read_text())["model"])
+        return cls(**read_small_json(path, what="calibration file")["model"])
 
 
 class Strategy(str, Enum):

@@ -13,6 +13,25 @@ from typing import ClassVar
 import numpy as np
 
 
+def checked_order(ordered: object, seeds: np.ndarray, policy: str) -> np.ndarray:
+    """A policy's output as a contiguous int64 array, refused (ValueError naming the value)
+    unless it is 1-D integer node IDs within the range of the seeds it was given: a custom
+    order's float (truncated), negative or huge ID would otherwise be read as another node,
+    or index past the graph in the sampler's native code."""
+    array = np.asarray(ordered)
+    if array.size and (array.ndim != 1 or array.dtype == np.bool_ or not np.issubdtype(array.dtype, np.integer)):
+        example = array.reshape(-1)[0] if array.size else None
+        raise ValueError(f"seed_order {policy}: returned {array.dtype} of shape {array.shape} (e.g. "
+                         f"{example!r}); a seed order returns a 1-D array of integer node IDs")
+    if array.size:
+        low, high = (int(seeds.min()), int(seeds.max())) if seeds.size else (0, -1)
+        bad = array[(array < low) | (array > high)]
+        if bad.size:
+            raise ValueError(f"seed_order {policy}: returned node {bad[0]}, outside the seeds it was "
+                             f"given ({low}..{high}); a seed order may only reorder its seeds")
+    return np.ascontiguousarray(array, dtype=np.int64)
+
+
 class SeedOrder:
     """An epoch's order of seeds. Subclasses implement `_order`; users may pass their own
     to NodeLoader (`seed_order=`)."""
@@ -21,8 +40,9 @@ class SeedOrder:
 
     def order(self, seeds: np.ndarray, seed: int, epoch: int) -> np.ndarray:
         """`seeds` in this epoch's order, drawn from (seed, epoch) only (a contiguous int64
-        array, whatever view a subclass returns)."""
-        return np.ascontiguousarray(self._order(np.asarray(seeds, dtype=np.int64), seed, epoch), dtype=np.int64)
+        array, whatever view a subclass returns), checked by `checked_order`."""
+        seeds = np.asarray(seeds, dtype=np.int64)
+        return checked_order(self._order(seeds, seed, epoch), seeds, type(self).__name__)
 
     def _order(self, seeds: np.ndarray, seed: int, epoch: int) -> np.ndarray:
         raise NotImplementedError

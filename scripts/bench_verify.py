@@ -1,6 +1,7 @@
 """What validating a store costs: `Store.open` (checksums of the small files and the cheap
 content checks: dtypes, lengths, ends, one min/max pass; the checks also timed alone, their
-files cached by then) and `verify`'s full content checks
+files cached by then, and of them the order checks open makes since issue 33: perm/inv
+inverse, indptr monotone) and `verify`'s full content checks
 (indptr monotone, every index in range, perm/inv inverse, splits distinct, edge types) and
 page checksums, per store, with rows (nodes + edges) per second.
 
@@ -40,6 +41,9 @@ def measure(path: str, pages: bool) -> dict:
     start = time.perf_counter()  # open's share that is content validation, its files now cached
     store._check_arrays()
     cheap = time.perf_counter() - start
+    start = time.perf_counter()  # of which, since issue 33: perm/inv inverse, indptr monotone
+    store._check_order_content()
+    order = time.perf_counter() - start
     start = time.perf_counter()
     store._check_content()
     content = time.perf_counter() - start
@@ -51,7 +55,7 @@ def measure(path: str, pages: bool) -> dict:
     rows = store.num_nodes + store.num_edges
     return {"store": path, "nodes": store.num_nodes, "edges": store.num_edges,
             "feature_bytes": store.feature_bytes, "open_s": round(opened, 3),
-            "open_content_checks_s": round(cheap, 3),
+            "open_content_checks_s": round(cheap, 3), "open_order_checks_s": round(order, 3),
             "content_s": round(content, 3), "content_rows_per_s": round(rows / content),
             "pages_s": None if page_s is None else round(page_s, 3),
             "pages_bytes_per_s": None if page_s is None else round(store.feature_bytes / page_s)}
@@ -74,12 +78,13 @@ def main() -> None:
                               + (["--skip-pages"] if args.skip_pages else []),
                               capture_output=True, text=True, check=True)
         rows.append({**json.loads(done.stdout.splitlines()[-1]), "page_cache": cache})
-    print(f"{'store':14} {'nodes':>12} {'edges':>14} {'open s':>7} {'checks s':>8} {'content s':>9} "
+    print(f"{'store':14} {'nodes':>12} {'edges':>14} {'open s':>7} {'checks s':>8} {'order s':>7} {'content s':>9} "
           f"{'rows/s':>12} {'pages s':>8} {'GB/s':>6}")
     for r in rows:
         pages = "-" if r["pages_s"] is None else f"{r['pages_s']:8.1f} {r['pages_bytes_per_s'] / 1e9:6.2f}"
         print(f"{Path(r['store']).name:14} {r['nodes']:>12,} {r['edges']:>14,} {r['open_s']:>7.2f} "
-              f"{r['open_content_checks_s']:>8.2f} {r['content_s']:>9.1f} {r['content_rows_per_s']:>12,} {pages}")
+              f"{r['open_content_checks_s']:>8.2f} {r['open_order_checks_s']:>7.2f} {r['content_s']:>9.1f} "
+              f"{r['content_rows_per_s']:>12,} {pages}")
     if args.json:
         args.json.write_text(json.dumps({"rows": rows}, indent=2))
 

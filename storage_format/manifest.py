@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import json
+import os
 import zlib
 from pathlib import Path
 from typing import Any
 
 from .errors import StoreError
+from .small_files import read_small_json
 
 FORMAT_NAME = "gnnssd-store"
 FORMAT_VERSION = 2  # 2: page checksums (features.crc32c) and the manifest's own checksum
@@ -36,8 +38,8 @@ def manifest_checksum(manifest: dict[str, Any]) -> int:
 def is_store_manifest(path: Path) -> bool:
     """Whether path is a gnnssd manifest (of any format version)."""
     try:
-        return json.loads(path.read_text()).get("format") == FORMAT_NAME
-    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        return read_small_json(path, what="manifest").get("format") == FORMAT_NAME
+    except (OSError, ValueError, AttributeError):
         return False
 
 
@@ -46,13 +48,13 @@ def read_manifest(store_dir: Path) -> dict[str, Any]:
     path = store_dir / MANIFEST
     if not store_dir.is_dir():
         raise StoreError(f"{store_dir}: no such store directory")
-    if not path.is_file():
+    if not os.path.lexists(path):
         partial = " (a preprocess into it did not finish)" if any(store_dir.iterdir()) else ""
         raise StoreError(f"{path}: missing; {store_dir} is not a complete store{partial}")
     try:
-        manifest = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise StoreError(f"{path}: unreadable manifest: {exc}") from exc
+        manifest = read_small_json(path, what="store manifest")
+    except ValueError as exc:
+        raise StoreError(f"unreadable manifest: {exc}") from None
     if not isinstance(manifest, dict):
         raise StoreError(f"{path}: expected a JSON object, got {type(manifest).__name__}")
     if manifest.get("format") != FORMAT_NAME:
@@ -71,3 +73,15 @@ def read_manifest(store_dir: Path) -> dict[str, Any]:
     if absent:
         raise StoreError(f"{path}: 'files' lacks {absent}")
     return manifest
+
+
+def foreign_entries(store_dir: Path) -> list[str]:
+    """Names in `store_dir` that are not the store's: neither a file its manifest lists,
+    the manifest, calibration.json nor preprocess's marker (a user's own file, which
+    replacing the store would delete)."""
+    try:
+        listed = set(read_small_json(store_dir / MANIFEST, what="store manifest").get("files", {}))
+    except (ValueError, AttributeError):
+        listed = set()
+    own = listed | {MANIFEST, "calibration.json", ".gnnssd-preprocess.json"}
+    return sorted(entry.name for entry in store_dir.iterdir() if entry.name not in own)

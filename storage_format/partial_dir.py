@@ -5,7 +5,6 @@ file (OWNER_MARKER) are resumed, moved or deleted."""
 from __future__ import annotations
 
 import fcntl
-import json
 import logging
 import os
 import shutil
@@ -17,8 +16,9 @@ from typing import Any, Iterator
 from .atomic import atomic_write_json, fsync_dir
 from .disk_space import _writing
 from .errors import StoreError
-from .manifest import MANIFEST, is_store_manifest
+from .manifest import MANIFEST, foreign_entries, is_store_manifest
 from .progress import PROGRESS
+from .small_files import read_small_json
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +49,11 @@ def _check_destination(out: Path) -> None:
         raise StoreError(f"--out {out}: an existing folder that is not a gnnssd store (no "
                          f"gnnssd {MANIFEST}); refusing to replace its contents (choose a new "
                          "or empty folder)")
+    foreign = foreign_entries(out) if out.is_dir() else []
+    if foreign:
+        raise StoreError(f"--out {out}: the store holds {len(foreign)} entries that are not its own "
+                         f"({', '.join(foreign[:5])}{', ...' if len(foreign) > 5 else ''}); replacing the "
+                         "store would delete them: move them out first")
 
 
 @contextmanager
@@ -108,16 +113,19 @@ def _old_dir(out: Path) -> Path:
 def _mark(folder: Path, out: Path) -> None:
     """Sign `folder` (.NAME.partial, or the store about to become .NAME.old) as preprocess's."""
     with _writing(folder / OWNER_MARKER, "the preprocess marker"):
-        atomic_write_json(folder / OWNER_MARKER, {"made_by": MADE_BY, "target": out.name})
+        atomic_write_json(folder / OWNER_MARKER, {"made_by": MADE_BY, "target": out.name}, into_store=True)
 
 
 def _check_ours(folder: Path, out: Path) -> None:
-    """Refuse `folder` (.NAME.partial or .NAME.old beside `out`) unless preprocess made it:
-    only then may it be deleted, resumed or moved into place."""
+    """Refuse `folder` (.NAME.partial or .NAME.old beside `out`) unless preprocess made it
+    (or it is an empty folder: a kill between its mkdir and its marker leaves one): only
+    then may it be deleted, resumed or moved into place."""
+    if folder.is_dir() and not folder.is_symlink() and not any(folder.iterdir()):
+        return
     marker = None
     if folder.is_dir() and not folder.is_symlink():
         with suppress(OSError, ValueError):
-            marker = json.loads((folder / OWNER_MARKER).read_text())
+            marker = read_small_json(folder / OWNER_MARKER)
     if not (isinstance(marker, dict) and marker.get("made_by") == MADE_BY
             and marker.get("target") == out.name):
         raise StoreError(f"{folder}: not made by gnnssd preprocess (no {OWNER_MARKER} naming "
@@ -132,7 +140,7 @@ def _open_partial_dir(out: Path, params: dict[str, Any]) -> Path:
     progress_file = partial / PROGRESS
     if partial.exists():
         try:
-            same = json.loads(progress_file.read_text()).get("params") == params
+            same = read_small_json(progress_file).get("params") == params
         except (OSError, ValueError):
             same = False
         if same:
@@ -142,7 +150,7 @@ def _open_partial_dir(out: Path, params: dict[str, Any]) -> Path:
     partial.mkdir()
     _mark(partial, out)
     with _writing(progress_file, "the preprocess progress record"):
-        atomic_write_json(progress_file, {"params": params, "files": {}})
+        atomic_write_json(progress_file, {"params": params, "files": {}}, into_store=True)
     return partial
 
 

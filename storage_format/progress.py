@@ -7,11 +7,11 @@ long steps record their progress chunk by chunk).
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from .atomic import atomic_write_json
+from .small_files import read_small_json
 
 PROGRESS = "progress.json"
 #: The state of a file or step nothing has been recorded for.
@@ -19,11 +19,11 @@ NOTHING = {"rows": 0, "size": 0, "crc32": 0, "done": 0}
 
 
 def record(partial: Path, name: str, state: dict[str, Any]) -> None:
-    progress = json.loads((partial / PROGRESS).read_text())
+    progress = read_small_json(partial / PROGRESS)
     progress["files"][name] = state
-    atomic_write_json(partial / PROGRESS, progress)
+    atomic_write_json(partial / PROGRESS, progress, into_store=True)
 
 
 def state_of(partial: Path, name: str) -> dict[str, Any]:
-    progress = json.loads((partial / PROGRESS).read_text())
+    progress = read_small_json(partial / PROGRESS)
     return progress["files"].get(name, dict(NOTHING))

@@ -18,11 +18,22 @@ from .manifest import (ETYPES, FEATURE_DTYPES, FEATURES, MANIFEST, PAGE, PAGE_CH
 from .page_crc import first_bad_page, page_checksum_error
 from .quantize import dequantize_rows
 from .schema import GraphSchema, NodeType
+from .small_files import read_small
+
+
+def load_stored_array(path: Path) -> np.ndarray:
+    """A store's .npy file memory-mapped; a header that does not fit the file (a lying
+    shape or dtype) is a StoreError naming the file, not NumPy's bare ValueError."""
+    try:
+        return np.load(path, mmap_mode="r", allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise StoreError(f"{path}: not a readable .npy array ({exc}); the store is damaged, "
+                         "preprocess it again") from None
 
 
 def _array_file(name: str, doc: str) -> cached_property:
     def load(self: "Store") -> np.ndarray:
-        return np.load(self.path / f"{name}.npy", mmap_mode="r")
+        return load_stored_array(self.path / f"{name}.npy")
 
     load.__doc__ = doc
     return cached_property(load)
@@ -35,7 +46,8 @@ class Store:
     against the files), every file's size, the checksums of all files except
     features.bin (cheap next to loading them) and the arrays' content as far as one
     min/max pass goes (dtypes, ends of indptr, node IDs of perm, inv, splits and labels in
-    range); `verify()` also checks features.bin, which may be far larger than memory, page
+    range), and what would make results silently wrong (`_check_order_content`: perm and
+    inv inverse, indptr monotone); `verify()` also checks features.bin, which may be far larger than memory, page
     by page against its checksum file, and the content in full (see `storage_format.content`).
     """
 
@@ -50,6 +62,7 @@ class Store:
         store._check_feature_keys()
         store._check_files()
         store._check_own_checksum()
+        store._check_order_content()
         if verify:
             store._check_pages()
         return store
@@ -57,13 +70,14 @@ class Store:
     @cached_property
     def fingerprint(self) -> str:
         """SHA-256 (hex) of manifest.json's bytes: which store, as preprocessed, this is."""
-        return hashlib.sha256((self.path / "manifest.json").read_bytes()).hexdigest()
+        return hashlib.sha256(read_small(self.path / MANIFEST, what="store manifest")).hexdigest()
 
     def verify(self) -> list[str]:
         """Check every file's checksum, features.bin page by page against its page
         checksums (which name the bad page); returns the names checked, raises on the
         first bad one."""
         self._check_files()
+        self._check_order_content()
         self._check_content()
         self._check_pages()
         return sorted(self.manifest["files"])
@@ -161,7 +175,7 @@ class Store:
         None for a homogeneous store."""
         if self.schema.is_homogeneous:
             return None
-        return np.load(self.path / f"{ETYPES}.npy", mmap_mode="r")
+        return load_stored_array(self.path / f"{ETYPES}.npy")
 
     def _check_etypes(self) -> None:
         """A typed store has etypes.npy listed and as long as indices, its values relations."""
@@ -177,6 +191,23 @@ class Store:
             raise self._manifest_error(f"{ETYPES}.npy holds {len(self.etypes)} entries, but "
                                        f"num_edges {self.num_edges} needs {self.num_edges}")
         check_range(path, self.etypes, 0, len(self.schema.relations), "a relation")
+        self._check_target()
+
+    def _check_target(self) -> None:
+        """The manifest's target type is the one the labels and splits are of: a target
+        naming another type (featureless, unlabelled) would train on nothing it can learn.
+        A store with a link split may have no labels at all."""
+        t = self.schema.type_id(self.schema.target)
+        lo, hi = (int(x) for x in self.schema.offsets[t:t + 2])
+        for name in ("train_idx", "valid_idx", "test_idx"):
+            ids = self._stored(name)
+            if len(ids) and not lo <= int(ids.min()) <= int(ids.max()) < hi:
+                raise self._manifest_error(f"schema target {self.schema.target!r} (store IDs {lo}..{hi - 1}), "
+                                           f"but {name}.npy holds IDs from {int(ids.min())} to {int(ids.max())}")
+        if not self.has_link_split and hi > lo and max_of(self.labels[lo:hi]) < 0:
+            raise self._manifest_error(f"schema target {self.schema.target!r} has no labelled node "
+                                       "(labels.npy is -1 over its whole range): the target names another "
+                                       "type than the labelled one")
 
     def _stored(self, name: str) -> np.ndarray:
         """The array of `{name}.npy` as stored (the splits in store IDs)."""
@@ -192,7 +223,7 @@ class Store:
             if split != "train":
                 shapes[f"link_{split}_neg.npy"] = (link["edges"][split], link["eval_negatives"])
             for name, shape in shapes.items():
-                array = np.load(self.path / name, mmap_mode="r")
+                array = load_stored_array(self.path / name)
                 check_integer_array(self.path / name, array, 2)
                 if array.shape != shape:
                     raise self._manifest_error(f"{name} has shape {array.shape}, but the link "
@@ -200,18 +231,25 @@ class Store:
                 if array.size and (int(array.min()) < 0 or int(array.max()) >= n):
                     raise self._manifest_error(f"{name} holds node IDs outside 0..{n - 1}")
 
-    def _check_content(self) -> None:
-        """What open's min/max pass leaves out: indptr monotone, every index in range,
-        perm/inv inverse, split IDs distinct, int8 row scales finite."""
+    def _check_order_content(self) -> None:
+        """At open (their checksums can be valid and the content still wrong, and every
+        result would then be silently wrong): perm and inv inverse permutations (which row
+        is which node), indptr monotone, and on a typed store perm keeping each node in its
+        type. One pass over the node arrays, which open has just read for their checksums."""
         check_indptr_monotone(self.path / "indptr.npy", self.indptr)
-        check_range(self.path / "indices.npy", self.indices, 0, self.num_nodes, "a node ID")
         check_inverse(self.path / "perm.npy", self.perm, self.inv)
+        if self.etypes is not None:
+            check_within_types(self.path / "perm.npy", self.perm, self.schema)
+
+    def _check_content(self) -> None:
+        """What open leaves out: every index in range, split IDs distinct, int8 row scales
+        finite, typed edges within their relations' types."""
+        check_range(self.path / "indices.npy", self.indices, 0, self.num_nodes, "a node ID")
         for name in ("train_idx", "valid_idx", "test_idx"):
             check_distinct(self.path / f"{name}.npy", self._stored(name))
         if self.row_scales is not None:
             check_finite(self.path / ROW_SCALES, self.row_scales)
         if self.etypes is not None:
-            check_within_types(self.path / "perm.npy", self.perm, self.schema)
             check_typed_edges(self.path / f"{ETYPES}.npy", self.indptr, self.indices,
                               self.etypes, self.schema)
 
@@ -319,7 +357,7 @@ class Store:
                              "or from an OGB link layout")
         if split not in ("train", "valid", "test"):
             raise ValueError(f"link split {split!r}: expected 'train', 'valid' or 'test'")
-        return np.load(self.path / f"link_{split}{suffix}.npy", mmap_mode="r")
+        return load_stored_array(self.path / f"link_{split}{suffix}.npy")
 
     def split(self, name: str) -> np.ndarray:
         """The nodes of split `name`, original IDs (see train_idx)."""

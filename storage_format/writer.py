@@ -186,7 +186,7 @@ def _write_partial(partial: Path, source: DatasetSource, order: str | Permutatio
     manifest["checksum"] = manifest_checksum(manifest)
     (partial / PROGRESS).unlink()
     with _writing(partial / MANIFEST, "the manifest"):
-        atomic_write_json(partial / MANIFEST, manifest)
+        atomic_write_json(partial / MANIFEST, manifest, into_store=True)
     for name in TOPOLOGY_STAGING:
         (partial / name).unlink(missing_ok=True)
     log.info("preprocess steps: %s", "; ".join(f"{k} {v['wall_s']:.1f} s wall, {v['cpu_s']:.1f} s "

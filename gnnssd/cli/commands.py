@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -189,9 +190,11 @@ def _write_new(out: Path, arrays: dict[str, Any]) -> None:
     """`arrays` as the .npz `out`, refusing to overwrite a file gnnssd did not just make."""
     import numpy as np
 
-    if out.exists():
+    from gnnssd.storage_format import atomic_file
+
+    if os.path.lexists(out):
         raise ConfigError(f"--scores: {out} exists; pick a new file")
-    with open(out, "xb") as f:
+    with atomic_file(out) as f:
         np.savez(f, **arrays)
     print(f"wrote {', '.join(arrays)} to {out}")
 
@@ -200,7 +203,7 @@ def cmd_predict(args: argparse.Namespace) -> None:
     import numpy as np
 
     from gnnssd.core import load_config
-    from gnnssd.storage_format import atomic_output
+    from gnnssd.storage_format import atomic_file
     from gnnssd.training import check_classifies, check_output
 
     config = load_config(args.config, _parse_overrides(args.set))
@@ -215,7 +218,7 @@ def cmd_predict(args: argparse.Namespace) -> None:
         with _trainer(args.config, _parse_overrides(args.set)) as trainer:
             trainer.load_best()
             predictions = trainer.predict()
-    with atomic_output(out) as tmp, open(tmp, "wb") as f:
+    with atomic_file(out) as f:
         np.save(f, predictions)
     print(f"wrote {len(predictions):,} predicted classes, indexed by original node ID, to {out}")
 

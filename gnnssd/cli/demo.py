@@ -9,7 +9,7 @@ import yaml
 
 from gnnssd.datasets import synthetic_source
 from gnnssd.sampler import node_order
-from gnnssd.storage_format import Store, write_store
+from gnnssd.storage_format import Store, atomic_file, atomic_write_bytes, write_store
 from gnnssd.training import Trainer
 
 DEMO_CONFIG = {
@@ -32,7 +32,7 @@ def run_demo(out: Path, epochs: int = DEMO_CONFIG["train"]["epochs"]) -> None:
     write_store(out / "store", synthetic_source("tiny"), order=node_order("degree"))
     print(Store.open(out / "store").summary())
     config_path = out / "config.yaml"
-    config_path.write_text(yaml.safe_dump(DEMO_CONFIG, sort_keys=False))
+    atomic_write_bytes(config_path, yaml.safe_dump(DEMO_CONFIG, sort_keys=False).encode())
     print(f"[2/4] training GraphSAGE with {config_path}")
     trainer = Trainer(config_path, {"train.progress": False, "train.epochs": epochs})
     trainer.fit()
@@ -40,7 +40,8 @@ def run_demo(out: Path, epochs: int = DEMO_CONFIG["train"]["epochs"]) -> None:
     scores = {split: trainer.evaluate(split)["accuracy"] for split in ("train", "valid", "test")}
     print("      " + "  ".join(f"{k} accuracy {v:.4f}" for k, v in scores.items()))
     predictions = trainer.predict()
-    np.save(out / "predictions.npy", predictions)
+    with atomic_file(out / "predictions.npy") as f:
+        np.save(f, predictions)
     print(f"[4/4] outputs: store {out / 'store'}, run {trainer.run_dir} (metrics.jsonl, "
           f"checkpoint.pt), predictions {out / 'predictions.npy'}")
     print(f"demo test accuracy: {scores['test']:.4f}")

@@ -11,16 +11,21 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from pathlib import Path
 from typing import Any
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from gnnssd.storage_format import SmallFileError, atomic_file, read_small_text
 from gnnssd.training import METRICS
+
+METRICS_BYTES = 1 << 30
 
 log = logging.getLogger("gnnssd.cli.report")
 
+MAX_EPOCH = 10**6  # far past any run; a larger epoch is a damaged or forged record
 REQUIRED = ("epoch", "train_loss", "epoch_s", "stages_s")
 ACCURACIES = ("train_acc", "valid_acc", "test_acc")
 
@@ -31,7 +36,11 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
     if not path.is_file():
         raise RuntimeError(f"{path}: no metrics file (has this run trained an epoch?)")
     by_epoch: dict[int, dict[str, Any]] = {}
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
+    try:
+        text = read_small_text(path, METRICS_BYTES, "metrics log (JSON lines)")
+    except SmallFileError as exc:
+        raise RuntimeError(str(exc)) from None
+    for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         where = f"{path}, line {number}"
@@ -49,12 +58,15 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
         if "io" in record and not (isinstance(record["io"], dict) and "bytes_read" in record["io"]):
             raise RuntimeError(f"{where}: 'io' must be an object with 'bytes_read'")
         epoch = record["epoch"]
-        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
-            raise RuntimeError(f"{where}: 'epoch' is {epoch!r:.100}, expected an integer >= 0")
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or not 0 <= epoch <= MAX_EPOCH:
+            raise RuntimeError(f"{where}: 'epoch' is {epoch!r:.100}, expected an integer from 0 to {MAX_EPOCH:,}")
         for key in ("train_loss", "epoch_s", *ACCURACIES):
             value = record.get(key, 0.0)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise RuntimeError(f"{where}: {key!r} is {value!r:.100}, expected a number")
+            # NaN: the accuracy of an empty split (the trainer writes it); nothing else
+            if math.isinf(value) or math.isnan(value) and key not in ACCURACIES:
+                raise RuntimeError(f"{where}: {key!r} is {value}, expected a finite number")
         by_epoch[epoch] = record
     if not by_epoch:
         raise RuntimeError(f"{path}: no records")
@@ -80,7 +92,8 @@ def render_report(run_dir: str | Path) -> list[Path]:
 
 def _save(fig: Figure, path: Path) -> Path:
     FigureCanvasAgg(fig)
-    fig.savefig(path, dpi=100)
+    with atomic_file(path) as f:
+        fig.savefig(f, dpi=100, format="png")
     return path
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import types
 import typing
 from dataclasses import dataclass, field
@@ -17,6 +18,8 @@ from typing import Any, Literal
 import tomllib
 import yaml
 
+from gnnssd.storage_format import SmallFileError, read_small_text
+
 
 class ConfigError(ValueError):
     """A configuration key or value is wrong; the message names the key."""
@@ -24,6 +27,7 @@ class ConfigError(ValueError):
 
 MAX_SHOWN = 200  # characters of a value quoted in an error message
 MAX_YAML_NODES = 100_000  # nodes of a YAML document once its aliases are expanded
+CONFIG_BYTES = 1 << 20  # a config file: a few KiB of keys
 
 
 def _shown(value: Any) -> str:
@@ -161,7 +165,13 @@ def _size(value: Any) -> bool:
     return True
 
 
+def _positive_size(value: Any) -> bool:
+    from .budget import parse_bytes
+    return _size(value) and parse_bytes(value) > 0
+
+
 SIZE = _check(_size, "a size: bytes, or a number with B/KiB/MiB/GiB/TiB or KB/MB/GB/TB")
+POSITIVE_SIZE = _check(_positive_size, "a size above 0: bytes, or a number with B/KiB/MiB/GiB/TiB or KB/MB/GB/TB")
 SIZE_OR_AUTO = _check(lambda v: (isinstance(v, str) and v.strip().lower() == "auto") or _size(v),
                       "auto, or a size: bytes, or a number with B/KiB/MiB/GiB/TiB or KB/MB/GB/TB")
 
@@ -171,7 +181,7 @@ class SSDConfig:
     """`features: ssd`: what the out-of-core pipeline may use."""
 
     #: Hot cache + mega-batch buffers + queues together, e.g. "1.25GiB".
-    memory_budget: int | str = field(default="1GiB", metadata=SIZE)
+    memory_budget: int | str = field(default="1GiB", metadata=POSITIVE_SIZE)
     #: Mini-batches per mega-batch (M); a group whose rows overflow a buffer is split.
     mega_batch: int = field(default=16, metadata=_check(_positive, "a positive integer"))
     #: Share of the budget (after queues) for the hot cache; the rest is two buffers.
@@ -270,13 +280,12 @@ def as_config(config: Config | str | Path, overrides: dict[str, Any] | None = No
 def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Config:
     """Read a .yaml/.yml/.toml file into a Config; `overrides` are dotted keys."""
     path = Path(path)
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise ConfigError(f"{path}: no such config file")
     try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset "
-                          f"{exc.start}); save the config as UTF-8") from None
+        text = read_small_text(path, CONFIG_BYTES, "config file")
+    except SmallFileError as exc:
+        raise ConfigError(f"{exc}; save the config as a UTF-8 file") from None
     try:
         if path.suffix == ".toml":
             data = tomllib.loads(text)

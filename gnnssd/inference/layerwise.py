@@ -46,7 +46,7 @@ from gnnssd.loading import load_features
 from gnnssd.models import store_model
 from gnnssd.pipeline import BlockWriter, DirectIO, FeatureFile, load_cost_model
 from gnnssd.sampler import hot_order
-from gnnssd.storage_format import PAGE, Store, atomic_output
+from gnnssd.storage_format import PAGE, Store, atomic_file
 from gnnssd.training import check_classifies, load_checkpoint, reading, trainer_class
 
 from .blocks import CHUNK_SHARE, chunk_block, chunk_bounds, input_types, layer_types
@@ -451,7 +451,7 @@ def _write_npy(out: Path, chunks: Iterator[np.ndarray], total: int) -> tuple[int
     """The float32 rows of `chunks` (`total` in all) as the .npy `out`, written to a
     unique temporary file (removed on failure) and renamed into place."""
     n = dim = 0
-    with atomic_output(out) as tmp, open(tmp, "wb") as f:
+    with atomic_file(out) as f:
         for chunk in chunks:
             if n == 0:
                 dim = chunk.shape[1]

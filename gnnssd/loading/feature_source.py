@@ -11,6 +11,7 @@ may interleave freely.
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 import tempfile
 import weakref
@@ -212,6 +213,12 @@ def _release(backend: FeatureBackend | None, scratch: Path | None) -> None:
             shutil.rmtree(scratch, ignore_errors=True)
 
 
+_PER_PROCESS = ("a {name} cannot be {how}: it holds this process's open files, buffers and I/O threads. "
+                "A loader is per process: make one in each process from the store's path (as each "
+                "data-parallel rank does), and iterate it directly rather than inside "
+                "torch.utils.data.DataLoader(num_workers>0), whose workers are other processes")
+
+
 class SourceLoader:
     """What NodeLoader and EdgeLoader share: iterating over a FeatureSource, their own
     (opened from a Store and closed with them) or shared (closing them releases nothing);
@@ -221,6 +228,7 @@ class SourceLoader:
         source.backend  # refuses a closed source
         self.source, self._owns_source = source, owns_source
         self._closed = False
+        self._pid = os.getpid()
         self.epoch = 0
         self._io_seen: dict[str, int] = {}
 
@@ -242,7 +250,13 @@ class SourceLoader:
         source) is closed."""
         if self._closed:
             raise RuntimeError(f"this {type(self).__name__} is closed; make a new one to iterate again")
+        if os.getpid() != self._pid:
+            raise RuntimeError(_PER_PROCESS.format(name=type(self).__name__, how=f"used in process {os.getpid()}, "
+                                                   f"a fork of the process {self._pid} that made it"))
         return self.source.backend
+
+    def __reduce__(self):
+        raise TypeError(_PER_PROCESS.format(name=type(self).__name__, how="pickled"))
 
     def set_epoch(self, epoch: int) -> None:
         """The epoch the next iteration draws its order, negatives and neighbours for."""

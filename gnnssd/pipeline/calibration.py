@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import tempfile
 import time
 from pathlib import Path
 
@@ -17,9 +18,10 @@ import numpy as np
 
 from gnnssd.pipeline.direct_io import DirectIO
 from gnnssd.sampler import CostModel
-from gnnssd.storage_format import PAGE, StoreError
+from gnnssd.storage_format import PAGE, SmallFileError, StoreError, read_small_text
 
 CALIBRATION_FILE = "calibration.json"
+CALIBRATION_BYTES = 1 << 20  # a model and a table of a few sizes: a few KiB
 SIZES = (PAGE, 4 * PAGE, 16 * PAGE, 64 * PAGE, 1 << 20)
 # What a measured model may hold: key -> (low, high), both inclusive. Bandwidths from a
 # floppy's to past any drive's; request cost up to a second; max_request at most 64 MiB
@@ -55,18 +57,15 @@ def measure_reads(io: DirectIO, path: str | Path, size: int, seconds: float, see
 
 def measure_write(directory: str | Path, nbytes: int = 256 << 20, chunk: int = 1 << 20) -> float:
     """Sequential buffered write + fsync bandwidth (how repack writes blocks), bytes/s."""
-    path = Path(directory) / ".gnnssd_calibration_write.tmp"
     data = os.urandom(chunk)
     start = time.perf_counter()
-    try:
-        with open(path, "wb") as f:
-            for _ in range(nbytes // chunk):
-                f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+    # a fresh name (O_EXCL, no link followed), removed on close
+    with tempfile.NamedTemporaryFile(dir=directory, prefix=".gnnssd_calibration_write.") as f:
+        for _ in range(nbytes // chunk):
+            f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
         return nbytes / (time.perf_counter() - start)
-    finally:
-        path.unlink(missing_ok=True)
 
 
 def calibrate(store_dir: str | Path, seconds: float = 1.0, queue_depth: int = 64, features: str = "features.bin") -> CostModel:
@@ -95,15 +94,17 @@ def calibrate(store_dir: str | Path, seconds: float = 1.0, queue_depth: int = 64
 def load_cost_model(store_dir: str | Path) -> CostModel:
     """The store's calibrated model, or `CostModel.default()` when not calibrated."""
     path = Path(store_dir) / CALIBRATION_FILE
-    return _read_model(path) if path.exists() else CostModel.default()
+    return _read_model(path) if os.path.lexists(path) else CostModel.default()
 
 
 def _read_model(path: Path) -> CostModel:
     """calibration.json's model, every field checked against MODEL_RANGES: the file is
     not part of the store's checksummed manifest, so it is validated like user input."""
     try:
-        model = json.loads(path.read_text(encoding="utf-8"))["model"]
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+        model = json.loads(read_small_text(path, CALIBRATION_BYTES, "calibration file"))["model"]
+    except SmallFileError as exc:
+        raise StoreError(f"{exc}; rerun `gnnssd calibrate` or delete it") from None
+    except (ValueError, KeyError, TypeError) as exc:
         raise StoreError(f"{path}: not a calibration file ({type(exc).__name__}: {exc}); "
                          "rerun `gnnssd calibrate` or delete it") from None
     if not isinstance(model, dict) or set(model) - set(MODEL_RANGES) or not {

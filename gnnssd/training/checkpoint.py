@@ -1,27 +1,28 @@
 """Atomic, checksummed checkpoints and the metrics log of a run directory.
 
-A checkpoint never runs code when opened: it holds only tensors and plain types and is
-read with `torch.load(weights_only=True)`. Its payload (the state, saved by torch) is stored
-as a byte tensor beside its SHA-256, so a flipped byte is found before the state is used.
+A checkpoint never runs code when opened: it is a state file (`state_file`: tensors' raw
+bytes and a JSON tree of plain values, with its SHA-256), read without unpickling. The
+pickle-based checkpoints of earlier gnnssd versions are refused, not loaded: torch 2.2.1's
+`weights_only` loader has published bypasses.
 """
 from __future__ import annotations
 
-import hashlib
-import io
 import json
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from gnnssd.core import ConfigError
-from gnnssd.storage_format import Store, fsync_dir
+from gnnssd.storage_format import (OutputWriteError, SmallFileError, Store, appending, atomic_file, atomic_write_bytes,
+                                   read_regular, read_small_text)
+
+from .state_file import StateFileError, decode_state, encode_state
 
 CHECKPOINT = "checkpoint.pt"
 METRICS = "metrics.jsonl"
-FORMAT = "gnnssd-checkpoint-1"
+#: Far above any model gnnssd trains: a bound, so a link or device is never read forever.
+CHECKPOINT_BYTES = 1 << 40
+METRICS_BYTES = 1 << 30
 
 log = logging.getLogger("gnnssd.training.checkpoint")
 
@@ -31,53 +32,41 @@ class CheckpointError(RuntimeError):
 
 
 def save_checkpoint(run_dir: Path, state: dict[str, Any]) -> None:
-    """Write `state` (tensors and plain types only) atomically with its checksum. Serialised
-    in memory first, so a full disk is a plain write error (torch's own writer reports it
-    as "unexpected pos"): the error names the file, the temporary file goes, and the
-    previous checkpoint stays."""
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    payload = buffer.getvalue()
-    wrapped = {"format": FORMAT, "sha256": hashlib.sha256(payload).hexdigest(),
-               "payload": torch.frombuffer(bytearray(payload), dtype=torch.uint8)}
-    data = io.BytesIO()
-    torch.save(wrapped, data)
+    """Write `state` (tensors and plain values only) atomically with its checksum. Encoded
+    in memory first; a full disk is an error naming the file and its disk, the temporary
+    file goes, and the previous checkpoint stays."""
     path = run_dir / CHECKPOINT
-    tmp = path.with_name(path.name + ".tmp")
+    data = encode_state(state)
     try:
-        with open(tmp, "wb") as f:
-            f.write(data.getbuffer())
-            f.flush()
-            os.fsync(f.fileno())
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise CheckpointError(f"{path}: cannot write the checkpoint ({exc.strerror or exc}; "
-                              f"{data.getbuffer().nbytes:,} bytes); the previous checkpoint is "
-                              "unchanged: free space and resume with --resume") from None
-    os.replace(tmp, path)
-    fsync_dir(run_dir)
+        with atomic_file(path) as f:
+            f.write(data)
+    except OutputWriteError as exc:
+        raise CheckpointError(f"{path}: cannot write the checkpoint ({exc.reason}; {len(data):,} bytes) "
+                              f"{exc.disk}; the previous checkpoint is unchanged: free space and "
+                              "resume with --resume") from None
 
 
 def load_checkpoint(run_dir: Path, store: Store | None = None) -> dict[str, Any] | None:
-    """The state saved in `run_dir`, or None; never unpickles anything but tensors and
-    plain types, and refuses a file whose payload does not match its checksum, and (given
-    `store`) one trained on another store (`check_store`)."""
+    """The state saved in `run_dir`, or None; never unpickles anything, and refuses a
+    file whose bytes do not match its checksum, and (given `store`) one trained on
+    another store (`check_store`)."""
     path = run_dir / CHECKPOINT
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         return None
-    wrapped = _safe_load(path, path)
-    if not (isinstance(wrapped, dict) and wrapped.get("format") == FORMAT
-            and isinstance(wrapped.get("payload"), torch.Tensor)):
-        raise CheckpointError(f"{path}: not a gnnssd checkpoint (no {FORMAT!r} header); it may "
-                              "come from an older gnnssd or another program")
-    payload = wrapped["payload"].numpy().tobytes()
-    digest = hashlib.sha256(payload).hexdigest()
-    if digest != wrapped["sha256"]:
-        raise CheckpointError(f"{path}: corrupt checkpoint: payload sha256 {digest[:16]}..., "
-                              f"recorded {str(wrapped['sha256'])[:16]}...")
-    state = _safe_load(io.BytesIO(payload), path)
+    try:
+        data = read_regular(path, CHECKPOINT_BYTES, "checkpoint")
+    except SmallFileError as exc:
+        raise CheckpointError(str(exc)) from None
+    if data[:2] == b"PK" or data[:1] == b"\x80":
+        raise CheckpointError(f"{path}: a pickle-based checkpoint (torch.save, as gnnssd wrote before "
+                              "its state-file format); refused: unpickling can run code on this torch. "
+                              "Train again into a new run_dir")
+    try:
+        state = decode_state(data)
+    except StateFileError as exc:
+        raise CheckpointError(f"{path}: not a usable gnnssd checkpoint: {exc}") from None
     if not isinstance(state, dict):
-        raise CheckpointError(f"{path}: the payload is {type(state).__name__}, expected a dict")
+        raise CheckpointError(f"{path}: holds a {type(state).__name__}, expected a dict of state")
     if store is not None:
         check_store(state, store, run_dir)
     return state
@@ -97,16 +86,6 @@ def check_store(checkpoint: dict[str, Any], store: Store, run_dir: Path) -> None
                           "pick another run_dir")
 
 
-def _safe_load(source: Path | io.BytesIO, path: Path) -> Any:
-    try:
-        return torch.load(source, map_location="cpu", weights_only=True)
-    except Exception as exc:  # torch.load raises many kinds on a damaged or hostile file
-        raise CheckpointError(
-            f"{path}: refused to load: it does not load as tensors and plain values only "
-            f"(torch.load weights_only=True: {type(exc).__name__}: {str(exc).splitlines()[0]}); "
-            "it is damaged, or not a gnnssd checkpoint, and may contain code") from None
-
-
 class MetricsLog:
     """One JSON object per epoch, appended and synced as each epoch ends."""
 
@@ -120,22 +99,21 @@ class MetricsLog:
             return
         kept = [json.dumps(r, sort_keys=True) for r in self.read(drop_torn=True)
                 if r.get("epoch", 0) <= epoch]
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text("".join(line + "\n" for line in kept))
-        os.replace(tmp, self.path)
+        atomic_write_bytes(self.path, "".join(line + "\n" for line in kept).encode())
 
     def append(self, record: dict[str, Any]) -> None:
-        with open(self.path, "a") as f:
-            f.write(json.dumps(record, sort_keys=True) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        with appending(self.path) as f:
+            f.write((json.dumps(record, sort_keys=True) + "\n").encode())
 
     def read(self, drop_torn: bool = False) -> list[dict[str, Any]]:
         """The records; a bad line is an error naming the file and line, except the last
         one when `drop_torn` (a write cut short), which is dropped with a warning."""
-        if not self.path.exists():
+        if not self.path.exists() and not self.path.is_symlink():
             return []
-        lines = self.path.read_text().splitlines()
+        try:
+            lines = read_small_text(self.path, METRICS_BYTES, "metrics log").splitlines()
+        except SmallFileError as exc:
+            raise CheckpointError(str(exc)) from None
         records = []
         for number, line in enumerate(lines, 1):
             if not line.strip():

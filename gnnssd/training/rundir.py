@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Iterator
 
 from gnnssd.core import ConfigError
-from gnnssd.storage_format import atomic_write_bytes
+from gnnssd.storage_format import UnsafeOutputError, atomic_write_bytes, check_output_target
 
 log = logging.getLogger("gnnssd.training.rundir")
 
@@ -47,6 +47,10 @@ def check_output(out: Path, run_dir: Path) -> None:
     out = Path(out)
     if out.is_dir():
         raise ConfigError(f"--out {out}: a folder; give the path of an .npy file")
+    try:
+        check_output_target(out)
+    except UnsafeOutputError as exc:
+        raise ConfigError(f"--out {exc}") from None
     own = {CHECKPOINT, METRICS, "run_config.yaml", LOCK, SCRATCH}
     resolved_dir = out.parent.resolve()
     if resolved_dir == run_dir.resolve() and out.name in own or run_dir.resolve() / SCRATCH in (
@@ -57,7 +61,6 @@ def check_output(out: Path, run_dir: Path) -> None:
 
 def write_run_file(path: Path, text: str) -> None:
     """Replace a run directory file atomically; a symlink in its place is refused."""
-    refuse_symlink(path)
     atomic_write_bytes(path, text.encode())
 
 

@@ -326,7 +326,7 @@ class TaskTrainer(abc.ABC):
     # --- checkpoint state ----------------------------------------------------------------
 
     def _state(self) -> dict[str, Any]:
-        """Tensors and plain types only: what `torch.load(weights_only=True)` reads back."""
+        """Tensors and plain values only: what a state file (`state_file`) holds."""
         _, keys, pos, has_gauss, gauss = np.random.get_state()
         return {"epoch": self.epochs_done, "model": self.model.state_dict(),
                 "optimizer": self.optimizer.state_dict(), "best": self.best,
@@ -353,12 +353,60 @@ class TaskTrainer(abc.ABC):
                 raise ConfigError(f"{key}: the checkpoint in {self.run_dir} was trained with "
                                   f"{saved[key]!r}, the config says {current[key]!r}")
         distributed.check_world_size(checkpoint, self.ranks, self.run_dir)
-        self.model.load_state_dict(checkpoint["model"])
-        self.optimizer.load_state_dict(checkpoint["optimizer"])
+        _check_epoch(checkpoint, saved, path)
+        best = checkpoint.get("best")
+        key = "best"
+        try:
+            if not isinstance(best, dict):
+                raise TypeError(f"a {type(best).__name__}, expected a dict")
+            if best.get("state") is not None:
+                _check_fits(best["state"], self.model)
+            key = "model"
+            _check_fits(checkpoint["model"], self.model)
+            self.model.load_state_dict(checkpoint["model"])
+            key = "optimizer"
+            self.optimizer.load_state_dict(checkpoint["optimizer"])
+            _check_optimizer_shapes(self.optimizer)
+        except (RuntimeError, ValueError, KeyError, TypeError, IndexError) as exc:
+            raise CheckpointError(f"{path}: key {key!r} does not fit this run's model "
+                                  f"({str(exc).splitlines()[0][:300]})") from None
         self.epochs_done = checkpoint["epoch"]
-        self.best = checkpoint["best"]
+        self.best = best
         torch.set_rng_state(checkpoint["rng"]["torch"])
         np.random.set_state(("MT19937", keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+
+
+def _check_epoch(checkpoint: dict[str, Any], saved: dict[str, Any], path: Path) -> None:
+    """The checkpoint's epoch is one the run that wrote it could reach (0..its train.epochs)."""
+    epoch, planned = checkpoint.get("epoch"), saved.get("train", {}).get("epochs")
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0 or (
+            isinstance(planned, int) and epoch > planned):
+        raise CheckpointError(f"{path}: key 'epoch' is {epoch!r:.60}, expected an integer from 0 to "
+                              f"the {planned!r:.60} epochs of the run that wrote it")
+
+
+def _check_fits(state: Any, model: torch.nn.Module) -> None:
+    """`state` holds exactly the model's tensors, of its shapes (load_state_dict would
+    accept a tensor of another shape in some cases, or miss a key under strict=False)."""
+    expected = model.state_dict()
+    if not isinstance(state, dict):
+        raise TypeError(f"a {type(state).__name__}, expected a dict of tensors")
+    if set(state) != set(expected):
+        raise KeyError(f"tensors {sorted(set(state) ^ set(expected))[:5]} differ from the model's")
+    for name, tensor in state.items():
+        if not isinstance(tensor, torch.Tensor) or tensor.shape != expected[name].shape:
+            raise ValueError(f"{name}: {getattr(tensor, 'shape', type(tensor).__name__)}, the model has "
+                             f"{tuple(expected[name].shape)}")
+
+
+def _check_optimizer_shapes(optimizer: torch.optim.Optimizer) -> None:
+    """Each loaded per-parameter state tensor (Adam's moments) has its parameter's shape:
+    load_state_dict checks only the counts, and a wrong shape would fail at the first step."""
+    for param, state in optimizer.state.items():
+        for name, value in state.items():
+            if isinstance(value, torch.Tensor) and value.ndim and value.shape != param.shape:
+                raise ValueError(f"{name} of shape {tuple(value.shape)} for a parameter of shape "
+                                 f"{tuple(param.shape)}")
 
 
 def _check_memory(cfg: Config, store: Store, output_dim: int) -> None:

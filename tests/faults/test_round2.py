@@ -20,7 +20,7 @@ from gnnssd.core.config import ConfigError, config_from_dict, load_config
 from gnnssd.datasets import PlanetoidSource
 from gnnssd.datasets.arrays import ArraySource
 from gnnssd.storage_format import DatasetError, Store, StoreError, write_store
-from gnnssd.storage_format.atomic import atomic_output, crc32_of_file
+from gnnssd.storage_format.atomic import UnsafeOutputError, atomic_file, crc32_of_file
 from gnnssd.storage_format.manifest import MANIFEST, ROW_SCALES, manifest_checksum
 from gnnssd.training.rundir import LOCK, SCRATCH, RunLock, Scratch
 from tests.conftest import random_graph_arrays
@@ -88,9 +88,9 @@ def _set(index, value):
 
 # (file, edit, which check stops it, what the message says)
 CONTENT_FAULTS = {
-    "indptr not monotone": ("indptr.npy", lambda a: _set(10, int(a[9]) - 1)(a), "verify",
+    "indptr not monotone": ("indptr.npy", lambda a: _set(10, int(a[9]) - 1)(a), "open",
                             r"decreases at node 9"),
-    "indptr[10] = 1e9": ("indptr.npy", _set(10, 10**9), "verify", r"decreases at node 10"),
+    "indptr[10] = 1e9": ("indptr.npy", _set(10, 10**9), "open", r"decreases at node 10"),
     "indptr[0] = 3": ("indptr.npy", _set(0, 3), "open", r"starts at 3"),
     "indices[5] = 10**6": ("indices.npy", _set(5, 10**6), "verify", r"entry 5 is 1000000"),
     "indices[5] = -3": ("indices.npy", _set(5, -3), "verify", r"entry 5 is -3"),
@@ -100,7 +100,7 @@ CONTENT_FAULTS = {
     "train_idx -1": ("train_idx.npy", _set(0, -1), "open", r"entry 0 is -1"),
     "train_idx float": ("train_idx.npy", lambda a: a.astype(np.float64), "open", r"dtype <f8"),
     "inv[0] = 10**7": ("inv.npy", _set(0, 10**7), "open", r"entry 0 is 10000000"),
-    "perm not a permutation": ("perm.npy", lambda a: _set(0, int(a[1]))(a), "verify",
+    "perm not a permutation": ("perm.npy", lambda a: _set(0, int(a[1]))(a), "open",
                                r"expected perm and inv to be inverse permutations"),
     "label -5": ("labels.npy", _set(3, -5), "open", r"entry 3 is -5"),
     "train_idx repeated": ("train_idx.npy", lambda a: _set(1, int(a[0]))(a), "verify",
@@ -289,7 +289,7 @@ def test_run_config_symlink_is_refused_not_written_through(tmp_path):
     run_dir.mkdir()
     victim.write_text("precious")
     (run_dir / "run_config.yaml").symlink_to(victim)
-    with pytest.raises(ConfigError, match=r"run_config\.yaml is a symbolic link"):
+    with pytest.raises(UnsafeOutputError, match=r"run_config\.yaml: is a symbolic link"):
         write_run_file(run_dir / "run_config.yaml", "seed: 1\n")
     assert victim.read_text() == "precious"
 
@@ -433,8 +433,8 @@ def test_output_that_is_a_folder_is_refused_before_computing(trained_run, tmp_pa
 def test_failed_output_write_leaves_the_old_file_and_no_partial(tmp_path):
     out = tmp_path / "pred.npy"
     np.save(out, np.arange(5))
-    with pytest.raises(OSError), atomic_output(out) as tmp:
-        tmp.write_bytes(b"half")
+    with pytest.raises(OSError, match=f"{out}: cannot write"), atomic_file(out) as f:
+        f.write(b"half")
         raise OSError(28, "No space left on device")
     np.testing.assert_array_equal(np.load(out), np.arange(5))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pred.npy"]
@@ -442,10 +442,10 @@ def test_failed_output_write_leaves_the_old_file_and_no_partial(tmp_path):
 
 def test_two_writers_of_one_output_get_distinct_temp_names(tmp_path):
     out = tmp_path / "emb.npy"
-    with atomic_output(out) as first, atomic_output(out) as second:
-        assert first != second
-        first.write_bytes(b"first")
-        second.write_bytes(b"second")
+    with atomic_file(out) as first, atomic_file(out) as second:
+        assert first.name != second.name
+        first.write(b"first")
+        second.write(b"second")
     assert out.read_bytes() == b"first"  # the last rename wins, each with its own data
     assert sorted(p.name for p in tmp_path.iterdir()) == ["emb.npy"]
 

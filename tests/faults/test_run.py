@@ -103,13 +103,18 @@ def test_hostile_checkpoint_runs_no_code(store, tmp_path, capsys, command):
     command = [c if c != "p.npy" else str(tmp_path / c) for c in command]
     code, err = _cli(capsys, command[0], "--config", str(config), *command[1:])
     assert not marker.exists()
-    _assert_one_line_error(code, err, str(run_dir / "checkpoint.pt"), "weights_only")
+    _assert_one_line_error(code, err, str(run_dir / "checkpoint.pt"), "pickle-based", "refused")
 
 
-def test_checkpoint_loads_as_weights_only(store, tmp_path):
+def test_checkpoint_is_a_state_file_not_a_pickle(store, tmp_path):
+    """Written as raw tensors and JSON: nothing in it is unpickled when it is read."""
+    from gnnssd.training.state_file import MAGIC, decode_state
+
     run_dir = tmp_path / "run"
     _train(store, run_dir)
-    torch.load(run_dir / "checkpoint.pt", weights_only=True)  # raises on any pickled object
+    data = (run_dir / "checkpoint.pt").read_bytes()
+    assert data.startswith(MAGIC)
+    assert decode_state(data)["epoch"] == 1
 
 
 def test_flipped_checkpoint_byte_is_detected(store, tmp_path, capsys):

@@ -1,0 +1,139 @@
+"""A file of tensors and plain values that needs no unpickling to read (the checkpoint format).
+
+Layout: MAGIC, the header's length (8 bytes, little-endian), the header (UTF-8 JSON: the
+value tree with each tensor replaced by its index, and per tensor its dtype, shape, offset
+and length), the tensors' raw bytes, then the SHA-256 of everything before it. Reading
+parses JSON and copies bytes into tensors of an allowed dtype: no code a file names can
+run (torch 2.2.1's `weights_only` loader has published bypasses), and a flipped byte is
+found before anything is used.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from typing import Any
+
+import torch
+
+MAGIC = b"GNNSSD-STATE-2\n"
+DIGEST = 32
+ALIGN = 64
+DTYPES = {str(d).removeprefix("torch."): d for d in (
+    torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int16,
+    torch.int8, torch.uint8, torch.bool)}
+
+
+class StateFileError(ValueError):
+    """The bytes are not a readable state file; the message says what is wrong where."""
+
+
+def encode_state(tree: Any) -> bytes:
+    """`tree` (dicts, lists, tuples, str, int, float, bool, None and CPU-copyable tensors)
+    as a state file's bytes; anything else is a TypeError naming where it sits."""
+    tensors: list[dict[str, Any]] = []
+    blobs: list[bytes] = []
+    offset = 0
+
+    def enc(value: Any, where: str) -> Any:
+        nonlocal offset
+        if value is None or isinstance(value, (bool, int, str)):
+            return value
+        if isinstance(value, float):
+            return value if math.isfinite(value) else {"$float": repr(value)}
+        if isinstance(value, torch.Tensor):
+            t = value.detach().cpu().contiguous()
+            name = str(t.dtype).removeprefix("torch.")
+            if name not in DTYPES:
+                raise TypeError(f"{where}: a tensor of dtype {t.dtype}, not one of {sorted(DTYPES)}")
+            raw = t.reshape(-1).view(torch.uint8).numpy().tobytes()
+            pad = -offset % ALIGN
+            blobs.append(b"\0" * pad + raw)
+            offset += pad
+            tensors.append({"dtype": name, "shape": list(t.shape), "offset": offset, "nbytes": len(raw)})
+            offset += len(raw)
+            return {"$tensor": len(tensors) - 1}
+        if isinstance(value, (list, tuple)):
+            items = [enc(v, f"{where}[{i}]") for i, v in enumerate(value)]
+            return items if isinstance(value, list) else {"$tuple": items}
+        if isinstance(value, dict):
+            return {"$dict": [[enc(k, f"{where} key"), enc(v, f"{where}[{k!r}]")] for k, v in value.items()]}
+        raise TypeError(f"{where}: a {type(value).__name__}; a state file holds tensors and plain values only")
+
+    header = json.dumps({"tree": enc(tree, "state"), "tensors": tensors}, allow_nan=False).encode()
+    body = MAGIC + len(header).to_bytes(8, "little") + header + b"".join(blobs)
+    return body + hashlib.sha256(body).digest()
+
+
+def decode_state(data: bytes | bytearray) -> Any:
+    """The tree of a state file's bytes; StateFileError on any fault (never runs code)."""
+    if not data.startswith(MAGIC):
+        raise StateFileError(f"does not start with {MAGIC!r}")
+    if len(data) < len(MAGIC) + 8 + DIGEST:
+        raise StateFileError(f"{len(data)} bytes: shorter than a state file's fixed parts")
+    body = memoryview(data)[:-DIGEST]
+    if hashlib.sha256(body).digest() != bytes(data[-DIGEST:]):
+        raise StateFileError("corrupt: its SHA-256 does not match the recorded one (a damaged file)")
+    start = len(MAGIC) + 8
+    size = int.from_bytes(data[len(MAGIC):start], "little")
+    if start + size > len(body):
+        raise StateFileError(f"header length {size:,} runs past the end of the file")
+    try:
+        header = json.loads(bytes(body[start:start + size]))
+        tree, specs = header["tree"], header["tensors"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise StateFileError(f"header is not the expected JSON ({exc})") from None
+    blob = body[start + size:]
+    if not isinstance(specs, list):
+        raise StateFileError("header 'tensors' is not a list")
+    tensors = [_tensor(spec, blob, i) for i, spec in enumerate(specs)]
+    return _decode(tree, tensors, "state")
+
+
+def _tensor(spec: Any, blob: memoryview, index: int) -> torch.Tensor:
+    where = f"tensor {index}"
+    if not isinstance(spec, dict) or set(spec) != {"dtype", "shape", "offset", "nbytes"}:
+        raise StateFileError(f"{where}: expected dtype, shape, offset and nbytes, got {spec!r:.200}")
+    dtype = DTYPES.get(spec["dtype"]) if isinstance(spec["dtype"], str) else None
+    shape, offset, nbytes = spec["shape"], spec["offset"], spec["nbytes"]
+    if dtype is None:
+        raise StateFileError(f"{where}: dtype {spec['dtype']!r:.60}, expected one of {sorted(DTYPES)}")
+    if not (isinstance(shape, list) and all(_count(n) for n in shape) and _count(offset) and _count(nbytes)):
+        raise StateFileError(f"{where}: shape {shape!r:.100}, offset {offset!r:.40} and nbytes {nbytes!r:.40} "
+                             "must be non-negative integers")
+    itemsize = torch.empty(0, dtype=dtype).element_size()
+    if math.prod(shape) * itemsize != nbytes or offset + nbytes > len(blob):
+        raise StateFileError(f"{where}: shape {shape} of {spec['dtype']} is {math.prod(shape) * itemsize:,} "
+                             f"bytes, recorded {nbytes:,} at offset {offset:,} of {len(blob):,}")
+    if nbytes == 0:
+        return torch.empty(shape, dtype=dtype)
+    raw = torch.frombuffer(bytearray(blob[offset:offset + nbytes]), dtype=torch.uint8)
+    return raw.view(dtype).reshape(shape)
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _decode(node: Any, tensors: list[torch.Tensor], where: str) -> Any:
+    if node is None or isinstance(node, (bool, int, float, str)):
+        return node
+    if isinstance(node, list):
+        return [_decode(v, tensors, f"{where}[{i}]") for i, v in enumerate(node)]
+    if isinstance(node, dict) and len(node) == 1:
+        (tag, value), = node.items()
+        if tag == "$tensor" and _count(value) and value < len(tensors):
+            return tensors[value]
+        if tag == "$tuple" and isinstance(value, list):
+            return tuple(_decode(node["$tuple"], tensors, where))
+        if tag == "$float" and value in ("nan", "inf", "-inf"):
+            return float(value)
+        if tag == "$dict" and isinstance(value, list) and all(isinstance(p, list) and len(p) == 2 for p in value):
+            out = {}
+            for k, v in value:
+                key = _decode(k, tensors, f"{where} key")
+                if not isinstance(key, (str, int, float, bool, type(None), tuple)):
+                    raise StateFileError(f"{where}: a key of type {type(key).__name__}")
+                out[key] = _decode(v, tensors, f"{where}[{key!r}]")
+            return out
+    raise StateFileError(f"{where}: {json.dumps(node)[:100]} is not a value a state file holds")

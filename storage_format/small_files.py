@@ -1,0 +1,82 @@
+"""The one owner of reading the small files gnnssd parses whole (configs, manifests,
+calibration.json, metrics.jsonl, checkpoint headers, dataset metadata).
+
+Each is opened without following a symbolic link (O_NOFOLLOW) and without blocking (a
+FIFO named like the file must not hang the caller), must be a regular file, and is read
+only up to a size bound: a link to /dev/zero or a pipe is refused, not read forever.
+"""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+#: The default bound: far above any config, manifest or calibration file gnnssd writes.
+SMALL_FILE_BYTES = 64 << 20
+
+
+class SmallFileError(ValueError):
+    """A small input file is missing, not a regular file, a link, too large or unreadable."""
+
+
+def read_small(path: str | Path, limit: int = SMALL_FILE_BYTES, what: str = "file") -> bytes:
+    """The bytes of the regular file `path` (not a link, at most `limit` bytes)."""
+    return bytes(read_regular(path, limit, what))
+
+
+def read_regular(path: str | Path, limit: int, what: str = "file") -> bytearray:
+    """The whole regular file `path` (not a link, at most `limit` bytes) in one buffer of
+    its size (a checkpoint is read without a second copy)."""
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise SmallFileError(f"{path}: no such {what}") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise SmallFileError(f"{path}: is a symbolic link (to {os.readlink(path)}); gnnssd reads "
+                                 f"a {what} only as a regular file, never through a link") from None
+        raise SmallFileError(f"{path}: cannot open the {what} ({exc.strerror})") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            kind = "a directory" if stat.S_ISDIR(info.st_mode) else "a FIFO" if stat.S_ISFIFO(
+                info.st_mode) else "a device or special file"
+            raise SmallFileError(f"{path}: is {kind}, not a regular file; expected a {what}")
+        if info.st_size > limit:
+            raise SmallFileError(f"{path}: {info.st_size:,} bytes, more than the {limit:,} a {what} "
+                                 "may hold")
+        os.set_blocking(fd, True)
+        buffer = bytearray(info.st_size)
+        view, done = memoryview(buffer), 0
+        while done < len(buffer) and (n := os.readv(fd, [view[done:]])):
+            done += n
+        if done != len(buffer) or os.read(fd, 1):
+            raise SmallFileError(f"{path}: changed size while being read; expected a {what} at rest")
+        return buffer
+    except OSError as exc:
+        raise SmallFileError(f"{path}: cannot read the {what} ({exc.strerror})") from None
+    finally:
+        os.close(fd)
+
+
+def read_small_text(path: str | Path, limit: int = SMALL_FILE_BYTES, what: str = "file") -> str:
+    """`read_small` decoded as UTF-8; an error names the file and the offending byte."""
+    data = read_small(path, limit, what)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SmallFileError(f"{path}: not UTF-8 text (byte {data[exc.start]:#04x} at offset "
+                             f"{exc.start}); expected a {what}") from None
+
+
+def read_small_json(path: str | Path, limit: int = SMALL_FILE_BYTES, what: str = "JSON file") -> Any:
+    """`read_small_text` parsed as JSON; an error names the file and the position."""
+    text = read_small_text(path, limit, what)
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise SmallFileError(f"{path}: not valid JSON ({exc}); expected a {what}") from None
