@@ -27,9 +27,15 @@ OWNERS = {
 # (module, rule) -> why the raw call is safe there
 EXCEPTIONS = {
     ("io_engine/build_ffi.py", "write"): "build time: writes the generated C source of the engine",
-    ("storage_format/writer.py", "write"): "preprocess's own .NAME.partial folder (made by it, marked, "
-                                           "never a store until renamed) and its lock file",
-    ("storage_format/writer.py", "read"): "/proc/self counters (peak RSS, bytes written)",
+    ("storage_format/checksums.py", "write"): "arrays written into preprocess's own .NAME.partial folder "
+                                              "(made by it, marked, never a store until renamed)",
+    ("storage_format/features.py", "write"): "the feature files in preprocess's own .NAME.partial folder",
+    ("storage_format/partial_dir.py", "write"): "preprocess's lock file beside its own .NAME.partial folder",
+    ("storage_format/steps.py", "write"): "/proc/self/clear_refs (resets the peak RSS counter)",
+    ("storage_format/steps.py", "read"): "/proc/self counters (peak RSS, bytes written)",
+    ("storage_format/typed_csc.py", "write"): "the typed external sort's relation files and resume "
+                                              "record in its scratch folder inside the partial folder",
+    ("storage_format/typed_csc.py", "read"): "the typed external sort's own resume record in its scratch folder",
     ("storage_format/csc.py", "write"): "the spill files of the topology build, in preprocess's partial folder",
     ("storage_format/csc_external.py", "write"): "the external sort's scratch folder inside the partial folder",
     ("storage_format/csc_external.py", "read"): "the external sort's own resume record in its scratch folder",
