@@ -130,11 +130,12 @@ class EdgeLoader(SourceLoader):
 
     Each batch's positive edges and their reverses are excluded from its sampled blocks
     (DGL's exclude="reverse_id"), so no batch sees the edges it is asked to predict.
-    `drop_last` drops a last batch of fewer than `batch_size` edges.
+    `drop_last` drops a last batch of fewer than `batch_size` edges. Epochs and `seed` as
+    NodeLoader's: each iteration is the next epoch unless `set_epoch` names one.
     """
 
     def __init__(self, source: FeatureSource | Store | str | Path, edges: Any, *, fanouts: list[int],
-                 batch_size: int, negatives: int = 1, shuffle: bool = True, seed: int = 0,
+                 batch_size: int, negatives: int = 1, shuffle: bool = True, seed: int | None = None,
                  drop_last: bool = False, **source_options: Any):
         fanouts = check_fanouts(fanouts)
         if batch_size < 1 or negatives < 1:
@@ -168,10 +169,14 @@ class EdgeLoader(SourceLoader):
         return full + (0 if self.drop_last or rest == 0 else 1)
 
     def __iter__(self) -> Iterator[EdgeBatch]:
+        """The next epoch's edge mini-batches (drawn now: iterators may interleave)."""
+        self._start_epoch()
         groups = edge_groups(self.store_edges, self.batch_size, self.negatives, self._dst_nodes,
                              self.seed, self.epoch, self.shuffle, self._ends_first)[:len(self)]
-        batches = self.backend.minibatches([g.seeds for g in groups], self.fanouts, self.epoch,
-                                           exclude=[g.pos_edges for g in groups])
+        return self._edge_batches(groups, self.backend.minibatches([g.seeds for g in groups], self.fanouts,
+                                                                   self.epoch, exclude=[g.pos_edges for g in groups]))
+
+    def _edge_batches(self, groups: list[EdgeGroup], batches: Iterator[MiniBatch]) -> Iterator[EdgeBatch]:
         try:  # closed here, not when collected: a caller's break stops the I/O threads now
             for group, batch in zip(groups, batches):
                 batch = self.source.with_original_ids(batch)

@@ -56,6 +56,15 @@ BACKENDS: dict[str, type] = {"memory": MemoryLoader, "ssd": SSDLoader, "mmap": M
 _SSD_KEYS = {f.name for f in dataclasses.fields(SSDConfig)}
 
 
+def drawn_seed(seed: int | None) -> int:
+    """`seed` as a run seed (any integer; DGL and NumPy take a bounded range), or one drawn
+    from torch's global generator when None: as DGL's DataLoader, `torch.manual_seed`
+    decides a loader's shuffles and neighbour draws unless it is given its own seed."""
+    if seed is None:
+        seed = int(torch.randint(0, 1 << 62, ()).item())
+    return run_seed(seed)
+
+
 def as_store(store: Store | str | Path) -> Store:
     """A Store, opened from its path when given one."""
     if isinstance(store, (str, Path)):
@@ -70,14 +79,15 @@ class FeatureSource:
 
     `ssd` (an SSDConfig, whole) bounds the ssd backend's memory; `sampling` sizes its
     buffers for the training and evaluation fanouts and batch sizes the loaders will ask
-    for. `seed` seeds the neighbour draws; `scratch_dir` holds compact blocks (default: a
+    for. `seed` seeds the neighbour draws (default: drawn from torch's global generator, so
+    `torch.manual_seed` governs it); `scratch_dir` holds compact blocks (default: a
     private temporary directory, removed by `close`, or when the source is garbage
     collected or the interpreter exits if `close` was forgotten). A closed source refuses
     to be used (RuntimeError).
     """
 
     def __init__(self, store: Store | str | Path, features: str = "memory", ssd: SSDConfig | None = None,
-                 sampling: SamplerConfig | None = None, *, seed: int = 0, device: str | torch.device = "auto",
+                 sampling: SamplerConfig | None = None, *, seed: int | None = None, device: str | torch.device = "auto",
                  scratch_dir: str | Path | None = None):
         if features not in BACKENDS:
             raise ValueError(f"features: {features!r}; expected one of {tuple(BACKENDS)}")
@@ -85,7 +95,7 @@ class FeatureSource:
         self.features = features
         self.ssd = ssd or SSDConfig()
         self.sampling = sampling or SamplerConfig()
-        self.seed = run_seed(seed)  # any integer; DGL and NumPy take a bounded range
+        self.seed = drawn_seed(seed)
         self.device = device if isinstance(device, torch.device) else select_device(device)
         self.timer = StageTimer()
         self._perms: dict[torch.device, torch.Tensor] = {}
@@ -112,7 +122,7 @@ class FeatureSource:
         return self._backend
 
     @classmethod
-    def from_options(cls, store: Store | str | Path, *, features: str = "memory", seed: int = 0,
+    def from_options(cls, store: Store | str | Path, *, features: str = "memory", seed: int | None = None,
                      device: str | torch.device = "auto", scratch_dir: str | Path | None = None,
                      fanouts: list[int] | None = None, batch_size: int | None = None,
                      eval_fanouts: list[int] | None = None,
@@ -215,13 +225,19 @@ def _release(backend: FeatureBackend | None, scratch: Path | None) -> None:
 class SourceLoader:
     """What NodeLoader and EdgeLoader share: iterating over a FeatureSource, their own
     (opened from a Store and closed with them) or shared (closing them releases nothing);
-    the epoch; and this loader's own view of the disk counters and stage times."""
+    the epoch; and this loader's own view of the disk counters and stage times.
+
+    Each iteration is an epoch, as with DGL's DataLoader: iterating again draws the next
+    epoch's order and neighbours. `set_epoch(e)` makes the next iteration epoch e (data
+    parallel ranks agree on it; the same e replays the same batches)."""
 
     def __init__(self, source: FeatureSource, owns_source: bool):
         source.backend  # refuses a closed source
         self.source, self._owns_source = source, owns_source
         self._closed = False
         self.epoch = 0
+        self._epoch_set = False  # set_epoch named the next iteration's epoch
+        self._iterated = False
         self._io_seen: dict[str, int] = {}
 
     @property
@@ -245,8 +261,17 @@ class SourceLoader:
         return self.source.backend
 
     def set_epoch(self, epoch: int) -> None:
-        """The epoch the next iteration draws its order, negatives and neighbours for."""
-        self.epoch = epoch
+        """The epoch the next iteration draws its order, negatives and neighbours for
+        (without it, each iteration is the one after the previous)."""
+        self.epoch, self._epoch_set = epoch, True
+
+    def _start_epoch(self) -> int:
+        """The epoch an iteration starting now runs: the one set_epoch named, else the
+        previous iteration's plus one (the first: 0)."""
+        if not self._epoch_set and self._iterated:
+            self.epoch += 1
+        self._epoch_set, self._iterated = False, True
+        return self.epoch
 
     def io_stats(self) -> dict[str, int]:
         """Bytes read and written and requests sent to the disk since this loader's

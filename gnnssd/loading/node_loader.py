@@ -3,8 +3,7 @@
     with gnnssd.NodeLoader(store, store.train_idx, fanouts=[10, 10], batch_size=256,
                            features="ssd", memory_budget="256MiB", shuffle=True) as loader:
         valid = loader.with_seeds(store.valid_idx, fanouts=[-1, -1])   # shares the features
-        for epoch in range(5):
-            loader.set_epoch(epoch)
+        for epoch in range(5):          # each iteration is the next epoch (set_epoch: pin one)
             for mb in loader:
                 loss = F.cross_entropy(model(mb.blocks, mb.x), mb.y)
 
@@ -108,7 +107,13 @@ class NodeLoader(SourceLoader):
     With `shuffle`, each epoch's seeds come in the order `seed_order` names: "random" (a
     uniform shuffle) or "proximity" (runs of `seed_window` nearby store IDs,
     `gnnssd.sampler.Proximity`); without, in the order given. A `gnnssd.sampler.SeedOrder`
-    object is used as given (the user's own policy).
+    object is used as given (the user's own policy). `seed` (default: drawn from torch's
+    global generator, so `torch.manual_seed` governs it) seeds the shuffles and, for a
+    loader that opens its own source, the neighbour draws.
+
+    Each iteration is the next epoch, as with DGL's DataLoader (a fresh order and fresh
+    neighbour draws); `set_epoch(e)` makes the next iteration epoch e: data-parallel ranks
+    agree on it, and the same e replays the same mini-batches.
 
     `reuse_epochs=K` trains K consecutive epochs on the same samples (seed order and
     neighbour draws of the group's first epoch; groups start at `first_epoch`, the number
@@ -139,7 +144,7 @@ class NodeLoader(SourceLoader):
         self._owns_source = not isinstance(source, FeatureSource)
         if self._owns_source:
             source = FeatureSource.from_options(source, fanouts=fanouts, batch_size=batch_size,
-                                                seed=0 if seed is None else seed, **source_options)
+                                                seed=seed, **source_options)
         elif source_options:
             raise TypeError(f"{', '.join(sorted(source_options))}: options of the FeatureSource, which "
                             "is already open; pass them to it, or pass a Store to open one here")
@@ -186,8 +191,12 @@ class NodeLoader(SourceLoader):
         return seed_batches(self.store_ids, self.batch_size, self.order, self.seed, self.sample_epoch, self.drop_last)
 
     def __iter__(self) -> Iterator[MiniBatch]:
-        batches = self.backend.minibatches(self.seed_batches(), self.fanouts, self.sample_epoch,
-                                           reuse_epochs=self.reuse_epochs)
+        """The next epoch's mini-batches (its order drawn now: iterators may interleave)."""
+        self._start_epoch()
+        return self._converted(self.backend.minibatches(self.seed_batches(), self.fanouts, self.sample_epoch,
+                                                        reuse_epochs=self.reuse_epochs))
+
+    def _converted(self, batches: Iterator[MiniBatch]) -> Iterator[MiniBatch]:
         try:  # closed here, not when collected: a caller's break stops the I/O threads now
             for batch in batches:
                 yield self.source.with_original_ids(batch)
