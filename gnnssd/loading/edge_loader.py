@@ -30,6 +30,7 @@ from gnnssd.storage_format import GraphSchema, Store, random_negatives
 
 from .feature_source import FeatureSource, SourceLoader
 from .node_loader import NodeLoader, check_fanouts
+from .typed import layer_fanouts
 from .types import MiniBatch
 
 EDGE_FEATURES = ("memory", "ssd")
@@ -134,7 +135,7 @@ class EdgeLoader(SourceLoader):
     NodeLoader's: each iteration is the next epoch unless `set_epoch` names one.
     """
 
-    def __init__(self, source: FeatureSource | Store | str | Path, edges: Any, *, fanouts: list[int],
+    def __init__(self, source: FeatureSource | Store | str | Path, edges: Any, *, fanouts: list[int] | list[dict[str, int]],
                  batch_size: int, negatives: int = 1, shuffle: bool = True, seed: int | None = None,
                  drop_last: bool = False, **source_options: Any):
         fanouts = check_fanouts(fanouts)
@@ -152,6 +153,7 @@ class EdgeLoader(SourceLoader):
                                                 **source_options)
         super().__init__(source, self._owns_source)
         try:
+            layer_fanouts(self.store.schema, fanouts)  # a relation misspelt: refused now, not when iterated
             self.relation, self.edges = relation_edges(edges, self.store.schema)
         except BaseException:
             self.close()
@@ -185,7 +187,7 @@ class EdgeLoader(SourceLoader):
         finally:
             batches.close()
 
-    def node_batches(self, nodes: Any, fanouts: list[int], batch_size: int) -> Iterator[MiniBatch]:
+    def node_batches(self, nodes: Any, fanouts: list[int] | list[dict[str, int]], batch_size: int) -> Iterator[MiniBatch]:
         """Node mini-batches of `nodes` (NodeLoader's seeds: on a heterogeneous store a
         dict of one type's IDs) in order through the same source (evaluation embeddings)."""
         view = NodeLoader(self.source, nodes, fanouts=fanouts, batch_size=batch_size, rank=0, world_size=1)

@@ -38,7 +38,7 @@ class FeatureBackend(Protocol):
     OUT_OF_CORE: bool
     timer: StageTimer
 
-    def minibatches(self, batches: list[np.ndarray], fanouts: list[int], epoch: int = 0,
+    def minibatches(self, batches: list[np.ndarray], fanouts: list[int] | list[dict[str, int]], epoch: int = 0,
                     exclude: list[np.ndarray] | None = None, reuse_epochs: int = 1) -> Iterator[MiniBatch]:
         ...
 
@@ -124,8 +124,8 @@ class FeatureSource:
     @classmethod
     def from_options(cls, store: Store | str | Path, *, features: str = "memory", seed: int | None = None,
                      device: str | torch.device = "auto", scratch_dir: str | Path | None = None,
-                     fanouts: list[int] | None = None, batch_size: int | None = None,
-                     eval_fanouts: list[int] | None = None,
+                     fanouts: list[int] | list[dict[str, int]] | None = None, batch_size: int | None = None,
+                     eval_fanouts: list[int] | list[dict[str, int]] | None = None,
                      eval_batch_size: int = SamplerConfig.eval_batch_size, **ssd: Any) -> FeatureSource:
         """A source from NodeLoader's keyword options: SSDConfig's fields by name
         (memory_budget, hot_fraction, ...), the sampling the buffers are sized for."""

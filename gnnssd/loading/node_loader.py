@@ -29,6 +29,7 @@ from gnnssd.sampler import SeedOrder, Sequential, Sharded, named_order, seed_bat
 from gnnssd.storage_format import GraphSchema, Store
 
 from .feature_source import FeatureSource, SourceLoader
+from .typed import layer_fanouts
 from .types import MiniBatch
 
 
@@ -126,7 +127,7 @@ class NodeLoader(SourceLoader):
     mini-batches. `with_seeds` loaders are not sharded.
     """
 
-    def __init__(self, source: FeatureSource | Store | str | Path, seeds: Any, *, fanouts: list[int],
+    def __init__(self, source: FeatureSource | Store | str | Path, seeds: Any, *, fanouts: list[int] | list[dict[str, int]],
                  batch_size: int, shuffle: bool = False, seed: int | None = None, drop_last: bool = False,
                  rank: int | None = None, world_size: int | None = None,
                  seed_order: str | SeedOrder = SamplerConfig.seed_order,
@@ -150,6 +151,7 @@ class NodeLoader(SourceLoader):
                             "is already open; pass them to it, or pass a Store to open one here")
         super().__init__(source, self._owns_source)
         try:
+            layer_fanouts(source.store.schema, fanouts)  # a relation misspelt: refused now, not when iterated
             self.seeds = check_seeds(seeds, source.store.schema)
         except BaseException:
             self.close()
@@ -162,7 +164,7 @@ class NodeLoader(SourceLoader):
         self.order = seed_order if self.world_size == 1 else Sharded(seed_order, self.rank, self.world_size)
         self.reuse_epochs, self.first_epoch = reuse_epochs, first_epoch
 
-    def with_seeds(self, seeds: Any, *, fanouts: list[int] | None = None, batch_size: int | None = None,
+    def with_seeds(self, seeds: Any, *, fanouts: list[int] | list[dict[str, int]] | None = None, batch_size: int | None = None,
                    shuffle: bool = False, drop_last: bool = False) -> NodeLoader:
         """A loader over other seeds (e.g. a validation split) sharing this one's source
         (features, hot cache and buffers); closing it releases nothing, closing this one

@@ -46,7 +46,7 @@ class SampledLoader:
         self.timer = timer
         self.io = IOCounters()
 
-    def minibatches(self, batches: list[np.ndarray], fanouts: list[int], epoch: int = 0,
+    def minibatches(self, batches: list[np.ndarray], fanouts: list[int] | list[dict[str, int]], epoch: int = 0,
                     exclude: list[np.ndarray] | None = None, reuse_epochs: int = 1) -> Iterator[MiniBatch]:
         """A mini-batch per array of seed nodes, sampled by DGL's NeighborSampler; with
         `exclude`, batch b without the edges of the (E, 2) node pairs exclude[b] and their
