@@ -138,6 +138,11 @@ class SamplerConfig:
     #: features: ssd the group's later epochs replay the first one's plans and compact
     #: blocks kept on disk (no sampling, planning or repacking). Node tasks only.
     reuse_epochs: int = field(default=1, metadata=_check(_positive, "a positive integer"))
+    #: Neighbour sampling: "uniform" (min(fanout, degree) in-neighbours per node, without
+    #: replacement) or "labor" (layer-neighbour sampling, as DGL's LaborSampler: fanout
+    #: in-neighbours per node on average, sources shared across a layer's nodes, so fewer
+    #: distinct input rows per mini-batch).
+    method: Literal["uniform", "labor"] = "uniform"
 
     def evaluation(self, num_edges: int) -> tuple[list[int], int]:
         """(fanouts, batch size) of evaluation on a graph of `num_edges` edges: the

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from gnnssd.core import SamplerConfig, SSDConfig, StageTimer, run_seed, select_device
+from gnnssd.sampler import SAMPLING_METHODS
 from gnnssd.storage_format import Store
 
 from .backends.baselines import MmapLoader, PerRowLoader
@@ -126,16 +127,20 @@ class FeatureSource:
                      device: str | torch.device = "auto", scratch_dir: str | Path | None = None,
                      fanouts: list[int] | list[dict[str, int]] | None = None, batch_size: int | None = None,
                      eval_fanouts: list[int] | list[dict[str, int]] | None = None,
-                     eval_batch_size: int = SamplerConfig.eval_batch_size, **ssd: Any) -> FeatureSource:
+                     eval_batch_size: int = SamplerConfig.eval_batch_size,
+                     method: str = SamplerConfig.method, **ssd: Any) -> FeatureSource:
         """A source from NodeLoader's keyword options: SSDConfig's fields by name
-        (memory_budget, hot_fraction, ...), the sampling the buffers are sized for."""
+        (memory_budget, hot_fraction, ...), the sampling the buffers are sized for and
+        its `method` (uniform or labor: every loader over the source samples so)."""
+        if method not in SAMPLING_METHODS:
+            raise ValueError(f"method: {method!r}; expected one of {SAMPLING_METHODS}")
         unknown = sorted(set(ssd) - _SSD_KEYS)
         if unknown:
             raise TypeError(f"unknown option(s) {', '.join(unknown)}; expected the loader's options or "
                             f"SSDConfig's fields {sorted(_SSD_KEYS)}")
         sampling = SamplerConfig(fanouts=list(fanouts or SamplerConfig().fanouts),
                                  batch_size=batch_size or SamplerConfig.batch_size,
-                                 eval_fanouts=eval_fanouts, eval_batch_size=eval_batch_size)
+                                 eval_fanouts=eval_fanouts, eval_batch_size=eval_batch_size, method=method)
         return cls(store, features, SSDConfig(**ssd), sampling, seed=seed, device=device, scratch_dir=scratch_dir)
 
     def _original(self, store_ids: torch.Tensor) -> torch.Tensor:

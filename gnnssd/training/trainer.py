@@ -140,7 +140,8 @@ class TaskTrainer(abc.ABC):
         within its share of the machine's `ssd.memory_budget`."""
         cfg = self.config
         sampling = SamplerConfig(fanouts=cfg.sampler.fanouts, batch_size=self._seeds_per_batch(),
-                                 eval_fanouts=cfg.sampler.eval_fanouts, eval_batch_size=cfg.sampler.eval_batch_size)
+                                 eval_fanouts=cfg.sampler.eval_fanouts, eval_batch_size=cfg.sampler.eval_batch_size,
+                                 method=cfg.sampler.method)
         try:
             return FeatureSource(self.store, cfg.features, distributed.share_budget(cfg, self.ranks).ssd, sampling,
                                  seed=cfg.seed, device=self.device, scratch_dir=self.scratch.path)
