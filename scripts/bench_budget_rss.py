@@ -69,7 +69,9 @@ def main() -> int:
     for budget in args.budgets.split(","):
         for mega in (int(m) for m in args.mega_batches.split(",")):
             out = subprocess.run([sys.executable, "-c", CHILD, str(args.store), budget, str(mega), str(args.batches)],
-                                 capture_output=True, text=True, check=True)
+                                 capture_output=True, text=True)
+            if out.returncode:
+                raise SystemExit(f"budget {budget}, mega_batch {mega}: the child failed:\n{out.stderr[-3000:]}")
             got = json.loads(out.stdout.strip().splitlines()[-1])
             above = got["peak"] - got["compiled"]
             row = {"budget": budget, "mega_batch": mega, "imported_rss": got["imported"],

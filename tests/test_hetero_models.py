@@ -65,8 +65,9 @@ def test_learned_embeddings_start_xavier_uniform(toy):
 
 def test_featureless_types_are_zeros_or_a_learned_embedding(toy):
     source, graph = toy
-    zeros = build_hetero_model(ModelConfig(name="rgcn", hidden=8, layers=2), source.schema, source.feat_dim, 4)
-    embedded = build_hetero_model(ModelConfig(name="rgcn", hidden=8, layers=2, featureless="embedding"),
+    zeros = build_hetero_model(ModelConfig(name="rgcn", hidden=8, layers=2, featureless="zeros"),
+                               source.schema, source.feat_dim, 4)
+    embedded = build_hetero_model(ModelConfig(name="rgcn", hidden=8, layers=2),  # the default
                                   source.schema, source.feat_dim, 4)
     assert not any("embeddings" in n for n, _ in zeros.named_parameters())
     extra = sum(p.numel() for p in embedded.parameters()) - sum(p.numel() for p in zeros.parameters())

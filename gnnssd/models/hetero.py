@@ -100,7 +100,8 @@ class RelationalGNN(nn.Module):
                 value = torch.zeros(count, self.widths[i], device=block.device)
             elif value.dim() == 3:  # GAT: (nodes, heads, dim) -> concat inner heads, average the last
                 value = value.mean(1) if last else value.flatten(1)
-            value = value + self.loops[i][name](h[name][:count])
+            if count:  # a block's destinations are among its sources: h has their rows
+                value = value + self.loops[i][name](h[name][:count])
             result[name] = value if last else self.dropout(torch.relu(value))
         return result
 

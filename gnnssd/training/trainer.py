@@ -360,9 +360,14 @@ def _check_memory(cfg: Config, store: Store, output_dim: int) -> None:
     if need > available:
         # GAT's widths grow with its heads too: blame them when one head would fit
         single_head = dataclasses.replace(cfg.model, heads=1)
+        no_tables = dataclasses.replace(cfg.model, featureless="zeros")
         if cfg.model.name in ("gat", "rgat") and cfg.model.heads > 1 and \
                 _parameters(single_head, store, output_dim) * TRAINING_BYTES_PER_PARAMETER <= available:
             key = f"model.heads: {cfg.model.heads} (model.hidden {cfg.model.hidden})"
+        elif cfg.model.featureless == "embedding" and \
+                _parameters(no_tables, store, output_dim) * TRAINING_BYTES_PER_PARAMETER <= available:
+            key = "model.featureless: embedding (a learned row per node of the featureless types; " \
+                  "`featureless: zeros` holds none)"
         else:
             key = f"model.hidden: {cfg.model.hidden}"
         size = (f"{params:,} parameters, ~{format_bytes(need)} with gradients and Adam state"
