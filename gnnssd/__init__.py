@@ -32,4 +32,9 @@ def __getattr__(name: str):
     return getattr(importlib.import_module(_PUBLIC[name], __name__), name)
 
 
+def __dir__() -> list[str]:
+    """The module's own names and the public ones imported on first use."""
+    return sorted({*globals(), *_PUBLIC})
+
+
 __all__ = [*_PUBLIC, "compile"]

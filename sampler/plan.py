@@ -30,6 +30,7 @@ class PlanConfig:
     fanouts: tuple[int, ...]
     mega_batch: int  # M: mini-batches per mega-batch
     seed: int = 0
+    method: str = "uniform"  # NeighborSampler's: uniform or labor
 
 
 @dataclass(frozen=True)
@@ -335,7 +336,8 @@ class Planner:
             np.empty(0, np.int64) if hot_rows is None else hot_rows, num_rows)
         self.hot = hot
         self.union = RowUnion(num_rows, hot)
-        self.sampler = NeighborSampler(indptr, indices, config.fanouts, etypes, num_relations, feature_rows)
+        self.sampler = NeighborSampler(indptr, indices, config.fanouts, etypes, num_relations, feature_rows,
+                                       config.method)
         self.max_rows = np.iinfo(np.int64).max if max_rows is None else max_rows
         self._prev: MegaBatchPlan | None = None  # the last plan made: its buffer is carried from
 

@@ -1,4 +1,5 @@
-"""Uniform neighbour sampling without replacement on a CSC graph, in numba.
+"""Uniform neighbour sampling without replacement on a CSC graph, and layer-neighbour
+sampling (LABOR), in numba.
 
 Randomness is counter-based: every (seed, mini-batch, layer, node) has its own stream, so
 the result does not depend on thread count or schedule, and one mini-batch can be
@@ -20,6 +21,9 @@ _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _FLOYD_MAX = 32  # above this fanout, reservoir sampling (O(degree)) beats Floyd (O(k^2))
+#: NeighborSampler's `method`s: uniform neighbour sampling, layer-neighbour sampling (LABOR).
+SAMPLING_METHODS = ("uniform", "labor")
+_NO_ETYPES = np.empty(0, np.int8)  # a homogeneous graph's relations, for the LABOR kernel
 
 
 @nb.njit(inline="always")
@@ -205,6 +209,90 @@ def _sample_hop_typed(indptr, indices, etypes, dst, dst_batch, fanouts, seed, la
 
 
 @nb.njit(inline="always")
+def _uniform01(seed, batch, layer, node):
+    """LABOR's variate r_u of source `node`: uniform in [0, 1), one per (seed, mini-batch,
+    layer, node), shared by every destination that node is a neighbour of."""
+    return np.float64(_stream(seed, batch, layer, node) >> np.uint64(11)) * (1.0 / 9007199254740992.0)
+
+
+@nb.njit(cache=True, nogil=True)
+def _labor_kept(indices, start, d, keys, lo, hi, base, seed, batch, layer, threshold, out, o):
+    """The sources u of indices[start:start+d] (less excluded keys base + u in keys[lo:hi])
+    with r_u <= threshold, written to out[o:] when out is not empty; returns how many."""
+    j, c = lo, 0
+    for e in range(start, start + d):
+        u = indices[e]
+        key = base + u
+        while j < hi and keys[j] < key:
+            j += 1
+        if j < hi and keys[j] == key:
+            continue
+        if threshold < 1.0 and _uniform01(seed, batch, layer, u) > threshold:
+            continue
+        if out.shape[0]:
+            out[o + c] = u
+        c += 1
+    return c
+
+
+@nb.njit(parallel=True, cache=True, nogil=True)
+def _sample_hop_labor(indptr, indices, etypes, dst, dst_batch, fanouts, seed, layer, dst_local, ex_ptr, ex_keys):
+    """Layer-neighbour sampling (LABOR-0, Balin & Catalyurek 2023; DGL's LaborSampler with
+    importance_sampling=0): the in-edge u -> v of relation r is kept iff r_u <= k_r / d_r(v),
+    k_r the relation's fanout (-1: all) and d_r(v) v's in-degree in it after the
+    exclusion; each destination keeps k_r edges on average, and destinations that share a
+    source share its variate, so fewer distinct sources are drawn than by independent
+    uniform samples. A homogeneous graph is one relation (etypes empty). Returns (ptr,
+    sampled node IDs, their relations)."""
+    n = dst.shape[0]
+    num_nodes = indptr.shape[0] - 1
+    num_rel = fanouts.shape[0]
+    typed = etypes.shape[0] > 0
+    none = np.empty(0, indices.dtype)
+    runs = np.empty((n, num_rel + 1), np.int64)
+    take = np.empty((n, num_rel), np.int64)
+    thresholds = np.empty((n, num_rel), np.float64)
+    ex_lo = np.zeros(n, np.int64)
+    ex_hi = np.zeros(n, np.int64)
+    for i in nb.prange(n):
+        v = dst[i]
+        a, b = indptr[v], indptr[v + 1]
+        base = np.int64(v) * num_nodes
+        if ex_keys.shape[0] > 0:
+            lo, hi = ex_ptr[dst_local[i]], ex_ptr[dst_local[i] + 1]
+            ex_lo[i] = lo + np.searchsorted(ex_keys[lo:hi], base)
+            ex_hi[i] = lo + np.searchsorted(ex_keys[lo:hi], base + num_nodes)
+        for r in range(num_rel + 1):
+            runs[i, r] = (a + np.searchsorted(etypes[a:b], r)) if typed else (a if r == 0 else b)
+        for r in range(num_rel):
+            d = _labor_kept(indices, runs[i, r], runs[i, r + 1] - runs[i, r], ex_keys, ex_lo[i], ex_hi[i],
+                            base, seed, dst_batch[i], layer, 1.0, none, 0)
+            f = fanouts[r]
+            thresholds[i, r] = 1.0 if f < 0 or f >= d else f / d
+            take[i, r] = _labor_kept(indices, runs[i, r], runs[i, r + 1] - runs[i, r], ex_keys, ex_lo[i],
+                                     ex_hi[i], base, seed, dst_batch[i], layer, thresholds[i, r], none, 0)
+    flat = np.empty(n * num_rel + 1, np.int64)
+    flat[0] = 0
+    for i in range(n):
+        for r in range(num_rel):
+            flat[i * num_rel + r + 1] = flat[i * num_rel + r] + take[i, r]
+    out = np.empty(flat[n * num_rel], np.int64)
+    out_rel = np.empty(flat[n * num_rel], etypes.dtype)
+    for i in nb.prange(n):
+        base = np.int64(dst[i]) * num_nodes
+        for r in range(num_rel):
+            o = flat[i * num_rel + r]
+            _labor_kept(indices, runs[i, r], runs[i, r + 1] - runs[i, r], ex_keys, ex_lo[i], ex_hi[i], base,
+                        seed, dst_batch[i], layer, thresholds[i, r], out, o)
+            for j in range(o, o + take[i, r]):
+                out_rel[j] = r
+    ptr = np.empty(n + 1, np.int64)
+    for i in range(n + 1):
+        ptr[i] = flat[i * num_rel]
+    return ptr, out, out_rel
+
+
+@nb.njit(inline="always")
 def _slot(table, node, mask):
     """The slot of `node` in an open-addressing table (linear probing): its own, or the
     empty one (-1) where it belongs."""
@@ -364,10 +452,18 @@ class NeighborSampler:
     a fanout per relation: fanouts[i] is then an (R,) array (one number: all relations),
     and the blocks record each edge's relation. `feature_rows`: nodes 0..feature_rows-1
     have feature rows (the blocks' `input_rows`); default all.
+
+    `method`: "uniform" (each destination draws min(fanout, degree) in-neighbours without
+    replacement) or "labor" (layer-neighbour sampling, `_sample_hop_labor`: fanout
+    in-neighbours on average, fewer distinct sources per layer).
     """
 
     def __init__(self, indptr: np.ndarray, indices: np.ndarray, fanouts: Sequence[Any],
-                 etypes: np.ndarray | None = None, num_relations: int = 1, feature_rows: int = -1):
+                 etypes: np.ndarray | None = None, num_relations: int = 1, feature_rows: int = -1,
+                 method: str = "uniform"):
+        if method not in SAMPLING_METHODS:
+            raise ValueError(f"method: {method!r}; expected one of {SAMPLING_METHODS}")
+        self.method = method
         self.indptr = np.ascontiguousarray(indptr, dtype=np.int64)
         self.indices = np.ascontiguousarray(indices)
         self.etypes = None if etypes is None else np.ascontiguousarray(etypes)
@@ -407,7 +503,12 @@ class NeighborSampler:
             dst_batch = np.repeat(batch_ids, counts)
             dst_local = np.repeat(np.arange(nbatch, dtype=np.int64), counts)
             _check_destinations(self.indptr, self.indices, nodes)
-            if self.etypes is None:
+            if self.method == "labor":
+                eptr, nbrs, rels = _sample_hop_labor(
+                    self.indptr, self.indices, _NO_ETYPES if self.etypes is None else self.etypes, nodes, dst_batch,
+                    np.atleast_1d(np.asarray(self.fanouts[layer], np.int64)), seed, layer, dst_local, ex_ptr, ex_keys)
+                rels = None if self.etypes is None else rels
+            elif self.etypes is None:
                 eptr, nbrs = _sample_hop(self.indptr, self.indices, nodes, dst_batch, self.fanouts[layer], seed,
                                          layer, dst_local, ex_ptr, ex_keys)
                 rels = None

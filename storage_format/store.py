@@ -309,11 +309,58 @@ class Store:
     def original_ids(self, store_ids: np.ndarray, node_type: str | None = None) -> np.ndarray:
         """The dataset's IDs of store rows `store_ids` (perm[store_id]); on a heterogeneous
         store IDs within their node type (default the target type, the splits'), as DGL
-        numbers a heterograph's nodes."""
-        ids = np.asarray(self.perm)[np.asarray(store_ids, dtype=np.int64)]
+        numbers a heterograph's nodes. A row outside the type's is refused naming it."""
+        offset, count, name = self._type_range(node_type)
+        rows = self._in_range(store_ids, offset, count, f"store rows of {name}")
+        return np.asarray(self.perm)[rows] - offset
+
+    def store_ids(self, ids: np.ndarray, node_type: str | None = None) -> np.ndarray:
+        """Store rows of the dataset's node IDs `ids` (inv[id]); on a heterogeneous store
+        IDs within `node_type` (default the target type), range-checked per type."""
+        offset, count, name = self._type_range(node_type)
+        return np.asarray(self.inv)[self._in_range(ids, 0, count, f"IDs of {name}") + offset]
+
+    def node_features(self, ids: np.ndarray, node_type: str | None = None) -> np.ndarray:
+        """float32 features (len(ids), the type's own width) of the dataset's node IDs
+        `ids` of `node_type` (default the target type), as the loaders give them."""
+        rows = self.store_ids(ids, node_type)
+        if not self.schema.is_homogeneous:
+            t = self.schema.node_types[self.schema.type_id(node_type or self.schema.target)]
+            if not t.features:
+                raise ValueError(f"node type {t.name!r} has no features in {self.path} (types with "
+                                 f"features: {[n.name for n in self.schema.node_types if n.features]})")
+        width = self.feat_dim if self.schema.is_homogeneous else (t.dim or self.feat_dim)
+        return self.as_float32(self.features_memmap()[rows], rows)[:, :width]
+
+    def node_labels(self, ids: np.ndarray, node_type: str | None = None) -> np.ndarray:
+        """int64 labels (-1: unlabelled) of the dataset's node IDs `ids` of `node_type`
+        (default the target type, the labelled one)."""
+        return np.asarray(self.labels[self.store_ids(ids, node_type)], np.int64)
+
+    def _type_range(self, node_type: str | None) -> tuple[int, int, str]:
+        """(first store row, node count, a name for errors) of `node_type` (default the
+        target type; a homogeneous store's nodes take no type)."""
         if self.schema.is_homogeneous:
-            return ids
-        return ids - self.schema.offsets[self.schema.type_id(node_type or self.schema.target)]
+            if node_type is not None:
+                raise ValueError(f"node_type {node_type!r}: {self.path} is homogeneous (no node types)")
+            return 0, self.num_nodes, "the nodes"
+        name = node_type or self.schema.target
+        if name not in self.schema.type_names:
+            raise ValueError(f"node_type {name!r}: expected one of {self.schema.type_names}")
+        t = self.schema.type_id(name)
+        return int(self.schema.offsets[t]), self.schema.node_types[t].count, f"node type {name!r}"
+
+    @staticmethod
+    def _in_range(ids: Any, first: int, count: int, what: str) -> np.ndarray:
+        """`ids` as int64, all in first..first+count-1, or a ValueError naming one outside."""
+        array = np.asarray(ids)
+        if array.size and not np.issubdtype(array.dtype, np.integer):
+            raise ValueError(f"{what}: dtype {array.dtype}; expected integer IDs")
+        array = array.astype(np.int64, copy=False)
+        bad = array[(array < first) | (array >= first + count)]
+        if bad.size:
+            raise ValueError(f"{what}: {int(bad[0])} outside {first}..{first + count - 1}")
+        return array
 
     @property
     def has_link_split(self) -> bool:

@@ -31,6 +31,7 @@ def test_yaml_and_toml_agree(tmp_path):
     ({**BASE, "sampler": {"fanouts": [10, "x"]}}, r"sampler.fanouts\[1\]: 'x' is invalid"),
     ({**BASE, "sampler": {"fanouts": [10, 10, 10]}}, "sampler.fanouts: 3 fanouts for model.layers = 2"),
     ({**BASE, "sampler": {"seed_order": "bfs"}}, "sampler.seed_order: 'bfs' is invalid; expected one of"),
+    ({**BASE, "sampler": {"method": "labr"}}, r"sampler.method: 'labr' is invalid; expected one of \['uniform', 'labor'\]"),
     ({**BASE, "sampler": {"seed_window": 0}}, "sampler.seed_window: 0 is invalid; expected a positive integer"),
     ({**BASE, "features": "disk"}, "features: 'disk' is invalid"),
     ({"run_dir": "r"}, "store: required key missing"),

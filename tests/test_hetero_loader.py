@@ -69,8 +69,18 @@ def test_seeds_name_one_node_type(toy):
         gnnssd.NodeLoader(store, {"paper": [1], "author": [2]}, fanouts=[2], batch_size=4)
     with pytest.raises(ValueError, match=r"seeds\['author'\]: node 2000 outside 0..1999"):
         gnnssd.NodeLoader(store, {"author": [2000]}, fanouts=[2], batch_size=4)
-    with pytest.raises(ValueError, match="one per relation|relations"):
-        list(gnnssd.NodeLoader(store, {"paper": [1]}, fanouts=[{"cited": 2}], batch_size=4))
+
+
+def test_a_misspelt_relation_is_refused_when_the_loader_is_built(toy):
+    _, store = toy
+    expected = r"fanouts name relations \['cited'\]; the graph's relations are \['cites', 'writes'"
+    with pytest.raises(ValueError, match=expected):
+        gnnssd.NodeLoader(store, {"paper": [1]}, fanouts=[{"cited": 2}], batch_size=4)  # not iterated
+    with gnnssd.NodeLoader(store, {"paper": [1]}, fanouts=[2], batch_size=4) as loader:
+        with pytest.raises(ValueError, match=expected):
+            loader.with_seeds({"paper": [2]}, fanouts=[{"cited": 2}])
+        with pytest.raises(ValueError, match=expected):
+            gnnssd.EdgeLoader(loader.source, {"cites": ([0], [1])}, fanouts=[{"cited": 2}], batch_size=4)
 
 
 @pytest.fixture(scope="module")

@@ -80,7 +80,10 @@ def test_two_live_iterators_of_one_loader(store: gnnssd.Store, budget: str, batc
     """Alternating two iterators gives each the mini-batches it gives alone."""
     with _loader(store, budget, batch_size) as loader:
         alone = [b.input_nodes.numpy() for b in loader]
-        first, second = iter(loader), iter(loader)
+        loader.set_epoch(0)  # each iteration is the next epoch: both replay the first
+        first = iter(loader)
+        loader.set_epoch(0)
+        second = iter(loader)
         for expected in alone:
             for it in (first, second):
                 batch = next(it)

@@ -23,6 +23,10 @@ def test_every_exported_name_resolves() -> None:
         gnnssd.Nope  # noqa: B018
 
 
+def test_dir_lists_the_public_names() -> None:
+    assert set(gnnssd.__all__) <= set(dir(gnnssd))
+
+
 def test_importing_gnnssd_imports_neither_torch_nor_dgl() -> None:
     """The exports are lazy: the CLI starts without torch and DGL."""
     code = "import sys, gnnssd; print(sorted({'torch', 'dgl'} & set(sys.modules)))"

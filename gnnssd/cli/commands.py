@@ -1,4 +1,4 @@
-"""The `gnnssd` command line: preprocess, train, eval, predict, embed, info, verify, demo."""
+"""The `gnnssd` command line: preprocess, train, eval, predict, embed, info, verify, export, demo."""
 from __future__ import annotations
 
 import argparse
@@ -258,6 +258,14 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
     print(f"{args.store}: {model}")
 
 
+def cmd_export(args: argparse.Namespace) -> None:
+    from .export import export_graphbolt
+
+    path = export_graphbolt(Store.open(args.store), Path(args.out))
+    print(f"wrote {path} (a DGL GraphBolt OnDiskDataset in the dataset's IDs: "
+          f"dgl.graphbolt.OnDiskDataset({str(path.parent)!r}).load())")
+
+
 def cmd_demo(args: argparse.Namespace) -> None:
     from .demo import run_demo
 
@@ -396,6 +404,14 @@ def build_parser() -> argparse.ArgumentParser:
     calibrate.add_argument("store")
     calibrate.add_argument("--seconds", type=float, default=1.0, help="per measurement")
     calibrate.set_defaults(func=cmd_calibrate)
+
+    export = commands.add_parser("export", help="write a store in another system's layout")
+    formats = export.add_subparsers(dest="format", required=True)
+    graphbolt_out = formats.add_parser("graphbolt", help="DGL GraphBolt OnDiskDataset (metadata.yaml + .npy), "
+                                       "in the dataset's own IDs")
+    graphbolt_out.add_argument("store")
+    graphbolt_out.add_argument("out", help="a new directory")
+    graphbolt_out.set_defaults(func=cmd_export)
 
     demo = commands.add_parser("demo", help="generate, preprocess, train and evaluate a tiny graph")
     demo.add_argument("--out", default="demo_out")

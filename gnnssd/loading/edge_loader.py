@@ -31,6 +31,7 @@ from gnnssd.storage_format import GraphSchema, Store, random_negatives
 
 from .feature_source import FeatureSource, SourceLoader
 from .node_loader import NodeLoader, _ranks, check_fanouts
+from .typed import layer_fanouts
 from .types import MiniBatch
 
 EDGE_FEATURES = ("memory", "ssd")
@@ -131,7 +132,8 @@ class EdgeLoader(SourceLoader):
 
     Each batch's positive edges and their reverses are excluded from its sampled blocks
     (DGL's exclude="reverse_id"), so no batch sees the edges it is asked to predict.
-    `drop_last` drops a last batch of fewer than `batch_size` edges.
+    `drop_last` drops a last batch of fewer than `batch_size` edges. Epochs and `seed` as
+    NodeLoader's: each iteration is the next epoch unless `set_epoch` names one.
 
     Data parallel: rank `rank` of `world_size` (default: this process's place in the
     initialised torch.distributed process group, else 0 of 1) iterates over its `shard` of
@@ -139,10 +141,10 @@ class EdgeLoader(SourceLoader):
     batch, wrapped so that all ranks get the same number).
     """
 
-    def __init__(self, source: FeatureSource | Store | str | Path, edges: Any, *, fanouts: list[int],
-                 batch_size: int, negatives: int = 1, shuffle: bool = True, seed: int = 0,
-                 drop_last: bool = False, rank: int | None = None, world_size: int | None = None,
-                 **source_options: Any):
+    def __init__(self, source: FeatureSource | Store | str | Path, edges: Any, *,
+                 fanouts: list[int] | list[dict[str, int]], batch_size: int, negatives: int = 1,
+                 shuffle: bool = True, seed: int | None = None, drop_last: bool = False,
+                 rank: int | None = None, world_size: int | None = None, **source_options: Any):
         fanouts = check_fanouts(fanouts)
         if batch_size < 1 or negatives < 1:
             raise ValueError(f"batch_size {batch_size} and negatives {negatives}: both must be >= 1")
@@ -160,6 +162,7 @@ class EdgeLoader(SourceLoader):
                                                 **source_options)
         super().__init__(source, self._owns_source)
         try:
+            layer_fanouts(self.store.schema, fanouts)  # a relation misspelt: refused now, not when iterated
             self.relation, self.edges = relation_edges(edges, self.store.schema)
         except BaseException:
             self.close()
@@ -181,11 +184,15 @@ class EdgeLoader(SourceLoader):
         return -(-self._epoch_batches() // self.world_size)
 
     def __iter__(self) -> Iterator[EdgeBatch]:
+        """The next epoch's edge mini-batches (drawn now: iterators may interleave)."""
+        self._start_epoch()
         groups = edge_groups(self.store_edges, self.batch_size, self.negatives, self._dst_nodes,
                              self.seed, self.epoch, self.shuffle, self._ends_first)[:self._epoch_batches()]
         groups = [groups[k] for k in self._shard.order(np.arange(len(groups)), self.seed, self.epoch)]
-        batches = self.backend.minibatches([g.seeds for g in groups], self.fanouts, self.epoch,
-                                           exclude=[g.pos_edges for g in groups])
+        return self._edge_batches(groups, self.backend.minibatches([g.seeds for g in groups], self.fanouts,
+                                                                   self.epoch, exclude=[g.pos_edges for g in groups]))
+
+    def _edge_batches(self, groups: list[EdgeGroup], batches: Iterator[MiniBatch]) -> Iterator[EdgeBatch]:
         try:  # closed here, not when collected: a caller's break stops the I/O threads now
             for group, batch in zip(groups, batches):
                 batch = self.source.with_original_ids(batch)
@@ -194,7 +201,7 @@ class EdgeLoader(SourceLoader):
         finally:
             batches.close()
 
-    def node_batches(self, nodes: Any, fanouts: list[int], batch_size: int) -> Iterator[MiniBatch]:
+    def node_batches(self, nodes: Any, fanouts: list[int] | list[dict[str, int]], batch_size: int) -> Iterator[MiniBatch]:
         """Node mini-batches of `nodes` (NodeLoader's seeds: on a heterogeneous store a
         dict of one type's IDs) in order through the same source (evaluation embeddings)."""
         view = NodeLoader(self.source, nodes, fanouts=fanouts, batch_size=batch_size, rank=0, world_size=1)

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from gnnssd.core import SamplerConfig, SSDConfig, StageTimer, run_seed, select_device
+from gnnssd.sampler import SAMPLING_METHODS
 from gnnssd.storage_format import Store
 
 from .backends.baselines import MmapLoader, PerRowLoader
@@ -39,7 +40,7 @@ class FeatureBackend(Protocol):
     OUT_OF_CORE: bool
     timer: StageTimer
 
-    def minibatches(self, batches: list[np.ndarray], fanouts: list[int], epoch: int = 0,
+    def minibatches(self, batches: list[np.ndarray], fanouts: list[int] | list[dict[str, int]], epoch: int = 0,
                     exclude: list[np.ndarray] | None = None, reuse_epochs: int = 1) -> Iterator[MiniBatch]:
         ...
 
@@ -57,6 +58,15 @@ BACKENDS: dict[str, type] = {"memory": MemoryLoader, "ssd": SSDLoader, "mmap": M
 _SSD_KEYS = {f.name for f in dataclasses.fields(SSDConfig)}
 
 
+def drawn_seed(seed: int | None) -> int:
+    """`seed` as a run seed (any integer; DGL and NumPy take a bounded range), or one drawn
+    from torch's global generator when None: as DGL's DataLoader, `torch.manual_seed`
+    decides a loader's shuffles and neighbour draws unless it is given its own seed."""
+    if seed is None:
+        seed = int(torch.randint(0, 1 << 62, ()).item())
+    return run_seed(seed)
+
+
 def as_store(store: Store | str | Path) -> Store:
     """A Store, opened from its path when given one."""
     if isinstance(store, (str, Path)):
@@ -71,14 +81,15 @@ class FeatureSource:
 
     `ssd` (an SSDConfig, whole) bounds the ssd backend's memory; `sampling` sizes its
     buffers for the training and evaluation fanouts and batch sizes the loaders will ask
-    for. `seed` seeds the neighbour draws; `scratch_dir` holds compact blocks (default: a
+    for. `seed` seeds the neighbour draws (default: drawn from torch's global generator, so
+    `torch.manual_seed` governs it); `scratch_dir` holds compact blocks (default: a
     private temporary directory, removed by `close`, or when the source is garbage
     collected or the interpreter exits if `close` was forgotten). A closed source refuses
     to be used (RuntimeError).
     """
 
     def __init__(self, store: Store | str | Path, features: str = "memory", ssd: SSDConfig | None = None,
-                 sampling: SamplerConfig | None = None, *, seed: int = 0, device: str | torch.device = "auto",
+                 sampling: SamplerConfig | None = None, *, seed: int | None = None, device: str | torch.device = "auto",
                  scratch_dir: str | Path | None = None):
         if features not in BACKENDS:
             raise ValueError(f"features: {features!r}; expected one of {tuple(BACKENDS)}")
@@ -86,7 +97,7 @@ class FeatureSource:
         self.features = features
         self.ssd = ssd or SSDConfig()
         self.sampling = sampling or SamplerConfig()
-        self.seed = run_seed(seed)  # any integer; DGL and NumPy take a bounded range
+        self.seed = drawn_seed(seed)
         self.device = device if isinstance(device, torch.device) else select_device(device)
         self.timer = StageTimer()
         self._perms: dict[torch.device, torch.Tensor] = {}
@@ -113,20 +124,24 @@ class FeatureSource:
         return self._backend
 
     @classmethod
-    def from_options(cls, store: Store | str | Path, *, features: str = "memory", seed: int = 0,
+    def from_options(cls, store: Store | str | Path, *, features: str = "memory", seed: int | None = None,
                      device: str | torch.device = "auto", scratch_dir: str | Path | None = None,
-                     fanouts: list[int] | None = None, batch_size: int | None = None,
-                     eval_fanouts: list[int] | None = None,
-                     eval_batch_size: int = SamplerConfig.eval_batch_size, **ssd: Any) -> FeatureSource:
+                     fanouts: list[int] | list[dict[str, int]] | None = None, batch_size: int | None = None,
+                     eval_fanouts: list[int] | list[dict[str, int]] | None = None,
+                     eval_batch_size: int = SamplerConfig.eval_batch_size,
+                     method: str = SamplerConfig.method, **ssd: Any) -> FeatureSource:
         """A source from NodeLoader's keyword options: SSDConfig's fields by name
-        (memory_budget, hot_fraction, ...), the sampling the buffers are sized for."""
+        (memory_budget, hot_fraction, ...), the sampling the buffers are sized for and
+        its `method` (uniform or labor: every loader over the source samples so)."""
+        if method not in SAMPLING_METHODS:
+            raise ValueError(f"method: {method!r}; expected one of {SAMPLING_METHODS}")
         unknown = sorted(set(ssd) - _SSD_KEYS)
         if unknown:
             raise TypeError(f"unknown option(s) {', '.join(unknown)}; expected the loader's options or "
                             f"SSDConfig's fields {sorted(_SSD_KEYS)}")
         sampling = SamplerConfig(fanouts=list(fanouts or SamplerConfig().fanouts),
                                  batch_size=batch_size or SamplerConfig.batch_size,
-                                 eval_fanouts=eval_fanouts, eval_batch_size=eval_batch_size)
+                                 eval_fanouts=eval_fanouts, eval_batch_size=eval_batch_size, method=method)
         return cls(store, features, SSDConfig(**ssd), sampling, seed=seed, device=device, scratch_dir=scratch_dir)
 
     def _original(self, store_ids: torch.Tensor) -> torch.Tensor:
@@ -222,7 +237,11 @@ _PER_PROCESS = ("a {name} cannot be {how}: it holds this process's open files, b
 class SourceLoader:
     """What NodeLoader and EdgeLoader share: iterating over a FeatureSource, their own
     (opened from a Store and closed with them) or shared (closing them releases nothing);
-    the epoch; and this loader's own view of the disk counters and stage times."""
+    the epoch; and this loader's own view of the disk counters and stage times.
+
+    Each iteration is an epoch, as with DGL's DataLoader: iterating again draws the next
+    epoch's order and neighbours. `set_epoch(e)` makes the next iteration epoch e (data
+    parallel ranks agree on it; the same e replays the same batches)."""
 
     def __init__(self, source: FeatureSource, owns_source: bool):
         source.backend  # refuses a closed source
@@ -230,6 +249,8 @@ class SourceLoader:
         self._closed = False
         self._pid = os.getpid()
         self.epoch = 0
+        self._epoch_set = False  # set_epoch named the next iteration's epoch
+        self._iterated = False
         self._io_seen: dict[str, int] = {}
 
     @property
@@ -259,8 +280,17 @@ class SourceLoader:
         raise TypeError(_PER_PROCESS.format(name=type(self).__name__, how="pickled"))
 
     def set_epoch(self, epoch: int) -> None:
-        """The epoch the next iteration draws its order, negatives and neighbours for."""
-        self.epoch = epoch
+        """The epoch the next iteration draws its order, negatives and neighbours for
+        (without it, each iteration is the one after the previous)."""
+        self.epoch, self._epoch_set = epoch, True
+
+    def _start_epoch(self) -> int:
+        """The epoch an iteration starting now runs: the one set_epoch named, else the
+        previous iteration's plus one (the first: 0)."""
+        if not self._epoch_set and self._iterated:
+            self.epoch += 1
+        self._epoch_set, self._iterated = False, True
+        return self.epoch
 
     def io_stats(self) -> dict[str, int]:
         """Bytes read and written and requests sent to the disk since this loader's

@@ -3,8 +3,7 @@
     with gnnssd.NodeLoader(store, store.train_idx, fanouts=[10, 10], batch_size=256,
                            features="ssd", memory_budget="256MiB", shuffle=True) as loader:
         valid = loader.with_seeds(store.valid_idx, fanouts=[-1, -1])   # shares the features
-        for epoch in range(5):
-            loader.set_epoch(epoch)
+        for epoch in range(5):          # each iteration is the next epoch (set_epoch: pin one)
             for mb in loader:
                 loss = F.cross_entropy(model(mb.blocks, mb.x), mb.y)
 
@@ -30,6 +29,7 @@ from gnnssd.sampler import SeedOrder, Sequential, Sharded, named_order, seed_bat
 from gnnssd.storage_format import GraphSchema, Store
 
 from .feature_source import FeatureSource, SourceLoader
+from .typed import layer_fanouts
 from .types import MiniBatch
 
 
@@ -96,7 +96,8 @@ class NodeLoader(SourceLoader):
     splits give them, or a boolean mask over the nodes) for node-level
     tasks, features from `source`: a FeatureSource shared with other loaders, or a Store or
     its path, for which the loader opens its own source from `source_options` (`features`:
-    memory, ssd, mmap, per-row; SSDConfig's fields such as `memory_budget`; `seed`,
+    memory, ssd, mmap, per-row; `method`: uniform or labor neighbour sampling (see
+    SamplerConfig.method); SSDConfig's fields such as `memory_budget`; `seed`,
     `device`, `scratch_dir`, `eval_fanouts`/`eval_batch_size` that size the ssd buffers for
     evaluation loaders) and closes it with itself. Defaults follow the config.
 
@@ -108,7 +109,13 @@ class NodeLoader(SourceLoader):
     With `shuffle`, each epoch's seeds come in the order `seed_order` names: "random" (a
     uniform shuffle) or "proximity" (runs of `seed_window` nearby store IDs,
     `gnnssd.sampler.Proximity`); without, in the order given. A `gnnssd.sampler.SeedOrder`
-    object is used as given (the user's own policy).
+    object is used as given (the user's own policy). `seed` (default: drawn from torch's
+    global generator, so `torch.manual_seed` governs it) seeds the shuffles and, for a
+    loader that opens its own source, the neighbour draws.
+
+    Each iteration is the next epoch, as with DGL's DataLoader (a fresh order and fresh
+    neighbour draws); `set_epoch(e)` makes the next iteration epoch e: data-parallel ranks
+    agree on it, and the same e replays the same mini-batches.
 
     `reuse_epochs=K` trains K consecutive epochs on the same samples (seed order and
     neighbour draws of the group's first epoch; groups start at `first_epoch`, the number
@@ -121,7 +128,7 @@ class NodeLoader(SourceLoader):
     mini-batches. `with_seeds` loaders are not sharded.
     """
 
-    def __init__(self, source: FeatureSource | Store | str | Path, seeds: Any, *, fanouts: list[int],
+    def __init__(self, source: FeatureSource | Store | str | Path, seeds: Any, *, fanouts: list[int] | list[dict[str, int]],
                  batch_size: int, shuffle: bool = False, seed: int | None = None, drop_last: bool = False,
                  rank: int | None = None, world_size: int | None = None,
                  seed_order: str | SeedOrder = SamplerConfig.seed_order,
@@ -139,12 +146,13 @@ class NodeLoader(SourceLoader):
         self._owns_source = not isinstance(source, FeatureSource)
         if self._owns_source:
             source = FeatureSource.from_options(source, fanouts=fanouts, batch_size=batch_size,
-                                                seed=0 if seed is None else seed, **source_options)
+                                                seed=seed, **source_options)
         elif source_options:
             raise TypeError(f"{', '.join(sorted(source_options))}: options of the FeatureSource, which "
                             "is already open; pass them to it, or pass a Store to open one here")
         super().__init__(source, self._owns_source)
         try:
+            layer_fanouts(source.store.schema, fanouts)  # a relation misspelt: refused now, not when iterated
             self.seeds = check_seeds(seeds, source.store.schema)
         except BaseException:
             self.close()
@@ -157,7 +165,7 @@ class NodeLoader(SourceLoader):
         self.order = seed_order if self.world_size == 1 else Sharded(seed_order, self.rank, self.world_size)
         self.reuse_epochs, self.first_epoch = reuse_epochs, first_epoch
 
-    def with_seeds(self, seeds: Any, *, fanouts: list[int] | None = None, batch_size: int | None = None,
+    def with_seeds(self, seeds: Any, *, fanouts: list[int] | list[dict[str, int]] | None = None, batch_size: int | None = None,
                    shuffle: bool = False, drop_last: bool = False) -> NodeLoader:
         """A loader over other seeds (e.g. a validation split) sharing this one's source
         (features, hot cache and buffers); closing it releases nothing, closing this one
@@ -186,8 +194,12 @@ class NodeLoader(SourceLoader):
         return seed_batches(self.store_ids, self.batch_size, self.order, self.seed, self.sample_epoch, self.drop_last)
 
     def __iter__(self) -> Iterator[MiniBatch]:
-        batches = self.backend.minibatches(self.seed_batches(), self.fanouts, self.sample_epoch,
-                                           reuse_epochs=self.reuse_epochs)
+        """The next epoch's mini-batches (its order drawn now: iterators may interleave)."""
+        self._start_epoch()
+        return self._converted(self.backend.minibatches(self.seed_batches(), self.fanouts, self.sample_epoch,
+                                                        reuse_epochs=self.reuse_epochs))
+
+    def _converted(self, batches: Iterator[MiniBatch]) -> Iterator[MiniBatch]:
         try:  # closed here, not when collected: a caller's break stops the I/O threads now
             for batch in batches:
                 yield self.source.with_original_ids(batch)

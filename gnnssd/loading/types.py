@@ -28,11 +28,15 @@ LABEL_CHUNK = 1 << 22  # labels copied per pass (32 MiB of the int64 file)
 @dataclass
 class MiniBatch:
     """One mini-batch, all on the loader's device: `x` holds the float32 features of
-    `input_nodes`, `y` the labels of `output_nodes` (store IDs both; -1: unlabelled, see
-    `labelled`). On a heterogeneous store input_nodes, output_nodes and x are dicts by
-    node type (x: the types with features), as DGL's DataLoader gives them for a
-    heterograph; y stays one tensor (the seeds' labels in store ID order: of one type, but for
-    an edge batch's ends). As DGL's DataLoader does, `blocks[0].srcdata["feat"]` is `x` and
+    `input_nodes`, `y` the labels of `output_nodes` (-1: unlabelled, see `labelled`).
+    From a NodeLoader or EdgeLoader the node IDs (input_nodes, output_nodes, the blocks'
+    dgl.NID) are the dataset's own, as `store.train_idx` gives them; a backend makes its
+    mini-batches in store IDs and the loader converts them (FeatureSource.with_original_ids).
+    On a heterogeneous store input_nodes, output_nodes and x are dicts by
+    node type (x: the types with features) with IDs within each type, as DGL's DataLoader
+    gives them for a heterograph; y stays one tensor (the seeds' labels, in the order of
+    output_nodes of their one type; an edge batch's ends, of two types, in store ID
+    order). As DGL's DataLoader does, `blocks[0].srcdata["feat"]` is `x` and
     `blocks[-1].dstdata["label"]` is `y`, and a mini-batch unpacks as DGL's tuple:
     `for input_nodes, output_nodes, blocks in loader`."""
 

@@ -141,7 +141,8 @@ class TaskTrainer(abc.ABC):
         within its share of the machine's `ssd.memory_budget`."""
         cfg = self.config
         sampling = SamplerConfig(fanouts=cfg.sampler.fanouts, batch_size=self._seeds_per_batch(),
-                                 eval_fanouts=cfg.sampler.eval_fanouts, eval_batch_size=cfg.sampler.eval_batch_size)
+                                 eval_fanouts=cfg.sampler.eval_fanouts, eval_batch_size=cfg.sampler.eval_batch_size,
+                                 method=cfg.sampler.method)
         try:
             return FeatureSource(self.store, cfg.features, distributed.share_budget(cfg, self.ranks).ssd, sampling,
                                  seed=cfg.seed, device=self.device, scratch_dir=self.scratch.path)
@@ -417,9 +418,14 @@ def _check_memory(cfg: Config, store: Store, output_dim: int) -> None:
     if need > available:
         # GAT's widths grow with its heads too: blame them when one head would fit
         single_head = dataclasses.replace(cfg.model, heads=1)
+        no_tables = dataclasses.replace(cfg.model, featureless="zeros")
         if cfg.model.name in ("gat", "rgat") and cfg.model.heads > 1 and \
                 _parameters(single_head, store, output_dim) * TRAINING_BYTES_PER_PARAMETER <= available:
             key = f"model.heads: {cfg.model.heads} (model.hidden {cfg.model.hidden})"
+        elif cfg.model.featureless == "embedding" and \
+                _parameters(no_tables, store, output_dim) * TRAINING_BYTES_PER_PARAMETER <= available:
+            key = "model.featureless: embedding (a learned row per node of the featureless types; " \
+                  "`featureless: zeros` holds none)"
         else:
             key = f"model.hidden: {cfg.model.hidden}"
         size = (f"{params:,} parameters, ~{format_bytes(need)} with gradients and Adam state"

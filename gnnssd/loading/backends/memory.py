@@ -34,6 +34,10 @@ class SampledLoader:
 
     OUT_OF_CORE = False
 
+    #: How DGL samples: "uniform" (its NeighborSampler) or "labor" (its LaborSampler,
+    #: layer-neighbour sampling); `open` sets the source's `sampling.method`.
+    method = "uniform"
+
     #: `features=` name of the mode, for its errors.
     NAME = "memory"
 
@@ -46,7 +50,7 @@ class SampledLoader:
         self.timer = timer
         self.io = IOCounters()
 
-    def minibatches(self, batches: list[np.ndarray], fanouts: list[int], epoch: int = 0,
+    def minibatches(self, batches: list[np.ndarray], fanouts: list[int] | list[dict[str, int]], epoch: int = 0,
                     exclude: list[np.ndarray] | None = None, reuse_epochs: int = 1) -> Iterator[MiniBatch]:
         """A mini-batch per array of seed nodes, sampled by DGL's NeighborSampler; with
         `exclude`, batch b without the edges of the (E, 2) node pairs exclude[b] and their
@@ -58,8 +62,8 @@ class SampledLoader:
         if not schema.is_homogeneous:
             yield from self._typed_minibatches(batches, fanouts, epoch, exclude)
             return
-        sampler = dgl.dataloading.NeighborSampler(fanouts)
-        dgl.seed(epoch_seed(self.seed, epoch))
+        dgl.seed(epoch_seed(self.seed, epoch))  # before the sampler: DGL's LaborSampler draws its seed when made
+        sampler = self._dgl_sampler(fanouts)
         for b, seeds in enumerate(batches):
             with self.timer.stage("sample"):
                 excluded = None if exclude is None else torch.from_numpy(
@@ -78,8 +82,8 @@ class SampledLoader:
         in either direction, in every relation); x of the featured types gathered by this
         loader's `_inputs` from their global rows."""
         schema = self.store.schema
-        sampler = dgl.dataloading.NeighborSampler([dgl_fanouts(schema, f) for f in layer_fanouts(schema, fanouts)])
         dgl.seed(epoch_seed(self.seed, epoch))
+        sampler = self._dgl_sampler([dgl_fanouts(schema, f) for f in layer_fanouts(schema, fanouts)])
         featured = [t.name for t in schema.node_types if t.features]
         for b, seeds in enumerate(batches):
             with self.timer.stage("sample"):
@@ -98,7 +102,18 @@ class SampledLoader:
     def open(cls, store: Store, ssd: SSDConfig, sampling: SamplerConfig, seed: int, device: torch.device,
              timer: StageTimer, scratch_dir: Path | None) -> SampledLoader:
         """The registry's uniform constructor (gnnssd.loading.feature_source.BACKENDS)."""
-        return cls(store, device, timer, seed)
+        return cls(store, device, timer, seed).sampling_by(sampling.method)
+
+    def sampling_by(self, method: str) -> SampledLoader:
+        """This loader, sampling by `method` (uniform or labor)."""
+        self.method = method
+        return self
+
+    def _dgl_sampler(self, fanouts: list[Any]) -> dgl.dataloading.BlockSampler:
+        """DGL's sampler of this loader's `method` with `fanouts` (per layer)."""
+        if self.method == "labor":
+            return dgl.dataloading.LaborSampler(fanouts)
+        return dgl.dataloading.NeighborSampler(fanouts)
 
     def io_stats(self) -> dict[str, int]:
         return self.io.as_dict()

@@ -116,7 +116,8 @@ class SSDLoader:
         most = 0
         for fanouts, batch_size in settings:
             sampler = NeighborSampler(self.store.indptr, self.store.indices,
-                                      layer_fanouts(self.store.schema, fanouts), **self._typing())
+                                      layer_fanouts(self.store.schema, fanouts), **self._typing(),
+                                      method=sampler_cfg.method)
             splits = [np.asarray(s) for s in (self.store.train_store_ids, self.store.valid_store_ids,
                                               self.store.test_store_ids)]
             # a link store has no node splits: its seeds (edge endpoints) are any nodes
@@ -184,7 +185,8 @@ class SSDLoader:
             self._drop_kept()
             kept = self._kept = KeptSamples(key, self.kept_dir, disk_share(self.kept_dir))
         directory = self.kept_dir if reuse else self.block_dir
-        cfg = PlanConfig(fanouts=tuple(fanouts), mega_batch=self.mega_batch, seed=self.seed)
+        cfg = PlanConfig(fanouts=tuple(fanouts), mega_batch=self.mega_batch, seed=self.seed,
+                         method=self.sampling.method)
         planner = Planner(self.store.indptr, self.store.indices, cfg, self.hot.members,
                           max_rows=self.budget.buffer_rows, **self._typing())
         directory.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,107 @@
+"""`gnnssd export graphbolt STORE OUT`: a store back out as DGL GraphBolt's OnDiskDataset.
+
+The way out (and a cross-check against another system): OUT/metadata.yaml with .npy files,
+everything in the dataset's own IDs (a store in a locality or degree order is mapped back
+through perm), which `dgl.graphbolt.OnDiskDataset(OUT).load()` opens:
+
+    graph:        nodes [{num}] or [{type, num}], edges [{format: numpy, path}] of (2, E)
+                  (source, destination) pairs: the store's in-edges, per relation if typed
+    feature_data: the node features `feat` (per featured type, its own width), float32 for an
+                  int8 store (dequantized as the loaders give them), else the stored dtype;
+                  and the labels as node feature `label` (-1: unlabelled)
+    tasks:        node_classification: train/validation/test sets of (seed_nodes, labels)
+
+Node tasks only: a link store's edge splits are not exported.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from gnnssd.storage_format import Store
+
+CHUNK_ROWS = 1 << 16  # feature rows gathered per pass (bounded memory on a large store)
+SETS = {"train": "train_set", "valid": "validation_set", "test": "test_set"}
+
+
+def export_graphbolt(store: Store, out: Path) -> Path:
+    """Write `store` as an OnDiskDataset under `out` (created; refused if it holds a
+    metadata.yaml already); returns the metadata.yaml's path."""
+    if store.has_link_split:
+        raise ValueError(f"{store.path}: a link-prediction store; `export graphbolt` writes node tasks only")
+    out = Path(out)
+    if (out / "metadata.yaml").exists():
+        raise FileExistsError(f"{out / 'metadata.yaml'}: already there; export into a new directory")
+    out.mkdir(parents=True, exist_ok=True)
+    schema = store.schema
+    typed = not schema.is_homogeneous
+    names = schema.type_names if typed else [None]
+    nodes, edges, features = [], [], []
+    for name in names:
+        node_type = schema.node_types[schema.type_id(name)] if typed else None
+        count = node_type.count if typed else store.num_nodes
+        nodes.append({"num": int(count), **({"type": name} if typed else {})})
+        stem = name or "node"
+        np.save(out / f"{stem}-label.npy", store.node_labels(np.arange(count), name))
+        features.append(_feature("label", name, f"{stem}-label.npy"))
+        if not typed or node_type.features:
+            width = (node_type.dim if typed else None) or store.feat_dim
+            _write_features(store, name, count, width, out / f"{stem}-feat.npy")
+            features.append(_feature("feat", name, f"{stem}-feat.npy"))
+    for relation, pairs in _edges(store):
+        path = f"edges-{relation[1]}.npy" if typed else "edges.npy"
+        np.save(out / path, pairs)
+        edges.append({"format": "numpy", "path": path, **({"type": ":".join(relation)} if typed else {})})
+    task = {"name": "node_classification", "num_classes": int(store.num_classes)}
+    for split, key in SETS.items():
+        seeds = np.asarray(store.split(split), np.int64)
+        np.save(out / f"{split}-seed_nodes.npy", seeds)
+        np.save(out / f"{split}-labels.npy", store.node_labels(seeds))
+        data = [{"name": "seed_nodes", "format": "numpy", "path": f"{split}-seed_nodes.npy"},
+                {"name": "labels", "format": "numpy", "path": f"{split}-labels.npy"}]
+        task[key] = [{"data": data, **({"type": schema.target} if typed else {})}]
+    meta = {"dataset_name": str(store.manifest.get("name", store.path.name)),
+            "graph": {"nodes": nodes, "edges": edges}, "feature_data": features, "tasks": [task]}
+    path = out / "metadata.yaml"
+    path.write_text(yaml.safe_dump(meta, sort_keys=False))
+    return path
+
+
+def _feature(name: str, node_type: str | None, path: str) -> dict:
+    return {"domain": "node", **({"type": node_type} if node_type else {}), "name": name,
+            "format": "numpy", "path": path, "in_memory": False}
+
+
+def _write_features(store: Store, node_type: str | None, count: int, width: int, path: Path) -> None:
+    """The type's features in its dataset ID order, CHUNK_ROWS at a time into a .npy."""
+    dtype = np.float32 if store.feat_dtype == np.int8 else store.feat_dtype
+    array = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=(count, width))
+    for lo in range(0, count, CHUNK_ROWS):
+        ids = np.arange(lo, min(lo + CHUNK_ROWS, count))
+        if dtype == np.float32:
+            array[lo:lo + len(ids)] = store.node_features(ids, node_type)
+        else:  # the stored values, unconverted
+            rows = store.store_ids(ids, node_type)
+            array[lo:lo + len(ids)] = store.features_memmap()[rows][:, :width]
+    array.flush()
+    del array
+
+
+def _edges(store: Store) -> list[tuple[tuple[str, str, str], np.ndarray]]:
+    """(relation, (2, E) int64 pairs in the dataset's IDs, per type if typed) of the store's in-edges."""
+    indptr = np.asarray(store.indptr)
+    perm = np.asarray(store.perm)
+    dst = perm[np.repeat(np.arange(store.num_nodes, dtype=np.int64), np.diff(indptr))]
+    src = perm[np.asarray(store.indices, dtype=np.int64)]
+    schema = store.schema
+    if schema.is_homogeneous:
+        return [(("_N", "_E", "_N"), np.stack([src, dst]))]
+    etypes = np.asarray(store.etypes)
+    out = []
+    for r, (s, name, d) in enumerate(schema.relations):
+        mine = etypes == r
+        out.append(((s, name, d), np.stack([src[mine] - schema.offsets[schema.type_id(s)],
+                                            dst[mine] - schema.offsets[schema.type_id(d)]])))
+    return out
