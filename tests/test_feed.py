@@ -112,3 +112,31 @@ def test_more_threads_than_numbas_pool_are_refused(store):
     too_many = numba.config.NUMBA_NUM_THREADS + 1
     with pytest.raises(ConfigError, match=f"ssd.threads: {too_many} threads.*NUMBA_NUM_THREADS"):
         NodeLoader(store, store.train_idx, **{**LOADER, "threads": too_many})
+
+
+def test_pieces_spilled_without_their_blocks_give_the_stored_rows(store, tmp_path):
+    """Mini-batches larger than a buffer, read in pieces with a block budget (their plans
+    spilled while a repack window fills; only the last piece of a mini-batch keeps its
+    blocks): every x equals the store's rows."""
+    options = {**LOADER, "batch_size": 3000, "memory_budget": "20MiB", "block_budget": "8MiB",
+               "scratch_dir": tmp_path}
+    with NodeLoader(store, store.train_idx, **options) as loader:
+        loader.set_epoch(1)
+        backend, most_cold = loader.backend, 0
+        for batch in loader:
+            np.testing.assert_array_equal(batch.x.numpy(), _expected_x(store, batch, np.float32))
+            rows = np.asarray(store.inv)[batch.input_nodes.numpy()]
+            most_cold = max(most_cold, len(np.setdiff1d(rows, backend.hot.members.rows)))
+        assert backend.block_budget > 0  # plans wait for their repack window spilled
+        assert most_cold > backend.budget.buffer_rows  # some came in pieces
+
+
+def test_a_plan_without_minibatches_spills_and_restores(tmp_path):
+    """What a spilled piece keeps: rows, reads and its gather index, no blocks."""
+    from gnnssd.sampler import MegaBatchPlan
+
+    plan = MegaBatchPlan(epoch=1, index=3, minibatches=[], gather=[np.array([-1, 4, 2, -1])],
+                         rows=np.array([5, 9, 11]), num_read=3, carry_src=np.empty(0, np.int64), num_hot=2,
+                         stats={"minibatches": 0}, piece=1, pieces=3)
+    restored = plan.spill(tmp_path / "p.spill").restore()
+    assert restored.equals(plan) and restored.minibatches == [] and not (tmp_path / "p.spill").exists()

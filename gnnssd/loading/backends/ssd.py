@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import shutil
 import time
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
@@ -257,6 +258,10 @@ class SSDLoader:
             with self.timer.stage("plan"):
                 plan.read = pages_plan(plan.read_rows, self.store.row_bytes, self.cost_model)
                 if spill is not None:
+                    if plan.pieces and plan.piece < plan.pieces - 1:
+                        # every piece plan holds its mini-batch's blocks; only the last one's
+                        # are used (it yields the mini-batch): the others spill without them
+                        plan = replace(plan, minibatches=[])
                     plan = plan.spill(spill / f"plan_e{plan.epoch}_m{plan.index}.spill")
             yield plan
 
