@@ -11,7 +11,7 @@ each (system, threads) in a fresh process, and prints a table and writes JSON:
   - wall seconds per mini-batch of every loader stage (the loader's StageTimer);
   - mini-batches/s, and bytes read per useful byte (the loader's own counters).
 Systems: `memory` (DGL's sampler, the features in RAM), `ssd` (this tree's `features: ssd`),
-and with --baseline COMMIT `ssd@COMMIT`: the same loader from that commit's sources
+and with --baseline COMMIT... `ssd@COMMIT`: the same loader from each commit's sources
 (extracted under --work, this tree's compiled I/O engine beside them; refused if the engine's
 C sources differ), so a before/after is one table. The first mini-batch of each run (JIT
 caches loaded, pipeline filled) is not measured; a warm-up run per source tree fills numba's
@@ -21,7 +21,7 @@ caches first.
 torch's threads set to N (and the ssd loader's `threads` option where the tree has it).
 
     python scripts/bench_feed.py --store DIR [--quick] [--budget SIZE] [--batches N]
-        [--threads 1 2 ...] [--baseline 4c691b2] [--systems memory ssd] [--json PATH]
+        [--threads 1 2 ...] [--baseline 4c691b2 ...] [--systems memory ssd] [--json PATH]
 """
 from __future__ import annotations
 
@@ -220,7 +220,8 @@ def main() -> int:
     p.add_argument("--threads", nargs="+", type=int, default=[os.cpu_count() or 1],
                    help="thread counts to run every system with (default: the machine's cores)")
     p.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
-    p.add_argument("--baseline", help="also run the ssd loader of this commit (e.g. 4c691b2)")
+    p.add_argument("--baseline", nargs="+", default=[],
+                   help="also run the ssd loader of these commits (e.g. 4c691b2), each as ssd@COMMIT")
     p.add_argument("--ssd", nargs="+", default=[], metavar="KEY=VALUE",
                    help="options of the ssd runs (SSDConfig's fields, e.g. block_budget=0 verify_checksums=false)")
     p.add_argument("--no-warmup", action="store_true", help="skip the warm-up run per source tree")
@@ -240,10 +241,8 @@ def main() -> int:
     store = Store.open(args.store)
     budget = parse_bytes(args.budget) if args.budget else store.feature_bytes // 8
     batches = args.batches or (8 if args.quick else 30)
-    trees = [("ssd", "", "this tree")]
-    if args.baseline:
-        tree = baseline_tree(args.baseline, args.work.resolve())
-        trees.insert(0, (f"ssd@{args.baseline}", str(tree), args.baseline))
+    trees = [(f"ssd@{commit}", str(baseline_tree(commit, args.work.resolve())), commit) for commit in args.baseline]
+    trees.append(("ssd", "", "this tree"))
     systems = [("memory", "", "this tree")] if "memory" in args.systems else []
     if "ssd" in args.systems:
         systems += trees
