@@ -219,7 +219,8 @@ def main() -> int:
     p.add_argument("--batches", type=int, help="measured mini-batches per run (default 8 with --quick, else 30)")
     p.add_argument("--threads", nargs="+", type=int, default=[os.cpu_count() or 1],
                    help="thread counts to run every system with (default: the machine's cores)")
-    p.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
+    p.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS),
+                   help="memory, and ssd: this working tree's loader (the --baseline commits run either way)")
     p.add_argument("--baseline", nargs="+", default=[],
                    help="also run the ssd loader of these commits (e.g. 4c691b2), each as ssd@COMMIT")
     p.add_argument("--ssd", nargs="+", default=[], metavar="KEY=VALUE",
@@ -242,10 +243,9 @@ def main() -> int:
     budget = parse_bytes(args.budget) if args.budget else store.feature_bytes // 8
     batches = args.batches or (8 if args.quick else 30)
     trees = [(f"ssd@{commit}", str(baseline_tree(commit, args.work.resolve())), commit) for commit in args.baseline]
-    trees.append(("ssd", "", "this tree"))
-    systems = [("memory", "", "this tree")] if "memory" in args.systems else []
     if "ssd" in args.systems:
-        systems += trees
+        trees.append(("ssd", "", "this tree"))
+    systems = ([("memory", "", "this tree")] if "memory" in args.systems else []) + trees
     print(f"store {store.path}: {store.num_nodes:,} nodes, features {format_bytes(store.feature_bytes)}, "
           f"budget {format_bytes(budget)}; {batches} mini-batches per run", flush=True)
     base = {"store": str(store.path), "budget": budget, "batches": batches, "seed": args.seed,
