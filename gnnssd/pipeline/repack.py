@@ -45,14 +45,23 @@ def repack(
     try:
         with BlockWriter([block_dir / p.read.block for p in blocks], row_bytes, io.alloc,
                          writer_bytes, open_at_once=overlap(blocks)) as writer:
+            firsts = [int(p.read_rows[0]) if p.num_read else -1 for p in blocks]
+            closed = 0  # blocks[:closed] have all their rows (a prefix: sorted by last row)
             for lo, hi, pos in io.iter_rows(f, union, row_bytes, scan.offsets, scan.lengths, staging):
-                for k, p in enumerate(blocks):
-                    rows = p.read_rows
-                    a, b = np.searchsorted(rows, [union[lo], union[hi - 1] + 1]) if hi > lo else (0, 0)
+                if hi == lo:
+                    continue
+                bottom, top = int(union[lo]), int(union[hi - 1])
+                for k in range(closed, len(blocks)):
+                    rows = blocks[k].read_rows
+                    if firsts[k] > top or not len(rows):
+                        continue  # begins after this chunk
+                    a, b = np.searchsorted(rows, [bottom, top + 1])
                     if b > a:
                         writer.append(k, staging, pos[np.searchsorted(union[lo:hi], rows[a:b])])
                         if b == len(rows):
                             writer.close(k)
+                while closed < len(blocks) and (not blocks[closed].num_read or blocks[closed].read_rows[-1] <= top):
+                    closed += 1
     finally:
         io.close(f)
     return writer.bytes_written
