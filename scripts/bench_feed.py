@@ -75,6 +75,8 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     """One run in this fresh process (gnnssd imported from spec["tree"] when given)."""
     if spec["tree"]:
         sys.path.insert(0, spec["tree"])  # ahead of the editable install's finder
+    if spec["system"] == "memory":  # all the features in RAM: the OOM killer's first choice, not a neighbour
+        Path("/proc/self/oom_score_adj").write_text("1000\n")
     import numpy as np
     import torch
 
