@@ -9,7 +9,8 @@ each (system, threads) in a fresh process, and prints a table and writes JSON:
     the first mini-batch and before the loader is closed; Python threads by name, the rest
     by kernel name: numba's and OpenMP's workers are "native", io_uring's "iou-wrk");
   - wall seconds per mini-batch of every loader stage (the loader's StageTimer);
-  - mini-batches/s, and bytes read per useful byte (the loader's own counters).
+  - mini-batches/s, and bytes read per useful byte (the loader's own counters; lumpy over
+    few mini-batches: a repack window's scan is counted when it happens).
 Systems: `memory` (DGL's sampler, the features in RAM), `ssd` (this tree's `features: ssd`),
 and with --baseline COMMIT... `ssd@COMMIT`: the same loader from each commit's sources
 (extracted under --work, this tree's compiled I/O engine beside them; refused if the engine's
@@ -110,7 +111,8 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         touch(next(batches))  # not measured: JIT caches loaded, pipeline filled
         touch_s = 0.0
         loader.timer.take()
-        io0, threads0, cpu0 = loader.io_stats(), thread_cpu(), process_cpu()
+        loader.io_stats()
+        threads0, cpu0 = thread_cpu(), process_cpu()
         start, n = time.perf_counter(), 0
         for batch in batches:
             touch(batch)
@@ -125,7 +127,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     for tid, (label, s) in threads1.items():
         per_thread[label] = per_thread.get(label, 0.0) + s - threads0.get(tid, (label, 0.0))[1]
     per_thread["(exited threads)"] = cpu - sum(per_thread.values())
-    io = {k: io1.get(k, 0) - io0.get(k, 0) for k in io1}
+    io = io1  # NodeLoader.io_stats: since its previous call (io0, which took the set-up's)
     useful = io.get("useful_bytes", 0)
     return {
         "system": spec["system"], "threads": spec["threads"], "tree": spec["tree_label"],
