@@ -223,8 +223,8 @@ def main() -> int:
     p.add_argument("--batches", type=int, help="measured mini-batches per run (default 8 with --quick, else 30)")
     p.add_argument("--threads", nargs="+", type=int, default=[os.cpu_count() or 1],
                    help="thread counts to run every system with (default: the machine's cores)")
-    p.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS),
-                   help="memory, and ssd: this working tree's loader (the --baseline commits run either way)")
+    p.add_argument("--systems", nargs="*", choices=SYSTEMS, default=list(SYSTEMS),
+                   help="memory, and ssd: this working tree's loader (the --baseline commits run either way; none: only they)")
     p.add_argument("--baseline", nargs="+", default=[],
                    help="also run the ssd loader of these commits (e.g. 4c691b2), each as ssd@COMMIT")
     p.add_argument("--ssd", nargs="+", default=[], metavar="KEY=VALUE",
