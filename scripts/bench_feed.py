@@ -11,7 +11,8 @@ each (system, threads) in a fresh process, and prints a table and writes JSON:
   - wall seconds per mini-batch of every loader stage (the loader's StageTimer);
   - mini-batches/s, and bytes read per useful byte (the loader's own counters; lumpy over
     few mini-batches: a repack window's scan is counted when it happens).
-Systems: `memory` (DGL's sampler, the features in RAM), `ssd` (this tree's `features: ssd`),
+Systems: `memory` (DGL's sampler, the features in RAM), `ssd` (this tree's `features: ssd`;
+`ssd-extents`: with `ssd.block_budget: 0`, no compact blocks),
 and with --baseline COMMIT... `ssd@COMMIT`: the same loader from each commit's sources
 (extracted under --work, this tree's compiled I/O engine beside them; refused if the engine's
 C sources differ), so a before/after is one table. The first mini-batch of each run (JIT
@@ -42,7 +43,8 @@ from typing import Any
 FANOUTS = [15, 10, 5]
 TYPED_FANOUTS = [10, 5]
 BATCH_SIZE = 1024
-SYSTEMS = ("memory", "ssd")
+EXTENTS = "ssd-extents"  # this tree's loader with ssd.block_budget 0 (no repack), beside its default
+SYSTEMS = ("memory", "ssd", EXTENTS)
 ENGINE_SOURCES = ("io_engine/csrc", "io_engine/build_ffi.py")
 ROOT = Path(__file__).resolve().parent.parent
 #: folders the package installs under the gnnssd namespace (pyproject's package-dir)
@@ -92,6 +94,8 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     options: dict[str, Any] = {"memory_budget": spec["budget"]}
     if spec["system"] != "memory":
         options.update(spec["ssd_options"])
+        if spec["system"] == EXTENTS:
+            options["block_budget"] = 0
         if not spec["tree"]:  # this tree's loader takes its thread count (a baseline's: the environment)
             options["threads"] = spec["threads"]
     with NodeLoader(store, store.original_ids(seeds), fanouts=fanouts, batch_size=BATCH_SIZE,
@@ -224,7 +228,8 @@ def main() -> int:
     p.add_argument("--threads", nargs="+", type=int, default=[os.cpu_count() or 1],
                    help="thread counts to run every system with (default: the machine's cores)")
     p.add_argument("--systems", nargs="*", choices=SYSTEMS, default=list(SYSTEMS),
-                   help="memory, and ssd: this working tree's loader (the --baseline commits run either way; none: only they)")
+                   help=f"memory, and ssd: this working tree's loader ({EXTENTS}: with ssd.block_budget 0); the --baseline "
+                        "commits run either way (none: only they)")
     p.add_argument("--baseline", nargs="+", default=[],
                    help="also run the ssd loader of these commits (e.g. 4c691b2), each as ssd@COMMIT")
     p.add_argument("--ssd", nargs="+", default=[], metavar="KEY=VALUE",
@@ -247,8 +252,7 @@ def main() -> int:
     budget = parse_bytes(args.budget) if args.budget else store.feature_bytes // 8
     batches = args.batches or (8 if args.quick else 30)
     trees = [(f"ssd@{commit}", str(baseline_tree(commit, args.work.resolve())), commit) for commit in args.baseline]
-    if "ssd" in args.systems:
-        trees.append(("ssd", "", "this tree"))
+    trees += [(name, "", "this tree") for name in ("ssd", EXTENTS) if name in args.systems]
     systems = ([("memory", "", "this tree")] if "memory" in args.systems else []) + trees
     print(f"store {store.path}: {store.num_nodes:,} nodes, features {format_bytes(store.feature_bytes)}, "
           f"budget {format_bytes(budget)}; {batches} mini-batches per run", flush=True)
