@@ -98,9 +98,9 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
             options["block_budget"] = 0
         if not spec["tree"]:  # this tree's loader takes its thread count (a baseline's: the environment)
             options["threads"] = spec["threads"]
-    with NodeLoader(store, store.original_ids(seeds), fanouts=fanouts, batch_size=BATCH_SIZE,
+    with NodeLoader(store, store.original_ids(seeds), fanouts=fanouts, batch_size=spec["batch_size"],
                     features="memory" if spec["system"] == "memory" else "ssd", shuffle=True, seed=spec["seed"],
-                    device=torch.device("cpu"), eval_fanouts=fanouts, eval_batch_size=BATCH_SIZE, **options) as loader:
+                    device=torch.device("cpu"), eval_fanouts=fanouts, eval_batch_size=spec["batch_size"], **options) as loader:
         loader.set_epoch(1)
         batches = iter(loader)
         touch_s = 0.0
@@ -125,6 +125,9 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
             if n == spec["batches"]:
                 break
         seconds = time.perf_counter() - start
+        if n == 0:
+            raise SystemExit(f"epoch 1 has one mini-batch of {spec['batch_size']} seeds, and the first is not "
+                             "measured: lower --batch-size")
         cpu, threads1, io1, stages = process_cpu() - cpu0, thread_cpu(), loader.io_stats(), loader.timer.take()
         batches.close()
     per_thread: dict[str, float] = {}
@@ -235,6 +238,7 @@ def main() -> int:
     p.add_argument("--ssd", nargs="+", default=[], metavar="KEY=VALUE",
                    help="options of the ssd runs (SSDConfig's fields, e.g. block_budget=0 verify_checksums=false)")
     p.add_argument("--no-warmup", action="store_true", help="skip the warm-up run per source tree")
+    p.add_argument("--batch-size", type=int, default=BATCH_SIZE, help="seeds per mini-batch (default %(default)s)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--work", type=Path, default=Path("bench_out/work"), help="where baseline trees go")
     p.add_argument("--json", type=Path, default=Path("bench_out/bench_feed.json"))
@@ -257,6 +261,7 @@ def main() -> int:
     print(f"store {store.path}: {store.num_nodes:,} nodes, features {format_bytes(store.feature_bytes)}, "
           f"budget {format_bytes(budget)}; {batches} mini-batches per run", flush=True)
     base = {"store": str(store.path), "budget": budget, "batches": batches, "seed": args.seed,
+            "batch_size": args.batch_size,
             "ssd_options": dict(_option(o) for o in args.ssd)}
     if not args.no_warmup:
         for system, tree, label in systems[1 if systems and systems[0][0] == "memory" else 0:]:
@@ -271,7 +276,7 @@ def main() -> int:
             memory = next((r for r in rows if r["system"] == "memory" and r["threads"] == threads
                            and r["status"] == "ok"), None)
             print(fmt(row, memory), flush=True)
-    meta = {**base, "feature_bytes": store.feature_bytes, "fanouts": FANOUTS, "batch_size": BATCH_SIZE,
+    meta = {**base, "feature_bytes": store.feature_bytes, "fanouts": FANOUTS,
             "cpus": os.cpu_count(), "load_average": os.getloadavg(),
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     args.json.parent.mkdir(parents=True, exist_ok=True)
