@@ -406,15 +406,18 @@ def _unspill_plan(path: str | Path) -> MegaBatchPlan:
 
 
 def _plan_arrays(plan: MegaBatchPlan) -> dict[str, np.ndarray]:
+    """The plan's arrays; a plan may hold no mini-batches (a piece spilled without the
+    blocks its last piece carries: see gnnssd.loading.backends.ssd)."""
     mb = plan.minibatches
+    none = np.empty(0, np.int64)
     arrays = {
-        "nodes": np.concatenate([m.nodes for m in mb]),
+        "nodes": np.concatenate([m.nodes for m in mb] or [none]),
         "node_len": np.array([len(m.nodes) for m in mb], np.int64),
-        "num_src": np.stack([m.num_src for m in mb]),
-        "num_dst": np.stack([m.num_dst for m in mb]),
-        "edge_ptr": np.stack([m.edge_ptr for m in mb]),
-        "edge_src": np.concatenate([m.edge_src for m in mb]),
-        "edge_dst": np.concatenate([m.edge_dst for m in mb]),
+        "num_src": np.stack([m.num_src for m in mb]) if mb else np.zeros((0, 1), np.int64),
+        "num_dst": np.stack([m.num_dst for m in mb]) if mb else np.zeros((0, 1), np.int64),
+        "edge_ptr": np.stack([m.edge_ptr for m in mb]) if mb else np.zeros((0, 1), np.int64),
+        "edge_src": np.concatenate([m.edge_src for m in mb] or [none.astype(np.int32)]),
+        "edge_dst": np.concatenate([m.edge_dst for m in mb] or [none.astype(np.int32)]),
         "feature_rows": np.array([m.feature_rows for m in mb], np.int64),
         "gather": np.concatenate(plan.gather),
         "rows": plan.rows,
@@ -427,7 +430,7 @@ def _plan_arrays(plan: MegaBatchPlan) -> dict[str, np.ndarray]:
             np.uint8,
         ),
     }
-    if mb[0].edge_type is not None:
+    if mb and mb[0].edge_type is not None:
         arrays["edge_type"] = np.concatenate([m.edge_type for m in mb])
     if plan.read is not None:
         arrays.update({f"read_{k}": v for k, v in plan.read.to_arrays().items()})

@@ -94,3 +94,20 @@ def test_bench_scale_runs_the_cli_path_and_keeps_its_json_across_runs(tmp_path):
     for phase in ("eval", "predict"):
         assert report[phase]["exit_code"] == 0, report[phase]
     assert (tmp_path / "scale_predictions.npy").exists()
+
+
+def test_bench_feed_profiles_every_system_and_writes_its_json(tiny_store, tmp_path):
+    out = tmp_path / "feed.json"
+    result = subprocess.run(
+        [sys.executable, "scripts/bench_feed.py", "--store", str(tiny_store), "--budget", "16MiB", "--batches", "2",
+         "--batch-size", "16", "--threads", "1", "--systems", "memory", "ssd", "--no-warmup",
+         "--json", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = {r["system"]: r for r in json.loads(out.read_text())["rows"]}
+    assert set(rows) == {"memory", "ssd"}
+    for row in rows.values():
+        assert row["status"] == "ok" and row["batches"] == 2 and row["threads"] == 1, row
+        assert row["loader_cpu_s_per_batch"] > 0 and "MainThread" in row["thread_cpu_s_per_batch"]
+    assert "gather" in rows["ssd"]["stage_s_per_batch"] and rows["ssd"]["read_per_useful_byte"] > 0
+    assert rows["memory"]["read_per_useful_byte"] is None

@@ -12,7 +12,7 @@ from gnnssd.pipeline import FeatureFile, MegaBatchBuffers
 from gnnssd.sampler.plan import PlanConfig, Planner, load_plan, save_plan
 from gnnssd.sampler.seed_order import Proximity, Sharded, Shuffled, seed_batches, shard
 from gnnssd.sampler.readplan import CostModel, pages_plan, windows
-from gnnssd.pipeline.repack import delete, repack, repacked_windows
+from gnnssd.pipeline.repack import delete, overlap, repack, repacked_windows
 from gnnssd.pipeline.worker import PlanWorker, replay, saving
 
 N, DIM = 6000, 24
@@ -187,6 +187,39 @@ def test_reads_through_real_file(graph, tmp_path, disk_budget, backend, dim, dty
         assert "block" in strategies
     assert not any((tmp_path / "blocks").glob("*.bin"))
     loader.source.close()
+    io.shutdown()
+
+
+def test_piece_blocks_written_with_few_chunks_open_hold_their_rows(graph, tmp_path):
+    """Piece plans read disjoint row ranges: the repack closes each block once its last row is
+    in, so few write chunks are open at once (`overlap`, checked against a count per row) and
+    each is larger; every block still holds exactly its rows, padded to a page."""
+    indptr, indices, train, hot, feats = graph
+    row_bytes = feats.shape[1] * feats.itemsize
+    path = _features_file(tmp_path, feats)
+    io = DirectIO(queue_depth=8)
+    model = CostModel(request_s=1e-3, read_bw=1e9, write_bw=1e9, max_request=64 << 10)
+    planner = Planner(indptr, indices, PlanConfig(fanouts=(5, 4), mega_batch=3, seed=21), hot_rows=hot, max_rows=150)
+    plans = list(planner.plan_batches(seed_batches(train, 128, Shuffled(), 21, 0), 0))
+    assert sum(bool(p.pieces) for p in plans) > len(plans) // 2
+    blocks_seen = 0
+    for window, scan in windows(plans, row_bytes, model, 1 << 30):
+        blocks = [p for p in window if p.read.strategy == "block"]
+        if blocks:
+            per_row = np.zeros(N, np.int64)
+            for p in blocks:
+                per_row[p.read_rows[0]:p.read_rows[-1] + 1] += 1
+            assert overlap(blocks) == per_row.max() < len(blocks)
+        repack(io, path, row_bytes, window, scan, tmp_path / "blocks", staging_bytes=8192, writer_bytes=64 << 10)
+        for p in blocks:
+            data = (tmp_path / "blocks" / p.read.block).read_bytes()
+            assert data[: p.num_read * row_bytes] == feats[p.read_rows].tobytes()
+            assert len(data) % 4096 == 0 and len(data) - p.num_read * row_bytes < 4096
+            assert not any(data[p.num_read * row_bytes:])
+            blocks_seen += 1
+        for p in window:
+            delete(p, tmp_path / "blocks")
+    assert blocks_seen > 0
     io.shutdown()
 
 

@@ -202,6 +202,14 @@ class SSDConfig:
     io_backend: Literal["auto", "io_uring", "threads"] = "auto"
     #: Check every page read from features.bin against the store's CRC32C page checksums.
     verify_checksums: bool = True
+    #: Threads of every numba stage of the loader (sampling, planning, gather), at most the
+    #: process's NUMBA_NUM_THREADS (set that in the environment to go above numba's
+    #: default, the core count); 0: all of them.
+    threads: int = field(default=0, metadata=_check(lambda v: v >= 0, "0 (all) or a positive integer"))
+    #: float16 stores: x stays float16 (half the bytes to gather, pin and copy) and the
+    #: consumer widens it; set by a GPU consumer that widens on the device. Other dtypes:
+    #: no effect.
+    widen_on_device: bool = False
 
 
 @dataclass

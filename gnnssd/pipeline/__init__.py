@@ -8,7 +8,7 @@ epoch's plans and blocks kept for the epochs that reuse its samples), calibratio
 drive's cost model).
 """
 from gnnssd.pipeline.block_writer import BlockWriter
-from gnnssd.pipeline.buffers import BUFFERS, MegaBatchBuffers
+from gnnssd.pipeline.buffers import BUFFERS, MegaBatchBuffers, Recycler
 from gnnssd.pipeline.calibration import calibrate, load_cost_model
 from gnnssd.pipeline.direct_io import DirectIO
 from gnnssd.pipeline.feature_file import FeatureFile
@@ -16,8 +16,8 @@ from gnnssd.pipeline.hot_cache import HotCache, HotRanking
 from gnnssd.pipeline.kept import KeptSamples, samples_key
 from gnnssd.pipeline.repack import RepackReport, delete, repack, repacked_windows
 from gnnssd.pipeline.row_source import RowSource
-from gnnssd.pipeline.worker import PlanWorker
+from gnnssd.pipeline.worker import PlanWorker, check_numba_threads, numba_threads
 
 __all__ = ["BUFFERS", "BlockWriter", "DirectIO", "FeatureFile", "HotCache", "HotRanking", "KeptSamples",
-           "MegaBatchBuffers", "PlanWorker", "RepackReport", "RowSource", "calibrate", "delete", "load_cost_model", "repack",
-           "repacked_windows", "samples_key"]
+           "MegaBatchBuffers", "PlanWorker", "Recycler", "RepackReport", "RowSource", "calibrate", "check_numba_threads",
+           "delete", "load_cost_model", "numba_threads", "repack", "repacked_windows", "samples_key"]

@@ -29,11 +29,15 @@ class BlockWriter:
     normally pads each file to a page and waits for the writes; on error it stops."""
 
     def __init__(self, paths: list[Path], row_bytes: int, alloc, memory_bytes: int = 16 << 20,
-                 max_chunk: int = MAX_CHUNK):
+                 max_chunk: int = MAX_CHUNK, open_at_once: int | None = None):
         """Chunks share `memory_bytes` (one per block being written, SPARE_CHUNKS more), each
-        at most `max_chunk` and at least two rows (a row spans at most two chunks)."""
+        at most `max_chunk` and at least two rows (a row spans at most two chunks). A block
+        holds a chunk from its first append until the chunk is full or the block is closed
+        (`close`), so with `open_at_once` (the most blocks ever appended to and not yet
+        closed; default all) the chunks are larger: fewer copies and writes."""
         self.row_bytes = row_bytes
-        chunk = min(max_chunk, memory_bytes // (len(paths) + SPARE_CHUNKS))
+        at_once = len(paths) if open_at_once is None else max(1, min(open_at_once, len(paths)))
+        chunk = min(max_chunk, memory_bytes // (at_once + SPARE_CHUNKS))
         self.chunk = max(chunk // PAGE, -(-2 * row_bytes // PAGE), 1) * PAGE
         self.direct = True
         self.paths = {}  # fd -> its file, for the errors
@@ -49,9 +53,9 @@ class BlockWriter:
         self.offsets = [0] * len(paths)
         self.fill = [0] * len(paths)
         self._free: queue.Queue = queue.Queue()
-        for _ in range(len(paths) + SPARE_CHUNKS):
+        for _ in range(at_once + SPARE_CHUNKS):
             self._free.put(alloc(self.chunk))
-        self.bufs = [self._free.get() for _ in paths]
+        self.bufs: list[np.ndarray | None] = [None] * len(paths)  # a chunk once appended to
         self._todo: queue.Queue = queue.Queue()
         self._error: BaseException | None = None
         self._threads = [threading.Thread(target=self._write_loop, daemon=True, name="gnnssd-block-writer")
@@ -75,6 +79,8 @@ class BlockWriter:
         """Append the rows at staging positions `pos` of `src` to block number `block`."""
         rb = self.row_bytes
         while len(pos):
+            if self.bufs[block] is None:
+                self.bufs[block] = self._free.get()
             buf, fill = self.bufs[block], self.fill[block]
             whole = min((self.chunk - fill) // rb, len(pos))
             copy_rows(src, pos[:whole], rb, buf[fill : fill + whole * rb].reshape(whole, rb))
@@ -86,6 +92,7 @@ class BlockWriter:
                 head = self.chunk - fill
                 buf[fill:] = row[0, :head]
                 self._submit(block, self.chunk)
+                self.bufs[block] = self._free.get()
                 self.bufs[block][: rb - head] = row[0, head:]
                 self.fill[block] = rb - head
                 pos = pos[1:]
@@ -100,7 +107,7 @@ class BlockWriter:
         self._todo.put((self.fds[block], self.offsets[block], self.bufs[block], nbytes))
         self.offsets[block] += nbytes
         self.bytes_written += nbytes
-        self.bufs[block] = self._free.get()
+        self.bufs[block] = None
         self.fill[block] = 0
 
     def _write_loop(self) -> None:
@@ -123,13 +130,22 @@ class BlockWriter:
                 self._error = e
             self._free.put(buf)
 
+    def close(self, block: int) -> None:
+        """No more rows for `block`: its last chunk, padded with zeros to a page, goes to
+        the writers, and the chunk to the next block."""
+        fill = self.fill[block]
+        if fill:
+            padded = -(-fill // PAGE) * PAGE
+            self.bufs[block][fill:padded] = 0
+            self._submit(block, padded)
+        elif self.bufs[block] is not None:
+            self._free.put(self.bufs[block])
+            self.bufs[block] = None
+
     def _finish(self) -> None:
-        """Write each block's last chunk padded with zeros to a page, then wait."""
-        for block, fill in enumerate(self.fill):
-            if fill:
-                padded = -(-fill // PAGE) * PAGE
-                self.bufs[block][fill:padded] = 0
-                self._submit(block, padded)
+        """Close every block, then wait."""
+        for block in range(len(self.fill)):
+            self.close(block)
 
     def __enter__(self) -> "BlockWriter":
         return self

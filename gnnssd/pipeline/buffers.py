@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import numba as nb
 import numpy as np
@@ -82,49 +83,89 @@ def _rows(a: np.ndarray, row_bytes: int, words: bool) -> np.ndarray:
 
 
 class Recycler:
-    """Memory for the mini-batches' x, reused once nothing references an earlier x any more
-    (the caller let its mini-batch go): a fresh array's pages each fault on first touch,
-    which costs more than the gather that fills them (several times more on a virtual
-    machine whose host took the freed pages back). Keeps at most `keep` arrays (the x in
-    use and the one being gathered); beyond that, arrays are new and not kept."""
+    """Memory for the mini-batches' x, reused once its consumer is done with it: a fresh
+    array's pages each fault on first touch, which costs more than the gather that fills
+    them (several times more on a virtual machine whose host took the freed pages back),
+    and pinning fresh memory for a GPU copy costs a copy and a page-locking call per
+    mini-batch. Keeps at most `keep` arrays (the x in use, the one being gathered, and with
+    a GPU the one being copied); beyond that, arrays are new and not kept, so an x the
+    consumer still holds is never overwritten, however many it holds.
 
-    def __init__(self, keep: int = 2):
-        self.keep = keep
+    An array is free again once (1) nothing references it but this pool (every NumPy view
+    of an x, and a tensor made from one by torch.from_numpy, holds a reference to its raw
+    array) and (2) the event handed to `release_after` for it, if any, has completed: an
+    x copied to a GPU with non_blocking=True is released after the copy's CUDA event, since
+    dropping the host tensor does not wait for the copy. With `pinned`, the arrays are
+    page-locked (torch's pinned allocator; needs CUDA) so such copies are asynchronous."""
+
+    def __init__(self, keep: int = 2, pinned: bool = False):
+        self.keep, self.pinned = keep, pinned
         self._arrays: list[np.ndarray] = []  # flat uint8; the x handed out are views of them
+        self._events: list[Any] = []  # per array: the copy to wait for before reuse (or None)
         # what getrefcount says of an array that only such a list holds (interpreters differ)
         probe = [np.empty(0, np.uint8)]
         self._unused_refs = sys.getrefcount(probe[0])
+
+    def _alloc(self, nbytes: int) -> np.ndarray:
+        if not self.pinned:
+            return np.empty(nbytes, np.uint8)
+        import torch
+
+        return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True).numpy()  # keeps the tensor alive
+
+    def _free(self, k: int) -> bool:
+        if sys.getrefcount(self._arrays[k]) != self._unused_refs:
+            return False
+        event = self._events[k]
+        if event is not None:
+            if not event.query():
+                return False
+            self._events[k] = None
+        return True
 
     def take(self, rows: int, feat_dim: int, dtype: np.dtype) -> np.ndarray:
         """An uninitialised (rows, feat_dim) array of `dtype`."""
         nbytes = rows * feat_dim * np.dtype(dtype).itemsize
         for k in range(len(self._arrays)):
-            # unused: referenced by this list only (every view of an x, and a tensor made
-            # from one, holds a reference to its raw array)
-            if sys.getrefcount(self._arrays[k]) == self._unused_refs:
+            if self._free(k):
                 if len(self._arrays[k]) < nbytes:  # a larger mini-batch: replace it, with room
-                    self._arrays[k] = np.empty(nbytes + nbytes // 8, np.uint8)
+                    self._arrays[k] = self._alloc(nbytes + nbytes // 8)
                 return self._arrays[k][:nbytes].view(dtype).reshape(rows, feat_dim)
-        raw = np.empty(nbytes + nbytes // 8, np.uint8)
+        raw = self._alloc(nbytes + nbytes // 8)
         if len(self._arrays) < self.keep:
             self._arrays.append(raw)
+            self._events.append(None)
         return raw[:nbytes].view(dtype).reshape(rows, feat_dim)
+
+    def release_after(self, x: np.ndarray, event: Any) -> None:
+        """Keep the memory of `x` (an array `take` gave, or a view of one) from reuse until
+        `event` (a torch.cuda.Event recorded after the copy that reads x, or anything with
+        `query()`: True once done) has completed, even once nothing references x."""
+        for k, raw in enumerate(self._arrays):
+            if np.shares_memory(x, raw):
+                self._events[k] = event
+                return
 
 
 class MegaBatchBuffers:
     """Double-buffered mega-batch buffers behind the hot cache, filled from the features
     file it wraps (its fallback, a FeatureFile); the input rows of mini-batch i are
-    [hot | buffer][gather[i]]."""
+    [hot | buffer][gather[i]].
 
-    def __init__(self, hot: HotCache, capacity_rows: int):
+    x comes from `outputs`, a Recycler (pinned with `pinned`, for copies to a GPU). float16
+    rows are widened to float32 by the gather unless `widen` is False: then x stays float16
+    (half the bytes to gather, pin and copy) and its consumer widens it (on the GPU)."""
+
+    def __init__(self, hot: HotCache, capacity_rows: int, pinned: bool = False, widen: bool = True):
         self.hot = hot
         self.source = source = hot.fallback
         self.dtype, self.feat_dim, self.row_bytes = source.dtype, source.feat_dim, source.row_bytes
         self.capacity = capacity_rows
         self._bufs = [source.io.alloc(capacity_rows * self.row_bytes) for _ in range(BUFFERS)]
-        self.outputs = Recycler()
-        # x as the model takes it: float16 rows are widened by the gather
-        self.x_dtype = np.dtype(np.float32) if self.dtype == np.float16 else self.dtype
+        # pinned: one more x in flight, the one being copied to the device
+        self.outputs = Recycler(keep=3 if pinned else 2, pinned=pinned)
+        # x as the consumer takes it: float16 rows widened by the gather unless not asked to
+        self.x_dtype = np.dtype(np.float32) if self.dtype == np.float16 and widen else self.dtype
         self._cur = 1
 
     def _rows_view(self, k: int) -> np.ndarray:
@@ -158,7 +199,7 @@ class MegaBatchBuffers:
 
     def gather(self, plan: MegaBatchPlan, i: int, buffer: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """Input features of mini-batch i of `plan`, in block source order, as x_dtype
-        (float16 rows widened to float32), into `out` (a recycled array by default); a
+        (float16 rows widened to float32 unless `widen` was False), into `out` (a recycled array by default); a
         piece plan fills only its own rows of `out` (gather index >= 0), the x its
         mini-batch's pieces assemble.
 

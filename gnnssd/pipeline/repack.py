@@ -33,7 +33,10 @@ def repack(
     """Write the block files of the window's block plans; returns bytes written.
     Memory: the staging area and `writer_bytes` of write chunks. In a closing PlanWorker's
     thread it raises Stopped between staging chunks (the caller removes the blocks)."""
-    blocks = [p for p in plans if p.read is not None and p.read.strategy is Strategy.BLOCK]
+    # blocks in the order their last rows come in the scan, each closed once it has them:
+    # at most `overlap` blocks then hold a write chunk at once (see open_at_once)
+    blocks = sorted((p for p in plans if p.read is not None and p.read.strategy is Strategy.BLOCK),
+                    key=lambda p: int(p.read_rows[-1]) if p.num_read else -1)
     if not blocks:
         return 0
     block_dir = Path(block_dir)
@@ -43,17 +46,43 @@ def repack(
     f = io.open(features_path)
     try:
         with BlockWriter([block_dir / p.read.block for p in blocks], row_bytes, io.alloc,
-                         writer_bytes) as writer:
+                         writer_bytes, open_at_once=overlap(blocks)) as writer:
+            firsts = [int(p.read_rows[0]) if p.num_read else -1 for p in blocks]
+            closed = 0  # blocks[:closed] have all their rows (a prefix: sorted by last row)
             for lo, hi, pos in io.iter_rows(f, union, row_bytes, scan.offsets, scan.lengths, staging):
                 check_stop()  # a closing worker stops here, not at the window's end
-                for k, p in enumerate(blocks):
-                    rows = p.read_rows
-                    a, b = np.searchsorted(rows, [union[lo], union[hi - 1] + 1]) if hi > lo else (0, 0)
+                if hi == lo:
+                    continue
+                bottom, top = int(union[lo]), int(union[hi - 1])
+                for k in range(closed, len(blocks)):
+                    rows = blocks[k].read_rows
+                    if firsts[k] > top or not len(rows):
+                        continue  # begins after this chunk
+                    a, b = np.searchsorted(rows, [bottom, top + 1])
                     if b > a:
                         writer.append(k, staging, pos[np.searchsorted(union[lo:hi], rows[a:b])])
+                        if b == len(rows):
+                            writer.close(k)
+                while closed < len(blocks) and (not blocks[closed].num_read or blocks[closed].read_rows[-1] <= top):
+                    closed += 1
     finally:
         io.close(f)
     return writer.bytes_written
+
+
+def overlap(plans: list[MegaBatchPlan]) -> int:
+    """The most plans whose read-row ranges [first, last] share a row. Appending in scan
+    order, each plan's block closed as soon as its last row is in and a scan chunk's blocks
+    taken in the order of their last rows, no more blocks than this are open at once: a
+    block opened in chunk c shares with every open one the scan chunk's last row (or its
+    own last row, if it ends in c)."""
+    plans = [p for p in plans if p.num_read]
+    if not plans:
+        return 1
+    first = np.sort([int(p.read_rows[0]) for p in plans])
+    last = np.sort([int(p.read_rows[-1]) for p in plans])
+    # open at each first row: those begun at or before it, less those ended before it
+    return int((np.arange(1, len(first) + 1) - np.searchsorted(last, first, "left")).max())
 
 
 def block_path(plan: MegaBatchPlan, block_dir: str | Path | None) -> Path | None:

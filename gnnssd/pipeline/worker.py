@@ -17,6 +17,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Generic, Iterable, Iterator, TypeVar
 
+import numba
+
 from gnnssd.sampler import MegaBatchPlan, load_plan, save_plan
 
 T = TypeVar("T")
@@ -48,6 +50,22 @@ def stops_with(flag: threading.Event) -> Iterator[None]:
         _running.stop = None
 
 
+def numba_threads(count: int) -> int:
+    """Run this thread's numba parallel kernels on `count` threads (0: numba's whole pool,
+    NUMBA_NUM_THREADS); numba's setting belongs to the calling thread, so every thread that
+    runs kernels calls this. Returns the count it replaced (to restore it)."""
+    previous = numba.get_num_threads()
+    numba.set_num_threads(count or numba.config.NUMBA_NUM_THREADS)
+    return previous
+
+
+def check_numba_threads(count: int, key: str) -> None:
+    """Refuse a thread count above numba's pool (fixed at start by NUMBA_NUM_THREADS)."""
+    if count > numba.config.NUMBA_NUM_THREADS:
+        raise ValueError(f"{key}: {count} threads, but numba's pool has {numba.config.NUMBA_NUM_THREADS} "
+                         "(NUMBA_NUM_THREADS; set it in the environment before the process starts)")
+
+
 class PlanWorker(Generic[T]):
     """Iterates `source` in a background thread.
 
@@ -56,7 +74,10 @@ class PlanWorker(Generic[T]):
     the next window is repacked while the current one trains, and no more.
     """
 
-    def __init__(self, source: Iterable[T], depth: int = 2, name: str = "gnnssd-worker"):
+    def __init__(self, source: Iterable[T], depth: int = 2, name: str = "gnnssd-worker", threads: int | None = None):
+        """`threads`: the numba threads of the kernels `source` runs (numba_threads;
+        None: numba's default)."""
+        self._numba_threads = threads
         self._queue: queue.Queue = queue.Queue()
         self._slots = threading.Semaphore(depth)
         self._stop = threading.Event()
@@ -65,6 +86,8 @@ class PlanWorker(Generic[T]):
 
     def _run(self, source: Iterator[T]) -> None:
         try:
+            if self._numba_threads is not None:
+                numba_threads(self._numba_threads)
             with stops_with(self._stop):
                 while True:
                     while not self._slots.acquire(timeout=POLL_S):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import shutil
 import time
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
@@ -26,8 +27,8 @@ import torch
 from gnnssd.core import (ConfigError, SamplerConfig, SSDConfig, StageTimer, disk_share, format_bytes,
                          parse_bytes, resolve_block_budget, ssd_split)
 from gnnssd.pipeline import (BUFFERS, DirectIO, FeatureFile, HotCache, HotRanking, KeptSamples,
-                             MegaBatchBuffers, PlanWorker, RepackReport, delete, load_cost_model,
-                             repacked_windows, samples_key)
+                             MegaBatchBuffers, PlanWorker, Recycler, RepackReport, check_numba_threads, delete,
+                             load_cost_model, numba_threads, repacked_windows, samples_key)
 from gnnssd.sampler import (HotRows, MegaBatchPlan, MFGs, NeighborSampler, PlanConfig, Planner, pages_plan,
                             to_dgl_blocks)
 from gnnssd.storage_format import Store
@@ -66,6 +67,11 @@ class SSDLoader:
                  device: torch.device, timer: StageTimer, block_dir: Path):
         self.store, self.sampling, self.seed, self.device, self.timer = store, sampling, seed, device, timer
         self.mega_batch = ssd.mega_batch
+        try:
+            check_numba_threads(ssd.threads, "ssd.threads")
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        self.threads = ssd.threads
         self.labels = Labels(store)
         self.io = IOCounters()
         self.cost_model = load_cost_model(store.path)
@@ -101,7 +107,8 @@ class SSDLoader:
             self.hot = HotCache(self.features, ranking.top(self.budget.hot_rows), store.num_nodes)
         log.info("features from %s through the %s backend; %s of hot rows loaded",
                  store.features_path, self.direct_io.backend, format_bytes(self.hot.nbytes))
-        self.buffers = MegaBatchBuffers(self.hot, self.budget.buffer_rows)
+        self.buffers = MegaBatchBuffers(self.hot, self.budget.buffer_rows, pinned=device.type == "cuda",
+                                        widen=not ssd.widen_on_device)
         self.io.add(bytes_read=self.hot.nbytes)
 
     def _cold_rows_per_minibatch(self, hot_rows: np.ndarray) -> int:
@@ -193,9 +200,9 @@ class SSDLoader:
         spill = directory if self.block_budget or reuse else None
         rest = None if exclude is None else exclude[first:]
         plans = PlanWorker(self._planned(planner.plan_batches(batches[first:], epoch, rest, first), spill),
-                           depth=2, name="gnnssd-plan")
+                           depth=2, name="gnnssd-plan", threads=self.threads)
         windows = PlanWorker(self._repacked_windows(iter(plans), directory, reuse_epochs if reuse else 1),
-                             depth=2, name="gnnssd-repack")
+                             depth=2, name="gnnssd-repack", threads=self.threads)
         done = kept.keep if kept is not None else partial(delete, block_dir=directory)
         try:
             yield from self._trained(self._loaded(windows, directory, done))
@@ -212,7 +219,7 @@ class SSDLoader:
         own thread; waits for it are charged to `wait`. A piece plan (see Planner) adds its
         rows to the x being assembled, yielded with the last piece."""
         # Depth BUFFERS: the buffer the caller gathers from and the one being filled.
-        loaded = PlanWorker(loading, depth=BUFFERS, name="gnnssd-read")
+        loaded = PlanWorker(loading, depth=BUFFERS, name="gnnssd-read", threads=self.threads)
         assembling: np.ndarray | None = None
         try:
             pending = iter(loaded)
@@ -229,7 +236,7 @@ class SSDLoader:
                 with self.timer.stage("gather"):
                     if plan.piece == 0:
                         assembling = self.buffers.take_x(len(plan.gather[0]))
-                    self.buffers.gather(plan, 0, buffer, assembling)
+                    self._gather(plan, 0, buffer, assembling)
                 if plan.piece == plan.pieces - 1:
                     x, assembling = assembling, None
                     yield self._minibatch(plan.minibatches[0], x)
@@ -253,6 +260,10 @@ class SSDLoader:
             with self.timer.stage("plan"):
                 plan.read = pages_plan(plan.read_rows, self.store.row_bytes, self.cost_model)
                 if spill is not None:
+                    if plan.pieces and plan.piece < plan.pieces - 1:
+                        # every piece plan holds its mini-batch's blocks; only the last one's
+                        # are used (it yields the mini-batch): the others spill without them
+                        plan = replace(plan, minibatches=[])
                     plan = plan.spill(spill / f"plan_e{plan.epoch}_m{plan.index}.spill")
             yield plan
 
@@ -290,13 +301,36 @@ class SSDLoader:
         """The mini-batches of a loaded plan that is not a piece."""
         for i, mfgs in enumerate(plan.minibatches):
             with self.timer.stage("gather"):
-                x = self.buffers.gather(plan, i, buffer)
+                x = self._gather(plan, i, buffer)
             yield self._minibatch(mfgs, x)
 
+    def _gather(self, plan: MegaBatchPlan, i: int, buffer: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """buffers.gather on `ssd.threads` numba threads (the caller's own setting restored)."""
+        previous = numba_threads(self.threads)
+        try:
+            return self.buffers.gather(plan, i, buffer, out)
+        finally:
+            numba_threads(previous)
+
+    @property
+    def x_pool(self) -> Recycler:
+        """Where every mini-batch's x lives before the consumer takes it: a small pool of
+        recycled arrays (pinned when the loader's device is CUDA), reused once nothing
+        references an x and the copy event given for it has completed (Recycler). A consumer
+        that copies x (a tensor of a pool array, `x.numpy()` gives the array) to a device on its
+        own stream calls `x_pool.release_after(x.numpy(), event)` with an event recorded after
+        the copy; the loader does so itself for the copy MiniBatch.to makes on a CUDA device.
+        float16 stores give float16 x with `ssd.widen_on_device`."""
+        return self.buffers.outputs
+
     def _minibatch(self, mfgs: MFGs, features: np.ndarray) -> MiniBatch:
+        """The mini-batch of gathered `features` (a pool array: see x_pool), on the device."""
+        cuda = self.device.type == "cuda"
         with self.timer.stage("gather"):
-            x = torch.from_numpy(self.store.as_float32(features, mfgs.input_rows))
-            if self.device.type == "cuda":
+            # float16 kept for a consumer that widens it; int8 dequantized into new memory
+            x = torch.from_numpy(features if features.dtype == np.float16
+                                 else self.store.as_float32(features, mfgs.input_rows))
+            if cuda and not x.is_pinned():
                 x = x.pin_memory()
             y = self.labels[torch.from_numpy(mfgs.seeds)]
             if self.store.schema.is_homogeneous:
@@ -305,7 +339,12 @@ class SSDLoader:
             else:
                 parts = typed_batch_parts(mfgs, self.store.schema, x)
         with self.timer.stage("transfer"):
-            return MiniBatch(**parts, y=y).to(self.device, non_blocking=True)
+            batch = MiniBatch(**parts, y=y).to(self.device, non_blocking=True)
+            if cuda:  # the pool array is reused only once this asynchronous copy is done
+                copied = torch.cuda.Event()
+                copied.record()
+                self.x_pool.release_after(features, copied)
+            return batch
 
     def io_stats(self) -> dict[str, int]:
         return self.io.as_dict()

@@ -1,0 +1,289 @@
+#!/usr/bin/env python3
+"""Loader-only CPU profile: what feeding a GPU costs the host, per mini-batch, per thread, per stage.
+
+Runs `gnnssd.NodeLoader` loader-only (no model: each mini-batch's x is summed, the cost of
+touching it measured in the caller's thread and left out of the loader's CPU) on one store,
+each (system, threads) in a fresh process, and prints a table and writes JSON:
+  - process CPU-seconds per mini-batch (getrusage), and the loader's (process less the touch);
+  - CPU-seconds per mini-batch of every thread (/proc/self/task/*/schedstat, sampled after
+    the first mini-batch and before the loader is closed; Python threads by name, the rest
+    by kernel name: numba's and OpenMP's workers are "native", io_uring's "iou-wrk");
+  - wall seconds per mini-batch of every loader stage (the loader's StageTimer);
+  - mini-batches/s, and bytes read per useful byte (the loader's own counters; lumpy over
+    few mini-batches: a repack window's scan is counted when it happens).
+Systems: `memory` (DGL's sampler, the features in RAM), `ssd` (this tree's `features: ssd`;
+`ssd-extents`: with `ssd.block_budget: 0`, no compact blocks),
+and with --baseline COMMIT... `ssd@COMMIT`: the same loader from each commit's sources
+(extracted under --work, this tree's compiled I/O engine beside them; refused if the engine's
+C sources differ), so a before/after is one table. The first mini-batch of each run (JIT
+caches loaded, pipeline filled) is not measured; a warm-up run per source tree fills numba's
+caches first.
+
+--threads N... runs every system once per N, with NUMBA_NUM_THREADS, OMP_NUM_THREADS and
+torch's threads set to N (and the ssd loader's `threads` option where the tree has it).
+
+    python scripts/bench_feed.py --store DIR [--quick] [--budget SIZE] [--batches N]
+        [--threads 1 2 ...] [--baseline 4c691b2 ...] [--systems memory ssd] [--json PATH]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+FANOUTS = [15, 10, 5]
+TYPED_FANOUTS = [10, 5]
+BATCH_SIZE = 1024
+EXTENTS = "ssd-extents"  # this tree's loader with ssd.block_budget 0 (no repack), beside its default
+SYSTEMS = ("memory", "ssd", EXTENTS)
+ENGINE_SOURCES = ("io_engine/csrc", "io_engine/build_ffi.py")
+ROOT = Path(__file__).resolve().parent.parent
+#: folders the package installs under the gnnssd namespace (pyproject's package-dir)
+NAMESPACED = ("datasets", "io_engine", "sampler", "storage_format")
+
+
+# --- the child: one (system, threads) run ------------------------------------------------
+
+def thread_cpu() -> dict[int, tuple[str, float]]:
+    """CPU seconds of every live thread of this process, by thread ID, with its label."""
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    out = {}
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            ns = int((task / "schedstat").read_text().split()[0])
+            comm = (task / "comm").read_text().strip()
+        except (OSError, ValueError):
+            continue  # exited meanwhile
+        tid = int(task.name)
+        label = names.get(tid) or ("iou-wrk" if comm.startswith("iou-wrk") else f"native ({comm})")
+        out[tid] = (label, ns / 1e9)
+    return out
+
+
+def process_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def child(spec: dict[str, Any]) -> dict[str, Any]:
+    """One run in this fresh process (gnnssd imported from spec["tree"] when given)."""
+    if spec["tree"]:
+        sys.path.insert(0, spec["tree"])  # ahead of the editable install's finder
+    if spec["system"] == "memory":  # all the features in RAM: the OOM killer's first choice, not a neighbour
+        Path("/proc/self/oom_score_adj").write_text("1000\n")
+    import numpy as np
+    import torch
+
+    import gnnssd
+    from gnnssd import NodeLoader
+    from gnnssd.storage_format import Store
+
+    torch.set_num_threads(spec["threads"])
+    store = Store.open(spec["store"])
+    fanouts = FANOUTS if store.schema.is_homogeneous else TYPED_FANOUTS
+    seeds = np.asarray(store.train_store_ids)
+    options: dict[str, Any] = {"memory_budget": spec["budget"]}
+    if spec["system"] != "memory":
+        options.update(spec["ssd_options"])
+        if spec["system"] == EXTENTS:
+            options["block_budget"] = 0
+        if not spec["tree"]:  # this tree's loader takes its thread count (a baseline's: the environment)
+            options["threads"] = spec["threads"]
+    with NodeLoader(store, store.original_ids(seeds), fanouts=fanouts, batch_size=spec["batch_size"],
+                    features="memory" if spec["system"] == "memory" else "ssd", shuffle=True, seed=spec["seed"],
+                    device=torch.device("cpu"), eval_fanouts=fanouts, eval_batch_size=spec["batch_size"], **options) as loader:
+        loader.set_epoch(1)
+        batches = iter(loader)
+        touch_s = 0.0
+
+        def touch(batch: Any) -> None:
+            nonlocal touch_s
+            start = time.thread_time()
+            xs = batch.x.values() if isinstance(batch.x, dict) else [batch.x]
+            float(sum(x.sum() for x in xs))
+            touch_s += time.thread_time() - start
+
+        touch(next(batches))  # not measured: JIT caches loaded, pipeline filled
+        touch_s = 0.0
+        loader.timer.take()
+        loader.io_stats()
+        threads0, cpu0 = thread_cpu(), process_cpu()
+        start, n = time.perf_counter(), 0
+        for batch in batches:
+            touch(batch)
+            del batch
+            n += 1
+            if n == spec["batches"]:
+                break
+        seconds = time.perf_counter() - start
+        if n == 0:
+            raise SystemExit(f"epoch 1 has one mini-batch of {spec['batch_size']} seeds, and the first is not "
+                             "measured: lower --batch-size")
+        cpu, threads1, io1, stages = process_cpu() - cpu0, thread_cpu(), loader.io_stats(), loader.timer.take()
+        batches.close()
+    per_thread: dict[str, float] = {}
+    for tid, (label, s) in threads1.items():
+        per_thread[label] = per_thread.get(label, 0.0) + s - threads0.get(tid, (label, 0.0))[1]
+    per_thread["(exited threads)"] = cpu - sum(per_thread.values())
+    io = io1  # NodeLoader.io_stats: since its previous call (io0, which took the set-up's)
+    useful = io.get("useful_bytes", 0)
+    return {
+        "system": spec["system"], "threads": spec["threads"], "tree": spec["tree_label"],
+        "gnnssd_module": str(Path(gnnssd.__file__).parent), "batches": n, "seconds": round(seconds, 3),
+        "batches_per_s": round(n / seconds, 3),
+        "cpu_s_per_batch": round(cpu / n, 4),
+        "loader_cpu_s_per_batch": round((cpu - touch_s) / n, 4),
+        "touch_cpu_s_per_batch": round(touch_s / n, 4),
+        "thread_cpu_s_per_batch": {k: round(v / n, 4) for k, v in sorted(per_thread.items()) if abs(v) >= 5e-4},
+        "stage_s_per_batch": {k: round(v / n, 4) for k, v in stages.items()},
+        "io": io,
+        "read_per_useful_byte": round(io["bytes_read"] / useful, 3) if useful else None,
+        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+    }
+
+
+# --- the baseline tree -------------------------------------------------------------------
+
+def baseline_tree(commit: str, work: Path) -> Path:
+    """`commit`'s sources laid out as the installed package (the component folders inside
+    gnnssd/) with this tree's compiled I/O engine; returns the folder to put on sys.path."""
+    full = subprocess.run(["git", "rev-parse", "--verify", f"{commit}^{{commit}}"], cwd=ROOT, check=True,
+                          stdout=subprocess.PIPE, text=True).stdout.strip()
+    differs = subprocess.run(["git", "diff", "--quiet", full, "HEAD", "--", *ENGINE_SOURCES], cwd=ROOT).returncode
+    if differs:
+        raise SystemExit(f"--baseline {commit}: its I/O engine sources ({', '.join(ENGINE_SOURCES)}) differ "
+                         "from this tree's; its compiled engine cannot be borrowed")
+    dest = work / f"tree-{full[:12]}"
+    if (dest / "READY").exists():
+        return dest
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    archive = subprocess.run(["git", "archive", "--format=tar", full], cwd=ROOT, check=True,
+                             stdout=subprocess.PIPE).stdout
+    tar_path = dest / "src.tar"
+    tar_path.write_bytes(archive)
+    with tarfile.open(tar_path) as tar:
+        tar.extractall(dest)
+    tar_path.unlink()
+    for name in NAMESPACED:
+        (dest / "gnnssd" / name).symlink_to(Path("..") / name)
+    for engine in (ROOT / "io_engine").glob("_gnnssd_io*.so"):
+        shutil.copy2(engine, dest / "io_engine" / engine.name)
+    (dest / "READY").write_text(full + "\n")
+    return dest
+
+
+# --- the parent --------------------------------------------------------------------------
+
+def _option(text: str) -> tuple[str, Any]:
+    """KEY=VALUE with VALUE as JSON where it parses (numbers, true/false), else a string."""
+    key, sep, value = text.partition("=")
+    if not sep:
+        raise SystemExit(f"--ssd {text!r}: expected KEY=VALUE")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
+
+
+def run_child(spec: dict[str, Any]) -> dict[str, Any]:
+    env = {**os.environ, "NUMBA_NUM_THREADS": str(spec["threads"]), "OMP_NUM_THREADS": str(spec["threads"])}
+    proc = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)], stdout=subprocess.PIPE,
+                          text=True, env=env)
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        return {"system": spec["system"], "threads": spec["threads"], "tree": spec["tree_label"],
+                "status": f"failed (exit {proc.returncode}; see stderr above)"}
+    return {**json.loads(lines[-1]), "status": "ok"}
+
+
+def fmt(row: dict[str, Any], memory: dict[str, Any] | None) -> str:
+    head = f"{row['system']:<16} {row['threads']:>3}"
+    if row["status"] != "ok":
+        return f"{head}  {row['status']}"
+    ratio = f"{row['batches_per_s'] / memory['batches_per_s']:.2f}" if memory else "-"
+    amp = "-" if row["read_per_useful_byte"] is None else f"{row['read_per_useful_byte']:.2f}"
+    threads = " ".join(f"{k} {v:.3f}" for k, v in row["thread_cpu_s_per_batch"].items())
+    stages = " ".join(f"{k} {v:.3f}" for k, v in row["stage_s_per_batch"].items())
+    return (f"{head} {row['batches_per_s']:>7.3f} {ratio:>6} {row['cpu_s_per_batch']:>8.3f} "
+            f"{row['loader_cpu_s_per_batch']:>8.3f} {amp:>6}\n      threads (CPU s/mb): {threads}\n"
+            f"      stages (wall s/mb): {stages}")
+
+
+HEADER = f"{'system':<16} {'thr':>3} {'mb/s':>7} {'x mem':>6} {'CPU/mb':>8} {'ldr/mb':>8} {'rd/use':>6}"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--store", type=Path, required=False, help="the store to load from")
+    p.add_argument("--quick", action="store_true", help="budget 1/8 of the features, 8 mini-batches")
+    p.add_argument("--budget", help="the ssd loader's memory budget (default: 1/8 of the features)")
+    p.add_argument("--batches", type=int, help="measured mini-batches per run (default 8 with --quick, else 30)")
+    p.add_argument("--threads", nargs="+", type=int, default=[os.cpu_count() or 1],
+                   help="thread counts to run every system with (default: the machine's cores)")
+    p.add_argument("--systems", nargs="*", choices=SYSTEMS, default=list(SYSTEMS),
+                   help=f"memory, and ssd: this working tree's loader ({EXTENTS}: with ssd.block_budget 0); the --baseline "
+                        "commits run either way (none: only they)")
+    p.add_argument("--baseline", nargs="+", default=[],
+                   help="also run the ssd loader of these commits (e.g. 4c691b2), each as ssd@COMMIT")
+    p.add_argument("--ssd", nargs="+", default=[], metavar="KEY=VALUE",
+                   help="options of the ssd runs (SSDConfig's fields, e.g. block_budget=0 verify_checksums=false)")
+    p.add_argument("--no-warmup", action="store_true", help="skip the warm-up run per source tree")
+    p.add_argument("--batch-size", type=int, default=BATCH_SIZE, help="seeds per mini-batch (default %(default)s)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--work", type=Path, default=Path("bench_out/work"), help="where baseline trees go")
+    p.add_argument("--json", type=Path, default=Path("bench_out/bench_feed.json"))
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.child:
+        print(json.dumps(child(json.loads(args.child))), flush=True)
+        return 0
+    if args.store is None:
+        p.error("--store is required (make one with `gnnssd preprocess synthetic --preset medium`)")
+    from gnnssd.core.budget import format_bytes, parse_bytes
+    from gnnssd.storage_format import Store
+
+    store = Store.open(args.store)
+    budget = parse_bytes(args.budget) if args.budget else store.feature_bytes // 8
+    batches = args.batches or (8 if args.quick else 30)
+    trees = [(f"ssd@{commit}", str(baseline_tree(commit, args.work.resolve())), commit) for commit in args.baseline]
+    trees += [(name, "", "this tree") for name in ("ssd", EXTENTS) if name in args.systems]
+    systems = ([("memory", "", "this tree")] if "memory" in args.systems else []) + trees
+    print(f"store {store.path}: {store.num_nodes:,} nodes, features {format_bytes(store.feature_bytes)}, "
+          f"budget {format_bytes(budget)}; {batches} mini-batches per run", flush=True)
+    base = {"store": str(store.path), "budget": budget, "batches": batches, "seed": args.seed,
+            "batch_size": args.batch_size,
+            "ssd_options": dict(_option(o) for o in args.ssd)}
+    if not args.no_warmup:
+        for system, tree, label in systems[1 if systems and systems[0][0] == "memory" else 0:]:
+            run_child({**base, "system": system, "tree": tree, "tree_label": label, "threads": args.threads[0],
+                       "batches": 2})
+    rows = []
+    print(HEADER, flush=True)
+    for threads in args.threads:
+        for system, tree, label in systems:
+            row = run_child({**base, "system": system, "tree": tree, "tree_label": label, "threads": threads})
+            rows.append(row)
+            memory = next((r for r in rows if r["system"] == "memory" and r["threads"] == threads
+                           and r["status"] == "ok"), None)
+            print(fmt(row, memory), flush=True)
+    meta = {**base, "feature_bytes": store.feature_bytes, "fanouts": FANOUTS,
+            "cpus": os.cpu_count(), "load_average": os.getloadavg(),
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps({"rows": rows, "meta": meta}, indent=2))
+    print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
