@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from gnnssd.storage_format import Store
+from gnnssd.storage_format import Store, atomic_file, atomic_write_bytes
 
 CHUNK_ROWS = 1 << 16  # feature rows gathered per pass (bounded memory on a large store)
 SETS = {"train": "train_set", "valid": "validation_set", "test": "test_set"}
@@ -44,7 +44,7 @@ def export_graphbolt(store: Store, out: Path) -> Path:
         count = node_type.count if typed else store.num_nodes
         nodes.append({"num": int(count), **({"type": name} if typed else {})})
         stem = name or "node"
-        np.save(out / f"{stem}-label.npy", store.node_labels(np.arange(count), name))
+        _save(out / f"{stem}-label.npy", store.node_labels(np.arange(count), name))
         features.append(_feature("label", name, f"{stem}-label.npy"))
         if not typed or node_type.features:
             width = (node_type.dim if typed else None) or store.feat_dim
@@ -52,20 +52,20 @@ def export_graphbolt(store: Store, out: Path) -> Path:
             features.append(_feature("feat", name, f"{stem}-feat.npy"))
     for relation, pairs in _edges(store):
         path = f"edges-{relation[1]}.npy" if typed else "edges.npy"
-        np.save(out / path, pairs)
+        _save(out / path, pairs)
         edges.append({"format": "numpy", "path": path, **({"type": ":".join(relation)} if typed else {})})
     task = {"name": "node_classification", "num_classes": int(store.num_classes)}
     for split, key in SETS.items():
         seeds = np.asarray(store.split(split), np.int64)
-        np.save(out / f"{split}-seed_nodes.npy", seeds)
-        np.save(out / f"{split}-labels.npy", store.node_labels(seeds))
+        _save(out / f"{split}-seed_nodes.npy", seeds)
+        _save(out / f"{split}-labels.npy", store.node_labels(seeds))
         data = [{"name": "seed_nodes", "format": "numpy", "path": f"{split}-seed_nodes.npy"},
                 {"name": "labels", "format": "numpy", "path": f"{split}-labels.npy"}]
         task[key] = [{"data": data, **({"type": schema.target} if typed else {})}]
     meta = {"dataset_name": str(store.manifest.get("name", store.path.name)),
             "graph": {"nodes": nodes, "edges": edges}, "feature_data": features, "tasks": [task]}
     path = out / "metadata.yaml"
-    path.write_text(yaml.safe_dump(meta, sort_keys=False))
+    atomic_write_bytes(path, yaml.safe_dump(meta, sort_keys=False).encode())
     return path
 
 
@@ -74,19 +74,25 @@ def _feature(name: str, node_type: str | None, path: str) -> dict:
             "format": "numpy", "path": path, "in_memory": False}
 
 
+def _save(path: Path, array: np.ndarray) -> None:
+    """A .npy written through the project's one safe writer (a fresh file, renamed into place)."""
+    with atomic_file(path) as f:
+        np.save(f, array)
+
+
 def _write_features(store: Store, node_type: str | None, count: int, width: int, path: Path) -> None:
     """The type's features in its dataset ID order, CHUNK_ROWS at a time into a .npy."""
-    dtype = np.float32 if store.feat_dtype == np.int8 else store.feat_dtype
-    array = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=(count, width))
-    for lo in range(0, count, CHUNK_ROWS):
-        ids = np.arange(lo, min(lo + CHUNK_ROWS, count))
-        if dtype == np.float32:
-            array[lo:lo + len(ids)] = store.node_features(ids, node_type)
-        else:  # the stored values, unconverted
-            rows = store.store_ids(ids, node_type)
-            array[lo:lo + len(ids)] = store.features_memmap()[rows][:, :width]
-    array.flush()
-    del array
+    dtype = np.dtype(np.float32 if store.feat_dtype == np.int8 else store.feat_dtype)
+    header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": (count, width)}
+    with atomic_file(path) as f:
+        np.lib.format.write_array_header_1_0(f, header)
+        for lo in range(0, count, CHUNK_ROWS):
+            ids = np.arange(lo, min(lo + CHUNK_ROWS, count))
+            if dtype == np.float32:
+                rows = store.node_features(ids, node_type)
+            else:  # the stored values, unconverted
+                rows = store.features_memmap()[store.store_ids(ids, node_type)][:, :width]
+            f.write(np.ascontiguousarray(rows, dtype=dtype).tobytes())
 
 
 def _edges(store: Store) -> list[tuple[tuple[str, str, str], np.ndarray]]:
