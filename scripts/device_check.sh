@@ -56,5 +56,5 @@ step "store: synthetic medium"
 [ -f "$STORE/manifest.json" ] || $PY -m gnnssd preprocess synthetic --preset medium --out "$STORE" --order degree 2>&1 | tail -3
 
 step "bench_gpu"
-timeout 300 $PY scripts/bench_gpu.py --store "$STORE" --quick --json "$OUT/bench_gpu.json" 2>&1 | tee "$OUT/bench_gpu.txt"
+timeout 330 $PY scripts/bench_gpu.py --store "$STORE" --quick --e2e-batches ${E2E_BATCHES:-40} --json "$OUT/bench_gpu.json" 2>&1 | tee "$OUT/bench_gpu.txt"
 step "done"

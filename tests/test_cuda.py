@@ -100,22 +100,25 @@ def test_training_on_the_gpu_learns(tmp_path, features):
     assert trainer.evaluate("test")["accuracy"] > 0.4  # 8 classes: chance is 0.125
 
 
-def test_ssd_minibatches_on_the_gpu_equal_memory_mode_on_the_cpu(tmp_path):
-    """The pinned, recycled x of the ssd loader and the copy stream deliver what memory
-    mode gives on the CPU: the same seeds, blocks and rows, mini-batch by mini-batch."""
+def test_ssd_minibatches_on_the_gpu_equal_the_cpus_and_the_stores_rows(tmp_path):
+    """The pinned, recycled x of the ssd loader and the copy stream deliver what the same
+    loader gives on the CPU, and x holds the store's rows of input_nodes (read by NumPy)."""
+    import numpy as np
+
     from gnnssd import NodeLoader
     from gnnssd.datasets import synthetic_source
     from gnnssd.storage_format import Store, write_store
 
     store = Store.open(write_store(tmp_path / "store", synthetic_source("tiny")))
-    options = dict(fanouts=[5, 5], batch_size=64, shuffle=True, seed=3)
-    with NodeLoader(store, store.train_idx, features="memory", device="cpu", **options) as reference, \
-            NodeLoader(store, store.train_idx, features="ssd", memory_budget="8MiB", device="cuda", **options) as ssd:
+    options = dict(fanouts=[5, 5], batch_size=64, shuffle=True, seed=3, features="ssd", memory_budget="32MiB")
+    with NodeLoader(store, store.train_idx, device="cpu", **options) as reference, \
+            NodeLoader(store, store.train_idx, device="cuda", **options) as ssd:
         pairs = list(zip(reference, ssd))
     assert len(pairs) > 3
     for want, got in pairs:
         assert got.x.is_cuda and got.model_blocks[0].indptr.is_cuda
-        torch.testing.assert_close(got.output_nodes.cpu(), want.output_nodes)
         torch.testing.assert_close(got.input_nodes.cpu(), want.input_nodes)
         torch.testing.assert_close(got.x.cpu(), want.x)
         torch.testing.assert_close(got.y.cpu(), want.y)
+        rows = np.asarray(store.node_features(want.input_nodes.numpy()), np.float32)
+        torch.testing.assert_close(got.x.cpu(), torch.from_numpy(rows))
