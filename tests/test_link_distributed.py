@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import yaml
 
-from gnnssd.datasets import synthetic_source
+from gnnssd.datasets import hetero_synthetic_source, synthetic_source
 from gnnssd.loading import EdgeLoader
 from gnnssd.sampler import node_order
 from gnnssd.sampler.seed_order import shard
@@ -95,3 +95,20 @@ def test_nproc_2_trains_a_link_predictor_as_one_process_does(link_store, tmp_pat
     one, two = runs["one"][-1]["test_mrr"], runs["two"][-1]["test_mrr"]
     assert one > 0.15 and two > 0.15
     assert abs(one - two) < 0.06, (one, two)
+
+
+def test_nproc_2_trains_a_link_predictor_on_a_relation_of_a_typed_store(tmp_path):
+    """R-GCN embeds every node type, the loss uses the relation's two ends: the other types'
+    last-layer parameters get no gradient, which data-parallel training must allow."""
+    source = hetero_synthetic_source("mag-small", papers=3000)
+    store = write_store(tmp_path / "store", source, edge_split=(0.8, 0.1, 0.1), edge_split_relation="writes",
+                        split_seed=3, eval_negatives=30)
+    config = _config(tmp_path / "typed", store, 256)
+    data = yaml.safe_load(config.read_text())
+    data.update(model={"name": "rgcn", "hidden": 32, "layers": 2, "dropout": 0.0}, train={**data["train"], "epochs": 2},
+                link={"negatives": 2, "eval_negatives": 30})
+    config.write_text(yaml.safe_dump(data))
+    done = _train(config, "--nproc", "2")
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = [json.loads(line) for line in (tmp_path / "typed" / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in records] == [1, 2] and 0 < records[-1]["test_mrr"] <= 1

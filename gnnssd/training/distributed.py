@@ -72,13 +72,15 @@ def share_budget(config: Config, ranks: Ranks) -> Config:
     return dataclasses.replace(config, ssd=dataclasses.replace(config.ssd, memory_budget=share))
 
 
-def wrap(model: torch.nn.Module, ranks: Ranks, device: torch.device) -> torch.nn.Module:
-    """The model that trains: DDP (rank 0's initial weights broadcast) over several ranks."""
+def wrap(model: torch.nn.Module, ranks: Ranks, device: torch.device,
+         unused_parameters: bool = False) -> torch.nn.Module:
+    """The model that trains: DDP (rank 0's initial weights broadcast) over several ranks;
+    `unused_parameters`: a step may leave some parameters without a gradient."""
     if not ranks.active:
         return model
     dist.barrier()  # set-up done on every rank (the default group's long timeout)
     return DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None,
-                                   process_group=_training_group)
+                                   process_group=_training_group, find_unused_parameters=unused_parameters)
 
 
 class Heartbeat:

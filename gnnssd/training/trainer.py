@@ -86,7 +86,7 @@ class TaskTrainer(abc.ABC):
             self.source.close()
             raise
         self.model = built.to(self.device)
-        self.train_model = distributed.wrap(self.model, self.ranks, self.device)
+        self.train_model = distributed.wrap(self.model, self.ranks, self.device, self._unused_parameters())
         self.progress = distributed.progress(self.ranks)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.train.lr,
                                           weight_decay=cfg.train.weight_decay)
@@ -125,6 +125,11 @@ class TaskTrainer(abc.ABC):
     @abc.abstractmethod
     def evaluate(self, split: str = "test") -> dict[str, float]:
         """The task's metrics on `split`."""
+
+    def _unused_parameters(self) -> bool:
+        """Whether a training step may leave some of the model's parameters without a
+        gradient (data-parallel training must then look for them every step)."""
+        return False
 
     def _output_dim(self) -> int:
         return self.output_dim(self.config, self.store)
