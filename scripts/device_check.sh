@@ -49,7 +49,7 @@ engine.close()
 PY
 
 step "tests: the CUDA ones (marked cuda) and the compiler's CPU lowering ones on this stack"
-timeout 240 $PY -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_compiler_csc.py \
+timeout 240 $PY -m pytest -q -p no:cacheprovider tests/compiler/test_cuda.py tests/compiler/test_compiler_csc.py \
   -k "not cora and not interpreter" -W ignore::DeprecationWarning 2>&1 | tee "$OUT/pytest_cuda.txt" | tail -25
 
 step "store: synthetic medium"

@@ -12,8 +12,8 @@ import pytest
 from gnnssd.datasets import ArraySource
 from gnnssd.storage_format import Store, write_store
 
-from .conftest import REPO, random_graph_arrays
-from .hetero_graph import ToyHeteroSource
+from tests.conftest import REPO, random_graph_arrays
+from tests.hetero_graph import ToyHeteroSource
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import REPO
+from tests.conftest import REPO
 
 # package -> its folder, as setup.py installs them
 FOLDERS = {"gnnssd.storage_format": "storage_format", "gnnssd.sampler": "sampler",

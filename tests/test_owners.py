@@ -16,7 +16,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from .conftest import REPO
+from tests.conftest import REPO
 
 FOLDERS = ("gnnssd", "storage_format", "datasets", "sampler", "io_engine")
 OWNERS = {

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import REPO
+from tests.conftest import REPO
 
 # In the fresh environment: the demo (1 epoch), then the ssd loader through the wheel's
 # io_engine, and the compiler's package (a subpackage the old package list left out).

@@ -23,7 +23,7 @@ from gnnssd.storage_format import StoreError, write_store
 from gnnssd.training.tasks import Trainer
 from gnnssd.core.config import config_from_dict
 
-from ..conftest import REPO, random_graph_arrays
+from tests.conftest import REPO, random_graph_arrays
 
 
 @pytest.fixture(scope="module")

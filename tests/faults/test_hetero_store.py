@@ -17,7 +17,7 @@ from gnnssd.storage_format import DatasetError, Store, StoreError, write_store
 from gnnssd.storage_format.manifest import MANIFEST, manifest_checksum
 from gnnssd.storage_format.schema import GraphSchema, NodeType
 from gnnssd.training.link import LinkTrainer
-from tests.faults.test_round2 import _array, _tamper
+from tests.faults.test_hostile_inputs import _array, _tamper
 from tests.hetero_graph import RELATIONS, ToyHeteroSource
 
 

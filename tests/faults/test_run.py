@@ -26,7 +26,7 @@ from gnnssd.datasets import ArraySource
 from gnnssd.storage_format import write_store
 from gnnssd.training.tasks import Trainer
 
-from ..conftest import REPO, random_graph_arrays
+from tests.conftest import REPO, random_graph_arrays
 
 EMPTY = np.empty(0, dtype=np.int64)
 
@@ -471,7 +471,7 @@ def test_ranks_with_different_batch_size_or_lr_are_refused_naming_them(store, tm
     """Two torchrun-style ranks whose configs differ in sampler.batch_size (the ranks would
     run different numbers of collectives) and train.lr (diverging replicas): both stop
     before training naming the ranks and keys that differ. Their own paths may differ."""
-    from tests.test_distributed import train_as_ranks
+    from tests.training.test_distributed import train_as_ranks
 
     configs = [_config_file(store, tmp_path / f"rank{rank}" / "run", sampler={"batch_size": batch_size},
                             train={"lr": lr}) for rank, (batch_size, lr) in enumerate([(64, 0.01), (32, 0.1)])]

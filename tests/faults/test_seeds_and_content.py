@@ -22,10 +22,10 @@ from gnnssd.core.config import ConfigError, config_from_dict
 from gnnssd.datasets import ArraySource
 from gnnssd.sampler import SeedOrder
 from gnnssd.storage_format import DatasetError, Store, StoreError, write_store
-from tests.faults.test_round2 import _tamper
+from tests.faults.test_hostile_inputs import _tamper
 from tests.faults.test_run import _train
 
-from ..conftest import random_graph_arrays
+from tests.conftest import random_graph_arrays
 
 
 class _Fixed(SeedOrder):
@@ -192,7 +192,7 @@ def test_npy_header_that_lies_about_its_shape_is_refused_naming_the_file(store, 
 def test_graphbolt_typed_nan_label_is_refused_naming_the_metadata(tmp_path):
     from gnnssd.datasets.graphbolt_hetero import GraphBoltHeteroSource
     from tests.hetero_graph import ToyHeteroSource
-    from tests.test_graphbolt_hetero import _write_layout
+    from tests.datasets.test_graphbolt_hetero import _write_layout
 
     root = tmp_path / "gb"
     _write_layout(root, ToyHeteroSource())

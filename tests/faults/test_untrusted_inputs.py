@@ -18,8 +18,8 @@ import torch
 
 from gnnssd.storage_format import DatasetError
 from tests.hetero_graph import ToyHeteroSource
-from tests.test_mag240m import _write_layout
-from tests.test_ogb_hetero import _write_mag_layout
+from tests.datasets.test_mag240m import _write_layout
+from tests.datasets.test_ogb_hetero import _write_mag_layout
 
 
 class _Hostile:

@@ -106,12 +106,9 @@ def gsddmm(g: CSCBlock, op: str, x: torch.Tensor, y: torch.Tensor, lhs_target: s
 
 def attention(g: CSCBlock, el: torch.Tensor, er: torch.Tensor, z: torch.Tensor, slope: float) -> torch.Tensor:
     """``sum_u softmax_u(leaky_relu(el[u] + er[v])) * z[u]`` per destination v
-    (el, er: (nodes, heads); z: (nodes, heads, dim)): scores and softmax per edge and head,
-    then the weighted sum fused on CUDA (no (edges, heads, dim) tensor)."""
+    (el, er: (nodes, heads); z: (nodes, heads, dim)), as torch ops: measured on an H200
+    (docs/BENCHMARKS.md, issue 31) they beat the fused per-head aggregation here (11.2 vs
+    12.3 ms for a GAT layer's forward and backward), at the cost of an (edges, heads, dim) tensor."""
     scores = torch.nn.functional.leaky_relu(gather_src(g, el) + gather_dst(g, er), slope)
     weights = edge_softmax(g, scores).unsqueeze(-1)  # (edges, heads, 1)
-    if _fusable(z, weights, g):
-        from gnnssd.compiler.kernels.triton_spmm import fused_aggregate
-
-        return fused_aggregate(g, z, weights, "sum")
     return segment_reduce(g, gather_src(g, z) * weights, "sum")

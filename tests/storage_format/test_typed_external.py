@@ -1,0 +1,87 @@
+"""The heterogeneous topology built out of core (per relation through the bucketed external
+sort, interleaved a node range at a time): equal to the in-memory build, in the source's
+order and relabelled, with a link split's held-out pairs left out; a preprocess over the
+limit writes the same store as one within it, and resumes after a kill in any step."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gnnssd.datasets import hetero_synthetic_source
+from gnnssd.sampler import node_order
+from gnnssd.storage_format import Store, typed_csc, write_store
+from gnnssd.storage_format.link_split import relation_link_split
+from gnnssd.storage_format.typed_csc import checked_relation_edges, typed_csc_to_files
+
+from tests.storage_format.test_preprocess_scale import Interrupted, _interrupt_at
+
+
+def _source():
+    return hetero_synthetic_source("mag-small", papers=1500, authors=1200, institutions=40)
+
+
+@pytest.fixture
+def small_chunks(monkeypatch):
+    """Many chunks, buckets and node ranges on a small graph."""
+    monkeypatch.setattr(typed_csc, "RELATION_CHUNK_EDGES", 1000)
+    monkeypatch.setattr(typed_csc, "INTERLEAVE_EDGES", 3000)
+
+
+def _link(source):
+    schema = source.schema
+    r = 1  # writes: author -> paper
+    t = schema.type_id(schema.relations[r][2])
+    return relation_link_split(*checked_relation_edges(source, schema, r), source.num_nodes,
+                               (int(schema.offsets[t]), schema.node_types[t].count), (0.8, 0.1, 0.1), 3, 20,
+                               schema.relations[r][1])
+
+
+@pytest.mark.parametrize("relabelled", [False, True])
+@pytest.mark.parametrize("with_link", [False, True])
+def test_out_of_core_build_equals_the_in_memory_one(tmp_path, small_chunks, relabelled, with_link):
+    source = _source()
+    n = source.num_nodes
+    link = _link(source) if with_link else None
+    store_id = np.random.default_rng(1).permutation(n).astype(np.int32) if relabelled else None
+    expected = typed_csc.typed_csc(source, lambda *a: None, relabel=None if store_id is None else [store_id.copy()],
+                                   link=link)
+    got = typed_csc_to_files(source, lambda *a: None, 700, tmp_path / "scratch", tmp_path / "indices.npy",
+                             tmp_path / "etypes.npy", relabel=None if store_id is None else [store_id.copy()],
+                             link=link)
+    for a, b in zip(got, expected):
+        assert a.dtype == b.dtype
+        np.testing.assert_array_equal(a, b)
+    assert not (tmp_path / "scratch").exists()
+
+
+def _files(store) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(store.iterdir()) if p.name != "manifest.json"}
+
+
+@pytest.mark.parametrize("order", ["original", "degree"])
+def test_a_store_over_the_memory_limit_equals_one_within_it(tmp_path, small_chunks, order):
+    kwargs = dict(order=order if order == "original" else node_order(order), edge_split=(0.8, 0.1, 0.1),
+                  edge_split_relation="writes", eval_negatives=20)
+    within = write_store(tmp_path / "within", _source(), **kwargs)
+    heard = []
+    over = write_store(tmp_path / "over", _source(), memory_limit=1, **kwargs,
+                       progress=lambda stage, done, total: heard.append(stage))
+    assert "interleave" in heard  # the out-of-core build ran
+    assert _files(over) == _files(within)
+    Store.open(over, verify=True)
+
+
+@pytest.mark.parametrize("stage, count", [("merge buckets", 3), ("relations", 2), ("interleave", 2),
+                                          ("relations", 8)])
+def test_the_out_of_core_typed_build_resumes_after_a_kill_in_any_step(tmp_path, small_chunks, stage, count):
+    """Stopped in a relation's buckets, between relations, in the interleave or in the
+    rebuild in store order (the 8th relation heard: six in source order, then the second
+    of the rebuild); rerun, every file equals an uninterrupted run's."""
+    kwargs = dict(order=node_order("degree"), memory_limit=1)
+    reference = write_store(tmp_path / "reference", _source(), **kwargs)
+    out = tmp_path / "store"
+    with pytest.raises(Interrupted):
+        write_store(out, _source(), progress=_interrupt_at(stage, count), **kwargs)
+    assert not out.exists()
+    write_store(out, _source(), **kwargs)
+    assert _files(out) == _files(reference)
