@@ -93,3 +93,16 @@ def test_killed_training_resumes(tmp_path):
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["epoch"] for r in records] == list(range(1, 21))
     assert not list((tmp_path / "run").glob("*.tmp"))
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has a GPU")
+def test_device_cuda_without_a_gpu_is_refused_saying_why(tmp_path):
+    """`device: cuda` where torch sees no GPU: exit 2 before anything is written, naming the
+    key and the reason (here torch's build or its missing device)."""
+    gnnssd("preprocess", "synthetic", "--preset", "tiny", "--out", tmp_path / "store")
+    config = tmp_path / "c.yaml"
+    config.write_text("store: store\nrun_dir: run\ndevice: cuda\nmodel: {hidden: 16}\n")
+    run = gnnssd("train", "--config", config, check=False)
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert "device: 'cuda' requested, but" in run.stderr and "CUDA" in run.stderr
+    assert not (tmp_path / "run" / "checkpoint.pt").exists()
