@@ -12,7 +12,8 @@
 set -uo pipefail
 OUT=${OUT:-bench_out}
 mkdir -p "$OUT"
-STORE=${STORE:-/tmp/gnnssd-medium}
+SCRATCH=${TMPDIR:-/tmp}
+STORE=${STORE:-$SCRATCH/gnnssd-medium}
 export PYTHONUNBUFFERED=1
 step() { echo; echo "== $(date +%T) $*"; }
 
@@ -21,10 +22,10 @@ if [ -z "${GNNSSD_PY:-}" ]; then
   PY=python3
   $PY -m pip install -q --no-index --no-deps .whl/*.whl
   $PY scripts/device_patch_dgl.py "$($PY -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-  mkdir -p /tmp/uring
-  for deb in .deb/*.deb; do dpkg -x "$deb" /tmp/uring; done
-  export CPATH=/tmp/uring/usr/include LIBRARY_PATH=/tmp/uring/usr/lib/x86_64-linux-gnu
-  export LD_LIBRARY_PATH=/tmp/uring/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  mkdir -p $SCRATCH/uring
+  for deb in .deb/*.deb; do dpkg -x "$deb" $SCRATCH/uring; done
+  export CPATH=$SCRATCH/uring/usr/include LIBRARY_PATH=$SCRATCH/uring/usr/lib/x86_64-linux-gnu
+  export LD_LIBRARY_PATH=$SCRATCH/uring/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   $PY -m pip install -q --no-index --no-deps --no-build-isolation --ignore-requires-python -e . 2>&1 | tail -5
 else
   PY=$GNNSSD_PY
