@@ -11,7 +11,7 @@ out) and the bytes read per mini-batch. Methods alternate in one run, same seeds
 
 Accuracy (Cora, CiteSeer from the shared Planetoid files, `--seeds` seeds): GraphSAGE
 trained by gnnssd's Trainer with `sampler.method` uniform and labor (evaluation samples
-by the same method, fanouts 10,10), memory and ssd features; mean test accuracy and the
+by the same method, fanouts 10,10), memory and ssd (32 MiB budget) features; mean test accuracy and the
 distinct input rows per training mini-batch.
 
     python scripts/bench_labor.py [--preset medium] [--seeds 3] [--json bench_out/labor.json]
@@ -67,7 +67,7 @@ def accuracy(store: Path, run_dir: Path, method: str, features: str, seed: int) 
     spec = PLANETOID
     config = config_from_dict({"store": str(store), "run_dir": str(run_dir), "features": features, "seed": seed,
                                "model": spec["model"], "train": spec["train"],
-                               "sampler": dict(spec["sampler"], method=method), "ssd": {"memory_budget": "16MiB"}})
+                               "sampler": dict(spec["sampler"], method=method), "ssd": {"memory_budget": "32MiB"}})
     trainer = Trainer(config)
     try:
         trainer.fit()
