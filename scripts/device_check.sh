@@ -8,7 +8,8 @@
 # torch (scripts/device_patch_dgl.py), liburing unpacked, gnnssd built (io_uring or the
 # thread fallback, said), the CUDA tests, then scripts/bench_gpu.py on a `medium` store made
 # there. Every step's output goes to $OUT (default bench_out); a failing step is reported
-# and the next one still runs. With GNNSSD_PY set (a ready interpreter) the install is skipped.
+# and the next one still runs. With GNNSSD_PY set (a ready interpreter) the install is skipped;
+# TESTS_K selects tests (pytest -k), PARTS the benchmark's parts, E2E_BATCHES its (b) length.
 set -uo pipefail
 OUT=${OUT:-bench_out}
 mkdir -p "$OUT"
@@ -51,11 +52,11 @@ PY
 
 step "tests: the CUDA ones (marked cuda) and the compiler's CPU lowering ones on this stack"
 timeout 240 $PY -m pytest -q -p no:cacheprovider tests/compiler/test_cuda.py tests/compiler/test_compiler_csc.py \
-  -k "not cora and not interpreter" -W ignore::DeprecationWarning 2>&1 | tee "$OUT/pytest_cuda.txt" | tail -25
+  -k "${TESTS_K:-not cora and not interpreter}" -W ignore::DeprecationWarning 2>&1 | tee "$OUT/pytest_cuda.txt" | tail -25
 
 step "store: synthetic medium"
 [ -f "$STORE/manifest.json" ] || $PY -m gnnssd preprocess synthetic --preset medium --out "$STORE" --order degree 2>&1 | tail -3
 
 step "bench_gpu"
-timeout 330 $PY scripts/bench_gpu.py --store "$STORE" --quick --e2e-batches ${E2E_BATCHES:-40} --json "$OUT/bench_gpu.json" 2>&1 | tee "$OUT/bench_gpu.txt"
+timeout 330 $PY scripts/bench_gpu.py --store "$STORE" --quick --e2e-batches ${E2E_BATCHES:-40} --parts ${PARTS:-layers,e2e,threads} --json "$OUT/bench_gpu.json" 2>&1 | tee "$OUT/bench_gpu.txt"
 step "done"

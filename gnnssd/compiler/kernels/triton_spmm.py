@@ -21,12 +21,21 @@ import triton.language as tl
 
 from gnnssd.compiler.block import CSCBlock
 
-BLOCK_E = 32  # in-edges per tile
 # Triton's CPU interpreter (how the tests run these kernels without a GPU) copies every
 # tensor argument back after a launch, which autograd sees as an in-place write: it gets copies.
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
 
+def _tiles() -> list[triton.Config]:
+    """In-edges per tile and warps per program, timed on a kernel's first launch for each
+    feature width (sampled blocks have few in-edges per destination: small tiles may win);
+    one choice under the interpreter."""
+    if INTERPRETED:
+        return [triton.Config({"BLOCK_E": 32}, num_warps=4)]
+    return [triton.Config({"BLOCK_E": e}, num_warps=w) for e in (8, 16, 32) for w in (1, 2, 4)]
+
+
+@triton.autotune(configs=_tiles(), key=["num_feats", "heads"])
 @triton.jit
 def _aggregate_rows(ptr, idx, coef, src, out, num_feats, head_dim, heads, stride_src, stride_out,
                     HAS_COEF: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_F: tl.constexpr):
@@ -50,6 +59,7 @@ def _aggregate_rows(ptr, idx, coef, src, out, num_feats, head_dim, heads, stride
     tl.store(out + row * stride_out + feats, acc.to(out.dtype.element_ty), mask=feat_mask)
 
 
+@triton.autotune(configs=_tiles(), key=["head_dim", "heads"])
 @triton.jit
 def _edge_head_dots(ptr, idx, rows_of_dst, src, out, head_dim, heads, stride_dst, stride_src,
                     BLOCK_E: tl.constexpr, BLOCK_D: tl.constexpr):
@@ -91,7 +101,7 @@ def aggregate_rows(ptr: torch.Tensor, idx: torch.Tensor, coef: torch.Tensor | No
     ptr, idx, coef, src = _interpreter_copies(ptr, idx, coef, src)
     _aggregate_rows[grid](ptr, idx, coef if coef is not None else src, src, out, src.shape[1],
                           src.shape[1] // heads, heads, src.stride(0), out.stride(0), HAS_COEF=coef is not None,
-                          BLOCK_E=BLOCK_E, BLOCK_F=block_f)
+                          BLOCK_F=block_f)
     return out
 
 
@@ -105,7 +115,7 @@ def edge_head_dots(g: CSCBlock, rows_of_dst: torch.Tensor, src: torch.Tensor, he
     head_dim = src.shape[1] // heads
     ptr, idx, rows_of_dst, src = _interpreter_copies(g.indptr, g.indices, rows_of_dst, src)
     _edge_head_dots[(g.num_dst, heads)](ptr, idx, rows_of_dst, src, out, head_dim, heads, rows_of_dst.stride(0),
-                                        src.stride(0), BLOCK_E=BLOCK_E, BLOCK_D=triton.next_power_of_2(head_dim))
+                                        src.stride(0), BLOCK_D=triton.next_power_of_2(head_dim))
     return out
 
 
