@@ -194,10 +194,11 @@ class EdgeLoader(SourceLoader):
 
     def _edge_batches(self, groups: list[EdgeGroup], batches: Iterator[MiniBatch]) -> Iterator[EdgeBatch]:
         try:  # closed here, not when collected: a caller's break stops the I/O threads now
-            for group, batch in zip(groups, batches):
-                batch = self.source.with_original_ids(batch)
-                yield EdgeBatch(batch.input_nodes, batch.output_nodes, batch.blocks, batch.x, batch.y,
-                                torch.from_numpy(group.pos), torch.from_numpy(group.neg), self.relation)
+            with self.source.iteration():
+                for group, batch in zip(groups, batches):
+                    batch = self.source.with_original_ids(batch)
+                    yield EdgeBatch(batch.input_nodes, batch.output_nodes, batch.blocks, batch.x, batch.y,
+                                    torch.from_numpy(group.pos), torch.from_numpy(group.neg), self.relation)
         finally:
             batches.close()
 

@@ -14,7 +14,9 @@ import dataclasses
 import os
 import shutil
 import tempfile
+import threading
 import weakref
+from contextlib import contextmanager
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterator, Protocol
@@ -102,6 +104,8 @@ class FeatureSource:
         self.timer = StageTimer()
         self._perms: dict[torch.device, torch.Tensor] = {}
         self._closed = False
+        self._iterating: dict[int, int] = {}  # thread -> iterations of this source it has running
+        self._iterating_lock = threading.Lock()
         scratch = self._scratch = None  # the private scratch directory, if any
         if scratch_dir is None and BACKENDS[features].OUT_OF_CORE:
             scratch_dir = scratch = self._scratch = Path(tempfile.mkdtemp(prefix="gnnssd-scratch-"))
@@ -114,6 +118,28 @@ class FeatureSource:
             raise
         # what close() does, also done when the source is collected or at exit without it
         self._release = weakref.finalize(self, _release, self._backend, scratch)
+
+    @contextmanager
+    def iteration(self) -> Iterator[None]:
+        """One iteration of a loader over this source, in the calling thread. Loaders of one
+        source may interleave in one thread (evaluation in the middle of an epoch); an
+        iteration while another thread has one running is refused by name (the backend's
+        buffers, plans and I/O threads serve one consumer)."""
+        me = threading.get_ident()
+        with self._iterating_lock:
+            if any(thread != me for thread in self._iterating):
+                raise RuntimeError(
+                    f"this FeatureSource ({self.features} features of {self.store.path}) is being iterated "
+                    "in another thread: loaders of one source may interleave in one thread, not run in two "
+                    "at once; give each thread its own loader over its own source (e.g. NodeLoader(store, ...))")
+            self._iterating[me] = self._iterating.get(me, 0) + 1
+        try:
+            yield
+        finally:
+            with self._iterating_lock:
+                self._iterating[me] -= 1
+                if not self._iterating[me]:
+                    del self._iterating[me]
 
     @property
     def backend(self) -> FeatureBackend:

@@ -201,8 +201,9 @@ class NodeLoader(SourceLoader):
 
     def _converted(self, batches: Iterator[MiniBatch]) -> Iterator[MiniBatch]:
         try:  # closed here, not when collected: a caller's break stops the I/O threads now
-            for batch in batches:
-                yield self.source.with_original_ids(batch)
+            with self.source.iteration():
+                for batch in batches:
+                    yield self.source.with_original_ids(batch)
         finally:
             batches.close()
 

@@ -230,3 +230,45 @@ def test_loader_pickled_or_used_after_fork_says_a_loader_is_per_process(store, t
         assert "cannot be used in process" in said and "A loader is per process" in said, said
     finally:
         loader.close()
+
+
+# --- partial: two threads on one loader ---------------------------------------------------
+
+@pytest.mark.parametrize("features", ["memory", "ssd"])
+def test_a_second_thread_iterating_a_source_in_use_is_refused_by_name(store, tmp_path, features):
+    """An iteration running in one thread (here suspended after its first mini-batch) and
+    the same loader, or another over its source, iterated in a second thread: the second is
+    refused naming why (not Python's 'generator already executing'); once the first ends, the
+    other thread may iterate, and loaders of one source still interleave in one thread."""
+    import threading
+
+    loader = NodeLoader(store, Store.open(store).train_idx, fanouts=[2, 2], batch_size=16, features=features,
+                        scratch_dir=tmp_path)
+    other = loader.with_seeds(Store.open(store).test_idx, fanouts=[2, 2], batch_size=16)
+    try:
+        running = iter(loader)
+        next(running)
+        next(iter(other))  # the same thread: interleaving is fine
+        said: list[str] = []
+
+        def second_thread(which) -> None:
+            try:
+                next(iter(which))
+                said.append("iterated")
+            except RuntimeError as exc:
+                said.append(str(exc))
+
+        for which in (loader, other):
+            thread = threading.Thread(target=second_thread, args=(which,))
+            thread.start()
+            thread.join()
+        assert len(said) == 2 and all("is being iterated in another thread" in s and "its own loader" in s
+                                      for s in said), said
+        running.close()
+        thread = threading.Thread(target=second_thread, args=(loader,))
+        thread.start()
+        thread.join()
+        assert said[-1] == "iterated"
+    finally:
+        other.close()
+        loader.close()
