@@ -13,8 +13,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+import stat
 import tempfile
 import threading
+import time
 import weakref
 from contextlib import contextmanager
 from functools import cached_property
@@ -108,7 +110,7 @@ class FeatureSource:
         self._iterating_lock = threading.Lock()
         scratch = self._scratch = None  # the private scratch directory, if any
         if scratch_dir is None and BACKENDS[features].OUT_OF_CORE:
-            scratch_dir = scratch = self._scratch = Path(tempfile.mkdtemp(prefix="gnnssd-scratch-"))
+            scratch_dir = scratch = self._scratch = private_scratch()
         try:
             self._backend: FeatureBackend = BACKENDS[features].open(
                 self.store, self.ssd, self.sampling, self.seed, self.device, self.timer,
@@ -252,6 +254,39 @@ def _release(backend: FeatureBackend | None, scratch: Path | None) -> None:
     finally:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+SCRATCH_PREFIX = "gnnssd-scratch-"
+#: A dead process's scratch is removed once untouched this long (a live loader writes to its
+#: scratch all the time; the age guards a temp directory shared across PID namespaces).
+STALE_SCRATCH_S = 600
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+def private_scratch() -> Path:
+    """A fresh scratch directory in the temp directory, named by this process's pid; those
+    a killed process left (its pid gone, untouched for STALE_SCRATCH_S, this user's own
+    directory, no link) are removed first: no killed run's blocks pile up there."""
+    root = Path(tempfile.gettempdir())
+    for old in root.glob(f"{SCRATCH_PREFIX}*-*"):
+        pid = old.name[len(SCRATCH_PREFIX):].split("-", 1)[0]
+        try:
+            info = old.lstat()
+        except OSError:
+            continue
+        if (pid.isdigit() and not _alive(int(pid)) and stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid()
+                and time.time() - info.st_mtime > STALE_SCRATCH_S):
+            shutil.rmtree(old, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-"))
 
 
 _PER_PROCESS = ("a {name} cannot be {how}: it holds this process's open files, buffers and I/O threads. "

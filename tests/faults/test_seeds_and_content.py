@@ -8,8 +8,10 @@ Each test is named after the fault it covers; stores are tiny and made here.
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import shutil
+import time
 from pathlib import Path
 
 import numpy as np
@@ -272,3 +274,38 @@ def test_a_second_thread_iterating_a_source_in_use_is_refused_by_name(store, tmp
     finally:
         other.close()
         loader.close()
+
+
+# --- partial: scratch left in the temp directory by a killed process -----------------------
+
+def test_scratch_a_killed_process_left_in_the_temp_directory_is_removed(store, tmp_path, monkeypatch):
+    """A dead pid's gnnssd-scratch-* folder, untouched for long, goes when a source makes its
+    own; a live pid's, a recent one, a link and a folder of another name stay."""
+    import subprocess
+    import sys
+    import tempfile
+
+    from gnnssd.loading import feature_source
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+    old = time.time() - 2 * feature_source.STALE_SCRATCH_S
+    made = {}
+    for name, pid, age in (("stale", dead, old), ("recent", dead, time.time()), ("live", str(os.getpid()), old)):
+        folder = made[name] = tmp_path / f"gnnssd-scratch-{pid}-{name}"
+        (folder / "blocks").mkdir(parents=True)
+        os.utime(folder, (age, age))
+    target = tmp_path / "users-own"
+    target.mkdir()
+    (tmp_path / f"gnnssd-scratch-{dead}-link").symlink_to(target)
+    os.utime(tmp_path / f"gnnssd-scratch-{dead}-link", (old, old), follow_symlinks=False)
+    loader = NodeLoader(store, Store.open(store).train_idx, fanouts=[2, 2], batch_size=16, features="ssd")
+    try:
+        assert not made["stale"].exists()
+        assert made["recent"].exists() and made["live"].exists() and target.exists()
+        assert (tmp_path / f"gnnssd-scratch-{dead}-link").is_symlink()
+        assert len(list(tmp_path.glob(f"gnnssd-scratch-{os.getpid()}-*"))) == 2  # "live" and its own
+    finally:
+        loader.close()
+    assert len(list(tmp_path.glob(f"gnnssd-scratch-{os.getpid()}-*"))) == 1  # its own removed on close

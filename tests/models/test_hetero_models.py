@@ -3,7 +3,6 @@ only the relations can solve, and the trainer end to end (memory and ssd)."""
 from __future__ import annotations
 
 import dgl
-import dgl.nn as dglnn
 import numpy as np
 import pytest
 import torch
