@@ -66,6 +66,27 @@ def _kept_neighbours(indices, start, d, keys, lo, hi, base, out):
     return c
 
 
+@nb.njit(inline="always")
+def _exclusion_range(ex_ptr, ex_keys, local, base, num_nodes):
+    """[lo, hi) of ex_keys: the excluded keys of mini-batch `local` that fall on destination
+    base // num_nodes (keys base + u, u a source)."""
+    a, z = ex_ptr[local], ex_ptr[local + 1]
+    return a + np.searchsorted(ex_keys[a:z], base), a + np.searchsorted(ex_keys[a:z], base + num_nodes)
+
+
+@nb.njit(inline="always")
+def _run_offsets(take):
+    """Where each (destination, relation) run of samples starts in the flat output, and the
+    total last: the prefix sums of take (n, relations) in row order."""
+    n, num_rel = take.shape
+    flat = np.empty(n * num_rel + 1, np.int64)
+    flat[0] = 0
+    for i in range(n):
+        for r in range(num_rel):
+            flat[i * num_rel + r + 1] = flat[i * num_rel + r] + take[i, r]
+    return flat
+
+
 @nb.njit(parallel=True, cache=True, nogil=True)
 def _sample_hop(indptr, indices, dst, dst_batch, fanout, seed, layer, dst_local, ex_ptr, ex_keys):
     """Sample in-neighbours of every node in `dst`; returns (ptr, sampled node IDs).
@@ -83,11 +104,8 @@ def _sample_hop(indptr, indices, dst, dst_batch, fanout, seed, layer, dst_local,
         v = dst[i]
         d = indptr[v + 1] - indptr[v]
         if excluding:
-            b = dst_local[i]
-            a, z = ex_ptr[b], ex_ptr[b + 1]
             base = np.int64(v) * num_nodes
-            ex_lo[i] = a + np.searchsorted(ex_keys[a:z], base)
-            ex_hi[i] = a + np.searchsorted(ex_keys[a:z], base + num_nodes)
+            ex_lo[i], ex_hi[i] = _exclusion_range(ex_ptr, ex_keys, dst_local[i], base, num_nodes)
             if ex_hi[i] > ex_lo[i]:
                 d = _kept_neighbours(indices, indptr[v], d, ex_keys, ex_lo[i], ex_hi[i], base, none)
         avail[i] = d
@@ -161,10 +179,7 @@ def _sample_hop_typed(indptr, indices, etypes, dst, dst_batch, fanouts, seed, la
         v = dst[i]
         a, b = indptr[v], indptr[v + 1]
         if excluding:
-            lo, hi = ex_ptr[dst_local[i]], ex_ptr[dst_local[i] + 1]
-            base = np.int64(v) * num_nodes
-            ex_lo[i] = lo + np.searchsorted(ex_keys[lo:hi], base)
-            ex_hi[i] = lo + np.searchsorted(ex_keys[lo:hi], base + num_nodes)
+            ex_lo[i], ex_hi[i] = _exclusion_range(ex_ptr, ex_keys, dst_local[i], np.int64(v) * num_nodes, num_nodes)
         for r in range(num_rel + 1):
             runs[i, r] = a + np.searchsorted(etypes[a:b], r)
         for r in range(num_rel):
@@ -175,11 +190,7 @@ def _sample_hop_typed(indptr, indices, etypes, dst, dst_batch, fanouts, seed, la
             avail[i, r] = d
             f = fanouts[r]
             take[i, r] = d if f < 0 or f >= d else f
-    flat = np.empty(n * num_rel + 1, np.int64)
-    flat[0] = 0
-    for i in range(n):
-        for r in range(num_rel):
-            flat[i * num_rel + r + 1] = flat[i * num_rel + r] + take[i, r]
+    flat = _run_offsets(take)
     out = np.empty(flat[n * num_rel], np.int64)
     out_rel = np.empty(flat[n * num_rel], etypes.dtype)
     for i in nb.prange(n):
@@ -202,10 +213,7 @@ def _sample_hop_typed(indptr, indices, etypes, dst, dst_batch, fanouts, seed, la
             for j in range(o, o + k):
                 out[j] = cand[start + out[j]]
                 out_rel[j] = r
-    ptr = np.empty(n + 1, np.int64)
-    for i in range(n + 1):
-        ptr[i] = flat[i * num_rel]
-    return ptr, out, out_rel
+    return flat[::num_rel].copy(), out, out_rel
 
 
 @nb.njit(inline="always")
@@ -259,9 +267,7 @@ def _sample_hop_labor(indptr, indices, etypes, dst, dst_batch, fanouts, seed, la
         a, b = indptr[v], indptr[v + 1]
         base = np.int64(v) * num_nodes
         if ex_keys.shape[0] > 0:
-            lo, hi = ex_ptr[dst_local[i]], ex_ptr[dst_local[i] + 1]
-            ex_lo[i] = lo + np.searchsorted(ex_keys[lo:hi], base)
-            ex_hi[i] = lo + np.searchsorted(ex_keys[lo:hi], base + num_nodes)
+            ex_lo[i], ex_hi[i] = _exclusion_range(ex_ptr, ex_keys, dst_local[i], base, num_nodes)
         for r in range(num_rel + 1):
             runs[i, r] = (a + np.searchsorted(etypes[a:b], r)) if typed else (a if r == 0 else b)
         for r in range(num_rel):
@@ -271,11 +277,7 @@ def _sample_hop_labor(indptr, indices, etypes, dst, dst_batch, fanouts, seed, la
             thresholds[i, r] = 1.0 if f < 0 or f >= d else f / d
             take[i, r] = _labor_kept(indices, runs[i, r], runs[i, r + 1] - runs[i, r], ex_keys, ex_lo[i],
                                      ex_hi[i], base, seed, dst_batch[i], layer, thresholds[i, r], none, 0)
-    flat = np.empty(n * num_rel + 1, np.int64)
-    flat[0] = 0
-    for i in range(n):
-        for r in range(num_rel):
-            flat[i * num_rel + r + 1] = flat[i * num_rel + r] + take[i, r]
+    flat = _run_offsets(take)
     out = np.empty(flat[n * num_rel], np.int64)
     out_rel = np.empty(flat[n * num_rel], etypes.dtype)
     for i in nb.prange(n):
@@ -286,10 +288,7 @@ def _sample_hop_labor(indptr, indices, etypes, dst, dst_batch, fanouts, seed, la
                         seed, dst_batch[i], layer, thresholds[i, r], out, o)
             for j in range(o, o + take[i, r]):
                 out_rel[j] = r
-    ptr = np.empty(n + 1, np.int64)
-    for i in range(n + 1):
-        ptr[i] = flat[i * num_rel]
-    return ptr, out, out_rel
+    return flat[::num_rel].copy(), out, out_rel
 
 
 @nb.njit(inline="always")

@@ -113,13 +113,8 @@ def atomic_file(path: Path, into_store: bool = False) -> Iterator[BinaryIO]:
     except OSError as exc:
         raise write_error(path, exc) from None
     try:
-        with open(fd, "wb") as f:
-            try:
-                yield f
-                f.flush()
-                os.fsync(f.fileno())
-            except OSError as exc:
-                raise write_error(path, exc) from None
+        with _synced(fd, "wb", path) as f:
+            yield f
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -152,7 +147,15 @@ def appending(path: Path) -> Iterator[BinaryIO]:
         os.close(fd)
         raise UnsafeOutputError(f"{path}: not a regular file; gnnssd appends only to its own log files")
     os.set_blocking(fd, True)
-    with open(fd, "ab") as f:
+    with _synced(fd, "ab", path) as f:
+        yield f
+
+
+@contextlib.contextmanager
+def _synced(fd: int, mode: str, path: Path) -> Iterator[BinaryIO]:
+    """The open descriptor `fd` as a file, flushed and fsynced when the caller is done;
+    a write error raised as OutputWriteError naming `path` and its disk."""
+    with open(fd, mode) as f:
         try:
             yield f
             f.flush()

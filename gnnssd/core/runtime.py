@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import random
 import signal
@@ -21,8 +22,10 @@ log = logging.getLogger("gnnssd")
 warnings.filterwarnings("ignore", message="Dataloader CPU affinity opt is not enabled")
 
 
+@functools.cache
 def dgl_has_cuda() -> bool:
-    """Whether this DGL build can hold graphs on a GPU (PyPI's wheels cannot)."""
+    """Whether this DGL build can hold graphs on a GPU (PyPI's wheels cannot); asked once
+    per process (every mini-batch copied to a GPU consults it)."""
     if not torch.cuda.is_available():
         return False
     try:
