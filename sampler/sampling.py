@@ -271,8 +271,10 @@ def _sample_hop_labor(indptr, indices, etypes, dst, dst_batch, fanouts, seed, la
         for r in range(num_rel + 1):
             runs[i, r] = (a + np.searchsorted(etypes[a:b], r)) if typed else (a if r == 0 else b)
         for r in range(num_rel):
-            d = _labor_kept(indices, runs[i, r], runs[i, r + 1] - runs[i, r], ex_keys, ex_lo[i], ex_hi[i],
-                            base, seed, dst_batch[i], layer, 1.0, none, 0)
+            d = runs[i, r + 1] - runs[i, r]
+            if ex_hi[i] > ex_lo[i]:  # the relation's in-degree after the exclusion
+                d = _labor_kept(indices, runs[i, r], d, ex_keys, ex_lo[i], ex_hi[i], base, seed, dst_batch[i],
+                                layer, 1.0, none, 0)
             f = fanouts[r]
             thresholds[i, r] = 1.0 if f < 0 or f >= d else f / d
             take[i, r] = _labor_kept(indices, runs[i, r], runs[i, r + 1] - runs[i, r], ex_keys, ex_lo[i],
