@@ -186,7 +186,6 @@ class SyntheticSource:
         spread = spec.feature_signal / np.sqrt(2 * spec.feat_dim)
         self._centroids = (root.standard_normal((spec.num_classes, spec.feat_dim)) * spread
                            ).astype(np.float32)
-        self._tables: _Layout | None = None
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "synthetic", **asdict(self.spec)}
@@ -220,19 +219,17 @@ class SyntheticSource:
         return int(self.spec.num_nodes * self.spec.avg_degree / 2)
 
     def _layout(self) -> _Layout:
-        """The sampling tables, built once per source (about 20 B per node)."""
-        if self._tables is None:
-            s = self.spec
-            n = s.num_nodes
-            by_class = np.argsort(self._labels, kind="stable").astype(index_dtype(n))
-            cum = np.cumsum(self._weights()[by_class])
-            sizes = np.bincount(self._labels, minlength=s.num_classes)
-            class_end = np.cumsum(sizes)
-            steps = min(SEARCH_STEPS, n)
-            table = np.searchsorted(cum, np.arange(steps + 1) * (cum[-1] / steps), side="right")
-            self._tables = _Layout(by_class, cum, table.astype(np.int64), class_end - sizes,
-                                   class_end)
-        return self._tables
+        """The sampling tables (about 20 B per node), built for each pass over the edges
+        rather than kept: preprocess's later steps need the memory (1.4 GB for papers)."""
+        s = self.spec
+        n = s.num_nodes
+        by_class = np.argsort(self._labels, kind="stable").astype(index_dtype(n))
+        cum = np.cumsum(self._weights()[by_class])
+        sizes = np.bincount(self._labels, minlength=s.num_classes)
+        class_end = np.cumsum(sizes)
+        steps = min(SEARCH_STEPS, n)
+        table = np.searchsorted(cum, np.arange(steps + 1) * (cum[-1] / steps), side="right")
+        return _Layout(by_class, cum, table.astype(np.int64), class_end - sizes, class_end)
 
     def edge_chunks(self, chunk_edges: int = EDGE_BLOCK) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """The edges, EDGE_BLOCK at a time (one RNG stream per block, so the graph does not

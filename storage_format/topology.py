@@ -57,7 +57,7 @@ def _store_topology(partial: Path, source: DatasetSource, order: str | Permutati
                                     None if schema.is_homogeneous else schema.offsets)
         if schema.is_homogeneous or name == "original":
             with _step(steps, "renumber"):
-                _renumber(partial, name, indptr, indices, perm, _inverse(perm), limit, notify)
+                _renumber(partial, name, indptr, indices, perm, _inverse(perm, indices.dtype), limit, notify)
             del indptr, indices
         else:
             del indptr, indices, perm  # the typed topology is rebuilt from the edges, in memory
@@ -68,9 +68,9 @@ def _store_topology(partial: Path, source: DatasetSource, order: str | Permutati
             np.load(partial / "indices.npy", mmap_mode="r"))
 
 
-def _inverse(perm: np.ndarray) -> np.ndarray:
-    inv = np.empty(perm.shape[0], dtype=np.int64)
-    inv[perm] = np.arange(perm.shape[0], dtype=np.int64)
+def _inverse(perm: np.ndarray, dtype: np.dtype = np.dtype(np.int64)) -> np.ndarray:
+    inv = np.empty(perm.shape[0], dtype=dtype)
+    inv[perm] = np.arange(perm.shape[0], dtype=dtype)
     return inv
 
 
@@ -116,8 +116,10 @@ def _renumber(partial: Path, order: str, indptr: np.ndarray, indices: np.ndarray
         new_indptr = indptr
         os.link(partial / CSC_INDICES, final)
     else:
-        # pass 1 holds a chunk and the old indices' pages it mapped; pass 2 a window and its file
-        chunk = min(RENUMBER_CHUNK_EDGES, max(1 << 16, spare_memory(limit) // (4 * indices.dtype.itemsize)))
+        # pass 1 holds a chunk and the old indices' pages it mapped; pass 2 a window and its
+        # file; beside them the new indptr (node-sized, made inside) is counted here
+        spare = spare_memory(limit) - indptr.nbytes
+        chunk = min(RENUMBER_CHUNK_EDGES, max(1 << 16, spare // (4 * indices.dtype.itemsize)))
         new_indptr, _ = renumber_csc_to_file(indptr, indices, perm, inv, final, chunk,
                                              lambda done, total: notify("renumber", done, total))
     _save_array(partial / STORE_INDPTR, new_indptr)
@@ -136,7 +138,7 @@ def _renumber_typed(partial: Path, source: DatasetSource, link: LinkSplit | None
     dtype = index_dtype(schema_of(source).num_nodes)
     # no name here holds the relabelling: typed_csc takes it out of the list and drops it
     indptr, indices, etypes = _typed_topology(partial, source, limit, notify, link, partial / "indices.npy",
-                                              relabel=[_inverse(np.load(partial / ORDER_PERM)).astype(dtype)])
+                                              relabel=[_inverse(np.load(partial / ORDER_PERM), dtype)])
     for path, array in ((partial / "indices.npy", indices), (partial / f"{ETYPES}.npy", etypes),
                         (partial / STORE_INDPTR, indptr)):
         _save_array(path, array)

@@ -145,7 +145,7 @@ def _write_partial(partial: Path, source: DatasetSource, order: str | Permutatio
         files[PAGE_CHECKSUMS] = _write_page_checksums(partial, notify)
     row_bytes = source.feat_dim * np.dtype(dtype).itemsize
 
-    arrays = {"indptr": indptr, "indices": indices, "labels": labels[perm],
+    arrays = {"indptr": indptr, "indices": indices, "labels": labels[perm].astype(np.int64),
               "perm": perm, "inv": inv,
               **{f"{k}_idx": np.sort(inv[v]) for k, v in splits.items()}}
     assert set(arrays) == set(ARRAY_FILES)

@@ -114,18 +114,35 @@ def test_external_csc_resumes_after_an_interruption(tmp_path, symmetric, stage):
     assert not (tmp_path / "scratch").exists()
 
 
-def test_renumber_to_file_in_chunks_equals_renumber_in_memory(tmp_path):
+@pytest.mark.parametrize("inv_dtype", [np.int64, np.int32])
+def test_renumber_to_file_in_chunks_equals_renumber_in_memory(tmp_path, inv_dtype):
     data = random_graph_arrays(num_nodes=400, num_edges=5000)
     indptr, indices = csc_from_edges(*data["edges"], 400, symmetric=True)
     perm = np.random.default_rng(1).permutation(400)
-    inv = np.argsort(perm)
+    inv = np.argsort(perm).astype(inv_dtype)
     seen = []
     new_indptr, new_indices = renumber_csc_to_file(indptr, indices, perm, inv, tmp_path / "i.npy", 300,
                                                    lambda done, total: seen.append(done))
     ref_indptr, ref_indices = renumber_csc(indptr, indices, perm, inv)
+    np.testing.assert_array_equal(new_indptr, np.concatenate([[0], np.cumsum(np.diff(indptr)[perm])]))
     np.testing.assert_array_equal(new_indptr, ref_indptr)
     np.testing.assert_array_equal(new_indices, ref_indices)
     assert len(seen) > 10
+
+
+def test_labels_are_held_narrow_and_written_as_int64(tmp_path):
+    """preprocess holds labels in the narrowest type of their classes (memory at 10^8 nodes);
+    the store's labels.npy stays int64 and equal to the source's."""
+    data = random_graph_arrays(num_nodes=300, num_edges=2000)
+    labels = data["labels"].astype(np.int64)
+    unsplit = np.setdiff1d(np.arange(300), np.concatenate(list(data["splits"].values())))
+    labels[unsplit[::3]] = -1
+    source = ArraySource(data["features"], data["edges"], labels, data["splits"], name="narrow")
+    assert writer._checked_labels(source).dtype == np.int8
+    write_store(tmp_path / "s", source)
+    stored = np.load(tmp_path / "s" / "labels.npy")
+    assert stored.dtype == np.int64
+    np.testing.assert_array_equal(stored, labels)
 
 
 def test_degree_order_counted_in_chunks_equals_bincount(monkeypatch):
