@@ -1,8 +1,9 @@
 """What a store's arrays must hold, beyond their checksums (which anyone can recompute):
-cheap checks for `Store.open` (dtypes, byte order, shapes, endpoints, value ranges from
-one min/max pass) and full ones for `verify` (indptr monotone, every index in range,
-perm and inv inverse permutations keeping each node type's range, split IDs distinct, int8 row scales finite). Loaders
-index with these arrays, so they must hold before anything reads through them."""
+checks for `Store.open` (dtypes, byte order, shapes, endpoints, value ranges from one
+min/max pass; indptr monotone, perm and inv inverse permutations keeping each node type's
+range, a typed store's edges within their relations) and the rest for `verify` (every
+index in range, split IDs distinct, int8 row scales finite). Loaders index with these
+arrays, so they must hold before anything reads through them."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -94,11 +95,12 @@ def check_finite(file: Path, values: np.ndarray) -> None:
                                   "finite scale and offset")
 
 
-@numba.njit(cache=True)
-def _first_mistyped_edge(indptr, indices, etypes, offsets, rel_src, rel_dst):
-    """(edge, why) of the first edge out of its relation's order (why 0) or whose source
-    (1) or destination (2) is not of its relation's type; (-1, 0) if none."""
-    for v in range(indptr.shape[0] - 1):
+@numba.njit(cache=True, nogil=True)
+def _first_mistyped_edge(indptr, indices, etypes, offsets, rel_src, rel_dst, first, last):
+    """(edge, why) of the first in-edge of nodes first..last-1 out of its relation's order
+    (why 0) or whose source (1) or destination (2) is not of its relation's type; (-1, 0)
+    if none."""
+    for v in range(first, last):
         for e in range(indptr[v], indptr[v + 1]):
             r = etypes[e]
             if e > indptr[v] and etypes[e - 1] > r:
@@ -127,12 +129,17 @@ def check_within_types(file: Path, perm: np.ndarray, schema: GraphSchema) -> Non
 def check_typed_edges(file: Path, indptr: np.ndarray, indices: np.ndarray, etypes: np.ndarray,
                       schema: GraphSchema) -> None:
     """Every node's in-edges grouped by relation in order, and each edge's ends of its
-    relation's source and destination types (what the typed sampler relies on)."""
+    relation's source and destination types (what the typed sampler relies on: a wrong
+    relation would sample another type's rows without a word), in chunks of nodes whose
+    mapped pages are released after each."""
     rel_src = np.array([schema.type_id(s) for s, _, _ in schema.relations], np.int64)
     rel_dst = np.array([schema.type_id(d) for _, _, d in schema.relations], np.int64)
-    edge, why = _first_mistyped_edge(np.asarray(indptr), np.asarray(indices), np.asarray(etypes),
-                                     schema.offsets, rel_src, rel_dst)
-    if edge < 0:
+    for part in _chunks(indptr.shape[0] - 1, indices, etypes):
+        edge, why = _first_mistyped_edge(np.asarray(indptr), np.asarray(indices), np.asarray(etypes),
+                                         schema.offsets, rel_src, rel_dst, part.start, part.stop)
+        if edge >= 0:
+            break
+    else:
         return
     relation = schema.relations[int(etypes[edge])]
     what = ("is out of relation order in its node's in-edges", "has a source of another type",

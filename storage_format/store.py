@@ -47,8 +47,9 @@ class Store:
     features.bin (cheap next to loading them) and the arrays' content as far as one
     min/max pass goes (dtypes, ends of indptr, node IDs of perm, inv, splits and labels in
     range), and what would make results silently wrong (`_check_order_content`: perm and
-    inv inverse, indptr monotone); `verify()` also checks features.bin, which may be far larger than memory, page
-    by page against its checksum file, and the content in full (see `storage_format.content`).
+    inv inverse, indptr monotone, typed edges within their relations); `verify()` also
+    checks features.bin, which may be far larger than memory, page by page against its
+    checksum file, and the content in full (see `storage_format.content`).
     """
 
     def __init__(self, path: Path, manifest: dict[str, Any]):
@@ -235,23 +236,24 @@ class Store:
         """At open (their checksums can be valid and the content still wrong, and every
         result would then be silently wrong): perm and inv inverse permutations (which row
         is which node), indptr monotone, and on a typed store perm keeping each node in its
-        type. One pass over the node arrays, which open has just read for their checksums."""
+        type and every edge within its relation's types (a wrong relation samples another
+        type's rows silently). One pass over the node arrays, which open has just read for
+        their checksums, and on a typed store one over the edges."""
         check_indptr_monotone(self.path / "indptr.npy", self.indptr)
         check_inverse(self.path / "perm.npy", self.perm, self.inv)
         if self.etypes is not None:
             check_within_types(self.path / "perm.npy", self.perm, self.schema)
+            check_typed_edges(self.path / f"{ETYPES}.npy", self.indptr, self.indices,
+                              self.etypes, self.schema)
 
     def _check_content(self) -> None:
         """What open leaves out: every index in range, split IDs distinct, int8 row scales
-        finite, typed edges within their relations' types."""
+        finite."""
         check_range(self.path / "indices.npy", self.indices, 0, self.num_nodes, "a node ID")
         for name in ("train_idx", "valid_idx", "test_idx"):
             check_distinct(self.path / f"{name}.npy", self._stored(name))
         if self.row_scales is not None:
             check_finite(self.path / ROW_SCALES, self.row_scales)
-        if self.etypes is not None:
-            check_typed_edges(self.path / f"{ETYPES}.npy", self.indptr, self.indices,
-                              self.etypes, self.schema)
 
     def _check_own_checksum(self) -> None:
         stored, actual = self.manifest["checksum"], manifest_checksum(self.manifest)

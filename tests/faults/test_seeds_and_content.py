@@ -97,6 +97,46 @@ def test_typed_store_whose_target_is_unlabelled_is_refused_at_open(tmp_path):
         Store.open(out)
 
 
+def test_typed_store_whose_target_has_no_labelled_node_is_refused_at_open(tmp_path):
+    """The splits moved into the unlabelled type with the target: the splits agree with the
+    target, and only the labels show that it names the wrong type."""
+    from gnnssd.storage_format.manifest import MANIFEST, manifest_checksum
+    from tests.hetero_graph import ToyHeteroSource
+
+    out = write_store(tmp_path / "typed", ToyHeteroSource())
+    schema = Store.open(out).schema
+    unlabelled = next(t.name for t in schema.node_types if not t.features)
+    t = schema.type_id(unlabelled)
+    lo = int(schema.offsets[t])
+    for k, name in enumerate(("train_idx", "valid_idx", "test_idx")):
+        _tamper(out, f"{name}.npy", lo + np.arange(3 * k, 3 * k + 3, dtype=np.int64))
+    manifest = json.loads((out / MANIFEST).read_text())
+    manifest["schema"]["target"] = unlabelled
+    manifest["checksum"] = manifest_checksum(manifest)
+    (out / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(StoreError, match=rf"manifest\.json: .*schema target '{unlabelled}' has no labelled node"):
+        Store.open(out)
+
+
+# --- a tampered typed store: an edge relabelled with another relation ----------------------
+
+@pytest.mark.parametrize("features", ["memory", "ssd"])
+def test_typed_store_with_an_edge_of_another_relation_is_refused_before_sampling(tmp_path, features):
+    """Refused at open, naming etypes.npy (before: the memory loader failed deep in DGL and
+    the ssd loader sampled another type's rows without a word)."""
+    from tests.hetero_graph import ToyHeteroSource
+
+    out = write_store(tmp_path / "typed", ToyHeteroSource())
+    etypes = np.load(out / "etypes.npy")
+    edge = int(np.flatnonzero(etypes == 0)[-1])
+    etypes[edge] = 1  # a paper -> paper edge labelled author -> paper, still in relation order
+    _tamper(out, "etypes.npy", etypes)
+    with pytest.raises(StoreError, match=rf"etypes\.npy: edge {edge} \(relation author-writes-paper\)"):
+        NodeLoader(out, np.arange(10), fanouts=[{"cites": 2, "writes": 2, "written_by": 2,
+                                                 "affiliated_with": 2, "employs": 2}] * 2,
+                   batch_size=4, features=features, scratch_dir=tmp_path)
+
+
 # --- case 2: a Planetoid CSR matrix whose indices lie past its shape -----------------------
 
 def _planetoid_layout(root: Path, n_all: int = 40, n_test: int = 10, dim: int = 6, classes: int = 3) -> None:
