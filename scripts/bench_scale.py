@@ -25,28 +25,41 @@ again (training resumes from its checkpoint with --resume).
   cache held to the budget plus --headroom by bench_train's memory holder: what a DGL user
   tries first) and `compute-only` (rows gathered from a table in RAM: the limit where I/O
   costs nothing). The baselines sample with gnnssd's sampler (DGL's would need the
-  topology as int64 tensors: 19 GiB at papers scale), the same seed batches as gnnssd.
+  topology as int64 tensors: 19 GiB at papers scale), the same seed batches as gnnssd;
+- interrupt: `gnnssd train` (resumed if the run has a checkpoint) sent SIGINT after
+  --interrupt-after seconds, as Ctrl-C would: the seconds until it exits, its exit code and
+  message, the checkpoint unchanged (size and bytes' hash before and after), the scratch it
+  left (the run directory's .gnnssd-scratch, the temp directory's gnnssd-scratch-*), and
+  the RSS breakdown while it trained (budget, mapped topology, the rest).
+
+--cgroup-memory SIZE runs every child inside a fresh cgroup v1 memory group limited to SIZE
+(as root; its peak usage, failcnt and OOM kills recorded): a hard limit below features +
+topology that the page cache cannot exceed either, without a memory holder.
 
     python scripts/bench_scale.py --config CONFIG [--preset papers --order degree]
         [--epochs 2] [--phases preprocess train eval predict embed compare] [--json PATH]
         [--compare-batches 100] [--compare-systems gnnssd per-row mmap compute-only]
+        [--interrupt-after 600] [--cgroup-memory 12GiB]
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
+import signal
 import subprocess
+import tempfile
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import psutil
 import yaml
 
-PHASES = ("preprocess", "train", "eval", "predict", "embed", "compare")
+PHASES = ("preprocess", "train", "eval", "predict", "embed", "compare", "interrupt")
 SYSTEMS = ("compute-only", "gnnssd", "per-row", "mmap")
 #: Rows of the compute-only table (float32): what the gather indexes instead of the file.
 TABLE_ROWS = 1 << 20
@@ -116,21 +129,74 @@ def _mapped_rss(pid: int) -> tuple[int, int]:
     return topology, other
 
 
-def run(cmd: list[str], log: Path) -> dict[str, Any]:
+class MemoryGroup:
+    """A cgroup v1 memory group, child of this process's own, limited to `limit` bytes:
+    the children started with `enter` as their preexec_fn run under it (their page cache
+    included)."""
+
+    def __init__(self, limit: int):
+        own = next(line.split(":", 2)[2].strip() for line in Path("/proc/self/cgroup").read_text().splitlines()
+                   if line.split(":")[1] == "memory")
+        self.path = Path("/sys/fs/cgroup/memory") / own.lstrip("/") / f"gnnssd-bench-{os.getpid()}"
+        self.path.mkdir()
+        (self.path / "memory.limit_in_bytes").write_text(str(limit))
+        self.limit = limit
+
+    def enter(self) -> None:
+        (self.path / "cgroup.procs").write_text(str(os.getpid()))
+
+    def describe(self) -> dict[str, Any]:
+        oom = dict(line.split() for line in (self.path / "memory.oom_control").read_text().splitlines())
+        return {"limit_gib": round(self.limit / GiB, 3),
+                "max_usage_gib": round(int((self.path / "memory.max_usage_in_bytes").read_text()) / GiB, 3),
+                "failcnt": int((self.path / "memory.failcnt").read_text()),
+                "oom_kills": int(oom.get("oom_kill", 0))}
+
+    def reset_peak(self) -> None:
+        (self.path / "memory.max_usage_in_bytes").write_text("0")
+
+    def close(self) -> None:
+        self.path.rmdir()
+
+
+#: The memory group every child runs in (--cgroup-memory), or None.
+GROUP: MemoryGroup | None = None
+
+
+def run(cmd: list[str], log: Path, interrupt_after: float | None = None,
+        started: Callable[[], bool] = lambda: True) -> dict[str, Any]:
     """Run one CLI command, sampling its memory; wall time, exit code, peak RSS, the
-    output's last lines (the error a refusal prints)."""
+    output's last lines (the error a refusal prints). With `interrupt_after`, SIGINT is
+    sent that many seconds after `started()` first holds (polled; imports can take a
+    minute on a busy machine) and the exit is timed from it."""
     start = time.time()
+    if GROUP:
+        GROUP.reset_peak()
     with open(log, "ab") as out:
         out.write(f"\n$ {' '.join(cmd)}\n".encode())
         out.flush()
-        child = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        child = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
+                                 preexec_fn=GROUP.enter if GROUP else None)
         sampler = MemorySampler(child.pid)
-        code = child.wait()
+        interrupted = None
+        if interrupt_after is not None:
+            while child.poll() is None and not started():
+                time.sleep(0.2)
+            try:
+                code = child.wait(timeout=interrupt_after)
+            except subprocess.TimeoutExpired:
+                interrupted = time.time()
+                child.send_signal(signal.SIGINT)
+                code = child.wait()
+        else:
+            code = child.wait()
         sampler.close()
+    end = time.time()
     tail = log.read_text(errors="replace").splitlines()[-3:]
-    return {"cmd": " ".join(cmd), "exit_code": code, "wall_s": round(time.time() - start, 1),
-            **sampler.window(start, time.time()), "last_lines": tail, "_sampler": sampler,
-            "_start": start}
+    return {"cmd": " ".join(cmd), "exit_code": code, "wall_s": round(end - start, 1),
+            **sampler.window(start, interrupted or end), "last_lines": tail, "_sampler": sampler,
+            "_start": start, "_pid": child.pid, **({"cgroup": GROUP.describe()} if GROUP else {}),
+            **({"exit_after_sigint_s": round(end - interrupted, 2)} if interrupted else {})}
 
 
 def gnnssd(*args: str) -> list[str]:
@@ -193,6 +259,42 @@ def train_phase(args: argparse.Namespace, run_dir: Path, log: Path) -> dict[str,
             epoch.update(sampler.window(bounds[k], bounds[k + 1]))
         epochs.append(epoch)
     return {**outcome, "resumed": bool(resume), "epochs": epochs}
+
+
+def _digest(path: Path) -> str | None:
+    if not path.exists():
+        return None
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return f"{path.stat().st_size} B sha256 {h.hexdigest()[:16]}"
+
+
+def _run_scratch(run_dir: Path) -> set[str]:
+    inside = run_dir / ".gnnssd-scratch"
+    return {str(p) for p in inside.iterdir()} if inside.exists() else set()
+
+
+def _scratch_left(run_dir: Path, pid: int) -> set[str]:
+    """Scratch folders of process `pid`: the run directory's and the temp directory's."""
+    own = Path(tempfile.gettempdir()).glob(f"gnnssd-scratch-{pid}-*")
+    return {p for p in _run_scratch(run_dir) if Path(p).name.startswith(f"{pid}-")} | {str(p) for p in own}
+
+
+def interrupt_phase(args: argparse.Namespace, run_dir: Path, log: Path) -> dict[str, Any]:
+    """`gnnssd train` stopped by SIGINT (Ctrl-C) --interrupt-after seconds after its trainer
+    started (made its scratch folder in the run directory)."""
+    checkpoint = run_dir / "checkpoint.pt"
+    before, stale = _digest(checkpoint), _run_scratch(run_dir)
+    resume = ["--resume"] if checkpoint.exists() else []
+    cmd = gnnssd("train", "--config", str(args.config), "--set", f"train.epochs={args.epochs}",
+                 "--set", "train.progress=false", *resume)
+    outcome = run(cmd, log, interrupt_after=args.interrupt_after,
+                  started=lambda: bool(_run_scratch(run_dir) - stale))
+    return {**_public(outcome), "resumed": bool(resume), "checkpoint_before": before,
+            "checkpoint_after": _digest(checkpoint),
+            "scratch_left": sorted(_scratch_left(run_dir, outcome["_pid"]))}
 
 
 def _public(outcome: dict[str, Any]) -> dict[str, Any]:
@@ -340,11 +442,14 @@ def main() -> int:
     p.add_argument("--order", default="degree")
     p.add_argument("--memory-limit", help="preprocess --memory-limit (default: its own)")
     p.add_argument("--epochs", type=int, default=2)
-    p.add_argument("--phases", nargs="+", choices=PHASES, default=list(PHASES))
+    p.add_argument("--phases", nargs="+", choices=PHASES, default=[p for p in PHASES if p != "interrupt"])
     p.add_argument("--embed-layer", type=int, help="embed --layer (default: the last)")
     p.add_argument("--compare-batches", type=int, default=100)
     p.add_argument("--compare-systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
     p.add_argument("--headroom", default="1.5GiB", help="memory beside the budget for mmap's process")
+    p.add_argument("--interrupt-after", type=float, default=600.0,
+                   help="interrupt: seconds of training before SIGINT")
+    p.add_argument("--cgroup-memory", help="run the children in a cgroup v1 memory group of this size (root)")
     p.add_argument("--json", type=Path, default=Path("bench_out/bench_scale.json"))
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -359,6 +464,19 @@ def main() -> int:
     results: dict[str, Any] = json.loads(args.json.read_text()) if args.json.exists() else {}
     results.setdefault("config", cfg)
     out_dir = args.json.parent
+    global GROUP
+    if args.cgroup_memory:
+        from gnnssd.core.budget import parse_bytes
+        GROUP = MemoryGroup(parse_bytes(args.cgroup_memory))
+    try:
+        return _run_phases(args, results, store, run_dir, log, out_dir)
+    finally:
+        if GROUP:
+            GROUP.close()
+
+
+def _run_phases(args: argparse.Namespace, results: dict[str, Any], store: Path, run_dir: Path,
+                log: Path, out_dir: Path) -> int:
     for phase in args.phases:
         if phase in results and results[phase].get("exit_code", 0) == 0 and phase != "train":
             print(f"{phase}: in {args.json} already")
@@ -383,6 +501,8 @@ def main() -> int:
                                                 "--out", str(out_dir / "scale_predictions.npy")), log))
         elif phase == "compare":
             results[phase] = compare_phase(args, log)
+        elif phase == "interrupt":
+            results[phase] = interrupt_phase(args, run_dir, log)
         elif phase == "embed":
             layer = ["--layer", str(args.embed_layer)] if args.embed_layer else []
             results[phase] = _public(run(gnnssd("embed", "--config", str(args.config), *layer,

@@ -67,6 +67,7 @@ def test_bench_train_runs_a_heterogeneous_store_with_rgcn(tmp_path):
         assert rows[system]["useful_bytes"] > 0
 
 
+@pytest.mark.timeout(1200)  # four CLI runs, each importing DGL: minutes on a busy machine
 def test_bench_scale_runs_the_cli_path_and_keeps_its_json_across_runs(tmp_path):
     """Preprocess (a tiny synthetic preset), two epochs in two runs (the second resumes),
     eval and layer-wise predict, each phase's figures in the JSON."""
@@ -94,6 +95,15 @@ def test_bench_scale_runs_the_cli_path_and_keeps_its_json_across_runs(tmp_path):
     for phase in ("eval", "predict"):
         assert report[phase]["exit_code"] == 0, report[phase]
     assert (tmp_path / "scale_predictions.npy").exists()
+    # Ctrl-C: SIGINT a resumed run mid-training; it exits 130, its scratch removed
+    third = subprocess.run([*cmd, "--epochs", "500", "--phases", "interrupt", "--interrupt-after", "10"],
+                           cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert third.returncode == 0, third.stderr[-3000:]
+    stopped = json.loads(out.read_text())["interrupt"]
+    assert stopped["exit_code"] == 130 and stopped["resumed"] is True, stopped
+    assert "interrupted" in " ".join(stopped["last_lines"])
+    assert stopped["exit_after_sigint_s"] >= 0 and stopped["scratch_left"] == []
+    assert stopped["checkpoint_after"] is not None
 
 
 def test_bench_feed_profiles_every_system_and_writes_its_json(tiny_store, tmp_path):
