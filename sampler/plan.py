@@ -61,7 +61,7 @@ class MegaBatchPlan:
     epoch: int
     index: int  # mega-batch index within the epoch
     minibatches: list[MFGs]
-    gather: list[np.ndarray]  # per mini-batch: int64 index into [hot cache | buffer]
+    gather: list[np.ndarray]  # per mini-batch: int64 index into [hot cache | buffer]; a piece: see positions
     rows: np.ndarray  # int64 store row of each buffer slot
     num_read: int  # rows[:num_read] come from disk, rows[num_read:] from the previous buffer
     carry_src: np.ndarray  # int64 slot in the previous buffer of rows[num_read:]
@@ -73,6 +73,10 @@ class MegaBatchPlan:
     #: `piece` (see RowUnion.pieces); 0 pieces: a whole plan of one or more mini-batches.
     piece: int = 0
     pieces: int = 0
+    #: A piece plan's gather[0] holds the slots of only the input rows this piece supplies;
+    #: positions[k] (int64) is the row of the mini-batch's x that gather[0][k] fills. Empty
+    #: for a whole plan, whose gather[i] covers mini-batch i's every input row in order.
+    positions: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
 
     @property
     def read_rows(self) -> np.ndarray:
@@ -83,7 +87,7 @@ class MegaBatchPlan:
         indices (most of its memory) but with everything reads and repacking use.
         While a repack window fills, its plans wait as stubs."""
         _spill_plan(self, path)
-        return replace(self, minibatches=[], gather=[], spill_path=str(path))
+        return replace(self, minibatches=[], gather=[], positions=np.empty(0, np.int64), spill_path=str(path))
 
     def restore(self, keep_file: bool = False) -> "MegaBatchPlan":
         """The whole plan of a stub (its read plan as set since the spill); deletes the file
@@ -103,6 +107,7 @@ class MegaBatchPlan:
             and all(np.array_equal(a, b) for a, b in zip(self.gather, other.gather))
             and np.array_equal(self.rows, other.rows)
             and np.array_equal(self.carry_src, other.carry_src)
+            and np.array_equal(self.positions, other.positions)
             and self.stats == other.stats
         )
         if (self.read is None) != (other.read is None):
@@ -271,11 +276,12 @@ class RowUnion:
     def pieces(self, mfgs: MFGs, max_rows: int, epoch: int, index: int) -> list[MegaBatchPlan]:
         """One mini-batch too large for a buffer as plans of at most `max_rows` cold rows
         each (its sorted cold rows cut in order), numbered from `index`; the union must be
-        empty (its slot map serves as scratch). Piece k's gather index is the mini-batch's
-        full input length: the slot in [hot cache | buffer] of each input row this piece
-        supplies (the hot rows in piece 0, cold rows in the piece that reads them), -1 for
-        the others; the caller fills x piece by piece (`piece` k of `pieces`). Pieces carry
-        nothing over: each buffer holds only its own rows."""
+        empty (its slot map serves as scratch). Piece k lists only the input rows it
+        supplies (the hot rows in piece 0, cold rows in the piece that reads them): their
+        positions in the mini-batch's x (`positions`) and their slots in [hot cache |
+        buffer] (gather[0]), so k pieces cost one mini-batch's index in all, not k; the
+        caller fills x (stats["input_rows"] of piece 0 rows) piece by piece (`piece` k of
+        `pieces`). Pieces carry nothing over: each buffer holds only its own rows."""
         if self.members:
             raise ValueError("pieces are planned from an empty union")
         nodes = np.asarray(mfgs.input_rows, np.int64)  # distinct within a mini-batch
@@ -284,26 +290,26 @@ class RowUnion:
             value, cold_pos = self._split(nodes)
         finally:
             self.slot[nodes] = -1
-        hot = self.hot.mask[nodes]
+        hot_pos = np.flatnonzero(self.hot.mask[nodes])
         cold = nodes[cold_pos]
         num_hot = len(self.hot.rows)
         count = -(-len(cold) // max_rows)
         plans = []
         for k in range(count):
             lo, hi = k * max_rows, min((k + 1) * max_rows, len(cold))
-            gather = np.full(len(nodes), -1, np.int64)
+            slots = num_hot + np.arange(hi - lo)
+            positions = cold_pos[lo:hi]
             if k == 0:
-                gather[hot] = value[hot]
-            gather[cold_pos[lo:hi]] = num_hot + np.arange(hi - lo)
+                slots, positions = np.concatenate([value[hot_pos], slots]), np.concatenate([hot_pos, positions])
             first = int(k == 0)  # the mini-batch's own counts go with its first piece
-            hot_hits = first * int(hot.sum())
+            hot_hits = first * len(hot_pos)
             stats = {"minibatches": first, "input_rows": first * len(nodes), "unique_rows": hi - lo + hot_hits,
                      "sharing": float(first * len(nodes) / (hi - lo + hot_hits)), "hot_hits": hot_hits,
                      "cold_unique_rows": hi - lo, "carried_rows": 0, "read_rows": hi - lo,
                      "minibatch_cold_rows": first * len(cold)}
-            plans.append(MegaBatchPlan(epoch=epoch, index=index + k, minibatches=[mfgs], gather=[gather],
+            plans.append(MegaBatchPlan(epoch=epoch, index=index + k, minibatches=[mfgs], gather=[slots],
                                        rows=cold[lo:hi], num_read=hi - lo, carry_src=np.empty(0, np.int64),
-                                       num_hot=num_hot, stats=stats, piece=k, pieces=count))
+                                       num_hot=num_hot, stats=stats, piece=k, pieces=count, positions=positions))
         return plans
 
 
@@ -422,6 +428,7 @@ def _plan_arrays(plan: MegaBatchPlan) -> dict[str, np.ndarray]:
         "gather": np.concatenate(plan.gather),
         "rows": plan.rows,
         "carry_src": plan.carry_src,
+        "positions": plan.positions,
         "meta": np.frombuffer(
             json.dumps(
                 {"epoch": plan.epoch, "index": plan.index, "num_read": plan.num_read, "num_hot": plan.num_hot,
@@ -454,7 +461,8 @@ def _plan_from_arrays(a: dict[str, np.ndarray]) -> MegaBatchPlan:
         )
         for i in range(len(a["node_len"]))
     ]
-    gather = np.split(a["gather"], np.cumsum([len(m.input_rows) for m in mfgs])[:-1])
+    # a piece's one gather index covers only its own rows (see MegaBatchPlan.positions)
+    gather = [a["gather"]] if meta["pieces"] else np.split(a["gather"], np.cumsum([len(m.input_rows) for m in mfgs])[:-1])
     read = {k[5:]: v for k, v in a.items() if k.startswith("read_")}
     return MegaBatchPlan(
         epoch=meta["epoch"],
@@ -469,4 +477,5 @@ def _plan_from_arrays(a: dict[str, np.ndarray]) -> MegaBatchPlan:
         read=ReadPlan.from_arrays(read) if read else None,
         piece=meta["piece"],
         pieces=meta["pieces"],
+        positions=a["positions"] if "positions" in a else np.empty(0, np.int64),
     )
