@@ -61,7 +61,7 @@ class MegaBatchPlan:
     epoch: int
     index: int  # mega-batch index within the epoch
     minibatches: list[MFGs]
-    gather: list[np.ndarray]  # per mini-batch: int64 index into [hot cache | buffer]
+    gather: list[np.ndarray]  # per mini-batch: int64 index into [hot cache | buffer]; a piece: see positions
     rows: np.ndarray  # int64 store row of each buffer slot
     num_read: int  # rows[:num_read] come from disk, rows[num_read:] from the previous buffer
     carry_src: np.ndarray  # int64 slot in the previous buffer of rows[num_read:]
@@ -73,6 +73,10 @@ class MegaBatchPlan:
     #: `piece` (see RowUnion.pieces); 0 pieces: a whole plan of one or more mini-batches.
     piece: int = 0
     pieces: int = 0
+    #: A piece plan's gather[0] holds the slots of only the input rows this piece supplies;
+    #: positions[k] (int64) is the row of the mini-batch's x that gather[0][k] fills. Empty
+    #: for a whole plan, whose gather[i] covers mini-batch i's every input row in order.
+    positions: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
 
     @property
     def read_rows(self) -> np.ndarray:
@@ -83,7 +87,7 @@ class MegaBatchPlan:
         indices (most of its memory) but with everything reads and repacking use.
         While a repack window fills, its plans wait as stubs."""
         _spill_plan(self, path)
-        return replace(self, minibatches=[], gather=[], spill_path=str(path))
+        return replace(self, minibatches=[], gather=[], positions=np.empty(0, np.int64), spill_path=str(path))
 
     def restore(self, keep_file: bool = False) -> "MegaBatchPlan":
         """The whole plan of a stub (its read plan as set since the spill); deletes the file
@@ -103,6 +107,7 @@ class MegaBatchPlan:
             and all(np.array_equal(a, b) for a, b in zip(self.gather, other.gather))
             and np.array_equal(self.rows, other.rows)
             and np.array_equal(self.carry_src, other.carry_src)
+            and np.array_equal(self.positions, other.positions)
             and self.stats == other.stats
         )
         if (self.read is None) != (other.read is None):
@@ -271,11 +276,12 @@ class RowUnion:
     def pieces(self, mfgs: MFGs, max_rows: int, epoch: int, index: int) -> list[MegaBatchPlan]:
         """One mini-batch too large for a buffer as plans of at most `max_rows` cold rows
         each (its sorted cold rows cut in order), numbered from `index`; the union must be
-        empty (its slot map serves as scratch). Piece k's gather index is the mini-batch's
-        full input length: the slot in [hot cache | buffer] of each input row this piece
-        supplies (the hot rows in piece 0, cold rows in the piece that reads them), -1 for
-        the others; the caller fills x piece by piece (`piece` k of `pieces`). Pieces carry
-        nothing over: each buffer holds only its own rows."""
+        empty (its slot map serves as scratch). Piece k lists only the input rows it
+        supplies (the hot rows in piece 0, cold rows in the piece that reads them): their
+        positions in the mini-batch's x (`positions`) and their slots in [hot cache |
+        buffer] (gather[0]), so k pieces cost one mini-batch's index in all, not k; the
+        caller fills x (stats["input_rows"] of piece 0 rows) piece by piece (`piece` k of
+        `pieces`). Pieces carry nothing over: each buffer holds only its own rows."""
         if self.members:
             raise ValueError("pieces are planned from an empty union")
         nodes = np.asarray(mfgs.input_rows, np.int64)  # distinct within a mini-batch
@@ -284,26 +290,26 @@ class RowUnion:
             value, cold_pos = self._split(nodes)
         finally:
             self.slot[nodes] = -1
-        hot = self.hot.mask[nodes]
+        hot_pos = np.flatnonzero(self.hot.mask[nodes])
         cold = nodes[cold_pos]
         num_hot = len(self.hot.rows)
         count = -(-len(cold) // max_rows)
         plans = []
         for k in range(count):
             lo, hi = k * max_rows, min((k + 1) * max_rows, len(cold))
-            gather = np.full(len(nodes), -1, np.int64)
+            slots = num_hot + np.arange(hi - lo)
+            positions = cold_pos[lo:hi]
             if k == 0:
-                gather[hot] = value[hot]
-            gather[cold_pos[lo:hi]] = num_hot + np.arange(hi - lo)
+                slots, positions = np.concatenate([value[hot_pos], slots]), np.concatenate([hot_pos, positions])
             first = int(k == 0)  # the mini-batch's own counts go with its first piece
-            hot_hits = first * int(hot.sum())
+            hot_hits = first * len(hot_pos)
             stats = {"minibatches": first, "input_rows": first * len(nodes), "unique_rows": hi - lo + hot_hits,
                      "sharing": float(first * len(nodes) / (hi - lo + hot_hits)), "hot_hits": hot_hits,
                      "cold_unique_rows": hi - lo, "carried_rows": 0, "read_rows": hi - lo,
                      "minibatch_cold_rows": first * len(cold)}
-            plans.append(MegaBatchPlan(epoch=epoch, index=index + k, minibatches=[mfgs], gather=[gather],
+            plans.append(MegaBatchPlan(epoch=epoch, index=index + k, minibatches=[mfgs], gather=[slots],
                                        rows=cold[lo:hi], num_read=hi - lo, carry_src=np.empty(0, np.int64),
-                                       num_hot=num_hot, stats=stats, piece=k, pieces=count))
+                                       num_hot=num_hot, stats=stats, piece=k, pieces=count, positions=positions))
         return plans
 
 
@@ -389,20 +395,40 @@ def load_plan(path: str | Path) -> MegaBatchPlan:
         return _plan_from_arrays({k: z[k] for k in z.files})
 
 
+#: Spill files align every array to this many bytes (numba's kernels take aligned arrays).
+SPILL_ALIGN = 8
+
+
 def _spill_plan(plan: MegaBatchPlan, path: str | Path) -> None:
-    """The plan's arrays one .npy after another (their names first): a private scratch
-    file, written and read back at memory speed (a zip's CRC-32 costs more than the write)."""
-    arrays = _plan_arrays(plan)
+    """The plan's arrays in a private scratch file, written and read back at memory speed:
+    an 8-byte header length, a JSON header (each array's name, dtype and shape), then the
+    arrays' bytes, each at a multiple of SPILL_ALIGN. One header for the whole plan, not
+    one .npy header to parse per array (a zip's CRC-32 costs more than the write)."""
+    arrays = {name: np.ascontiguousarray(a) for name, a in _plan_arrays(plan).items()}
+    header = json.dumps([[name, a.dtype.str, list(a.shape)] for name, a in arrays.items()]).encode()
     with open(path, "wb") as f:
-        np.save(f, np.frombuffer(json.dumps(list(arrays)).encode(), np.uint8))
+        f.write(len(header).to_bytes(8, "little") + header + bytes(-len(header) % SPILL_ALIGN))
         for a in arrays.values():
-            np.save(f, a, allow_pickle=False)
+            f.write(memoryview(a.reshape(-1).view(np.uint8)))
+            f.write(bytes(-a.nbytes % SPILL_ALIGN))
 
 
 def _unspill_plan(path: str | Path) -> MegaBatchPlan:
+    """The plan `_spill_plan` wrote to `path`: the arrays are views of one read of the file."""
     with open(path, "rb") as f:
-        names = json.loads(np.load(f).tobytes().decode())
-        return _plan_from_arrays({name: np.load(f) for name in names})
+        data = bytearray(f.read())
+    size = int.from_bytes(data[:8], "little")
+    at = 8 + size + -size % SPILL_ALIGN
+    arrays = {}
+    for name, dtype, shape in json.loads(data[8 : 8 + size].decode()):
+        count = int(np.prod(shape, dtype=np.int64))
+        nbytes = count * np.dtype(dtype).itemsize
+        if at + nbytes > len(data):
+            raise ValueError(f"{path}: spilled plan truncated ({len(data)} bytes; array {name!r} ends at "
+                             f"{at + nbytes})")
+        arrays[name] = np.frombuffer(data, dtype, count, at).reshape(shape)
+        at += nbytes + -nbytes % SPILL_ALIGN
+    return _plan_from_arrays(arrays)
 
 
 def _plan_arrays(plan: MegaBatchPlan) -> dict[str, np.ndarray]:
@@ -422,6 +448,7 @@ def _plan_arrays(plan: MegaBatchPlan) -> dict[str, np.ndarray]:
         "gather": np.concatenate(plan.gather),
         "rows": plan.rows,
         "carry_src": plan.carry_src,
+        "positions": plan.positions,
         "meta": np.frombuffer(
             json.dumps(
                 {"epoch": plan.epoch, "index": plan.index, "num_read": plan.num_read, "num_hot": plan.num_hot,
@@ -454,7 +481,8 @@ def _plan_from_arrays(a: dict[str, np.ndarray]) -> MegaBatchPlan:
         )
         for i in range(len(a["node_len"]))
     ]
-    gather = np.split(a["gather"], np.cumsum([len(m.input_rows) for m in mfgs])[:-1])
+    # a piece's one gather index covers only its own rows (see MegaBatchPlan.positions)
+    gather = [a["gather"]] if meta["pieces"] else np.split(a["gather"], np.cumsum([len(m.input_rows) for m in mfgs])[:-1])
     read = {k[5:]: v for k, v in a.items() if k.startswith("read_")}
     return MegaBatchPlan(
         epoch=meta["epoch"],
@@ -469,4 +497,5 @@ def _plan_from_arrays(a: dict[str, np.ndarray]) -> MegaBatchPlan:
         read=ReadPlan.from_arrays(read) if read else None,
         piece=meta["piece"],
         pieces=meta["pieces"],
+        positions=a["positions"] if "positions" in a else np.empty(0, np.int64),
     )

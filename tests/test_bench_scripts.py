@@ -121,3 +121,18 @@ def test_bench_feed_profiles_every_system_and_writes_its_json(tiny_store, tmp_pa
         assert row["loader_cpu_s_per_batch"] > 0 and "MainThread" in row["thread_cpu_s_per_batch"]
     assert "gather" in rows["ssd"]["stage_s_per_batch"] and rows["ssd"]["read_per_useful_byte"] > 0
     assert rows["memory"]["read_per_useful_byte"] is None
+
+
+def test_bench_plan_stage_runs_a_baseline_beside_this_tree_with_the_same_plans(tiny_store, tmp_path):
+    out = tmp_path / "plan_stage.json"
+    result = subprocess.run(
+        [sys.executable, "scripts/bench_plan_stage.py", "--store", str(tiny_store), "--batches", "3",
+         "--batch-size", "32", "--max-rows", "40", "--baseline", "HEAD", "--work", str(tmp_path / "work"),
+         "--json", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["same_plans"] and [r["tree"] for r in report["rows"]] == ["@HEAD", "this tree"]
+    for row in report["rows"]:
+        assert row["minibatches"] == 3 and row["total_cpu_s_per_minibatch"] > 0
+        assert row["piece_index_entries_per_minibatch"] > 0  # --max-rows 40: mini-batches in pieces

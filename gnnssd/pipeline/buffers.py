@@ -23,22 +23,27 @@ from gnnssd.sampler import MegaBatchPlan, Strategy
 BUFFERS = 2  # mega-batch buffers: the one gathered from and the one being filled
 
 
+#: The positions of a whole plan's gather: x's rows in order (see MegaBatchPlan.positions).
+IN_ORDER = np.empty(0, np.int64)
+
+
 @nb.njit(cache=True, nogil=True, parallel=True)
-def _gather_rows(hot, buffer, index, num_hot, out):
-    """out[k] = ([hot | buffer])[index[k]] (2-D arrays of words) for every k with index[k]
-    >= 0; rows of index -1 are left as they are (a piece plan fills only its own rows).
-    Rows are spread over the cores: one core copies random rows at a fraction of memcpy."""
+def _gather_rows(hot, buffer, index, positions, num_hot, out):
+    """out[p_k] = ([hot | buffer])[index[k]] (2-D arrays of words) for every k, p_k =
+    positions[k], or k when positions is empty; other rows of out are left as they are (a
+    piece plan fills only its own rows). Rows are spread over the cores: one core copies
+    random rows at a fraction of memcpy."""
     width = out.shape[1]
+    in_order = positions.shape[0] == 0
     for k in nb.prange(index.shape[0]):
         i = index[k]
-        if i < 0:
-            continue
+        p = np.int64(k) if in_order else positions[k]
         if i < num_hot:
             for j in range(width):
-                out[k, j] = hot[i, j]
+                out[p, j] = hot[i, j]
         else:
             for j in range(width):
-                out[k, j] = buffer[i - num_hot, j]
+                out[p, j] = buffer[i - num_hot, j]
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
@@ -63,17 +68,17 @@ def _widened(half):
 
 
 @nb.njit(cache=True, nogil=True, parallel=True)
-def _gather_widened(hot, buffer, index, num_hot, out):
+def _gather_widened(hot, buffer, index, positions, num_hot, out):
     """_gather_rows for float16 rows (as uint16) into float32 rows (as uint32), each value
     widened on the way: the model's float32 x in one pass, no float16 copy of it."""
     width = out.shape[1]
+    in_order = positions.shape[0] == 0
     for k in nb.prange(index.shape[0]):
         i = index[k]
-        if i < 0:
-            continue
+        p = np.int64(k) if in_order else positions[k]
         row = hot[i] if i < num_hot else buffer[i - num_hot]
         for j in range(width):
-            out[k, j] = _widened(row[j])
+            out[p, j] = _widened(row[j])
 
 
 def _rows(a: np.ndarray, row_bytes: int, words: bool) -> np.ndarray:
@@ -200,20 +205,23 @@ class MegaBatchBuffers:
     def gather(self, plan: MegaBatchPlan, i: int, buffer: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """Input features of mini-batch i of `plan`, in block source order, as x_dtype
         (float16 rows widened to float32 unless `widen` was False), into `out` (a recycled array by default); a
-        piece plan fills only its own rows of `out` (gather index >= 0), the x its
-        mini-batch's pieces assemble.
+        piece plan fills only its own rows (plan.positions) of `out`, the x its mini-batch's
+        pieces assemble (given: piece 0's stats["input_rows"] rows).
 
         `buffer` is what `load(plan)` returned: explicit, because the next plan may be
         loading into the other buffer while this one is gathered from.
         """
         idx = plan.gather[i]
+        positions = plan.positions if plan.pieces else IN_ORDER
         if out is None:
+            if plan.pieces:
+                raise ValueError("a piece plan fills part of an x: pass the x its pieces assemble as `out`")
             out = self.take_x(len(idx))
         if self.x_dtype != self.dtype:
-            _gather_widened(self.hot.data.view(np.uint16), buffer.view(np.uint16), idx, plan.num_hot,
+            _gather_widened(self.hot.data.view(np.uint16), buffer.view(np.uint16), idx, positions, plan.num_hot,
                             out.view(np.uint32))
             return out
         words = self.row_bytes % 8 == 0
         _gather_rows(_rows(self.hot.data, self.row_bytes, words), _rows(buffer, self.row_bytes, words), idx,
-                     plan.num_hot, _rows(out, self.row_bytes, words))
+                     positions, plan.num_hot, _rows(out, self.row_bytes, words))
         return out

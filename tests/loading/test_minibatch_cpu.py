@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from gnnssd.pipeline.buffers import Recycler, _gather_rows, _gather_widened, _rows
+from gnnssd.pipeline.buffers import IN_ORDER, Recycler, _gather_rows, _gather_widened, _rows
 from gnnssd.sampler import plan as plan_module
 from gnnssd.sampler.graphs import random_csc
 from gnnssd.sampler.plan import PlanConfig, Planner
@@ -48,9 +48,9 @@ def test_plans_by_walk_and_by_sort_match_a_numpy_reference(graph, max_rows, monk
         # store row of every slot of [hot cache | buffer]: the gather must give the input rows
         table = np.concatenate([hot, plan.rows])
         if plan.pieces:
-            index = plan.gather[0]
-            mine = index >= 0
-            np.testing.assert_array_equal(table[index[mine]], plan.minibatches[0].input_nodes[mine])
+            # a piece lists only the rows it supplies: its positions in x, their slots
+            np.testing.assert_array_equal(table[plan.gather[0]], plan.minibatches[0].input_nodes[plan.positions])
+            assert len(plan.positions) == len(plan.gather[0]) == len(set(plan.positions.tolist()))
             want = np.setdiff1d(plan.minibatches[0].input_nodes, hot)
             k, size = plan.piece, max_rows
             np.testing.assert_array_equal(plan.rows, want[k * size:(k + 1) * size])
@@ -68,14 +68,18 @@ def test_gather_kernel_matches_numpy_and_leaves_unsupplied_rows(words):
     row_bytes = 32 if words else 12
     hot = rng.integers(0, 255, (50, row_bytes), dtype=np.uint8)
     buffer = rng.integers(0, 255, (70, row_bytes), dtype=np.uint8)
+    table = np.concatenate([hot, buffer])
     index = rng.integers(0, 120, 1000)
-    index[rng.random(1000) < 0.3] = -1  # rows another piece supplies
-    out = np.full((1000, row_bytes), 7, np.uint8)
-    _gather_rows(_rows(hot, row_bytes, words), _rows(buffer, row_bytes, words), index, len(hot),
+    out = np.full((1000, row_bytes), 7, np.uint8)  # a whole plan: every row, in order
+    _gather_rows(_rows(hot, row_bytes, words), _rows(buffer, row_bytes, words), index, IN_ORDER, len(hot),
                  _rows(out, row_bytes, words))
+    np.testing.assert_array_equal(out, table[index])
+    positions = rng.permutation(1000)[:700]  # a piece: its rows only, the rest another piece's
+    out = np.full((1000, row_bytes), 7, np.uint8)
+    _gather_rows(_rows(hot, row_bytes, words), _rows(buffer, row_bytes, words), index[:700], positions,
+                 len(hot), _rows(out, row_bytes, words))
     want = np.full_like(out, 7)
-    mine = index >= 0
-    want[mine] = np.concatenate([hot, buffer])[index[mine]]
+    want[positions] = table[index[:700]]
     np.testing.assert_array_equal(out, want)
 
 
@@ -85,11 +89,11 @@ def test_gather_widens_every_float16_exactly_as_numpy_does():
     halves = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).reshape(-1, 64)
     hot, buffer = halves[:600], halves[600:]
     index = np.arange(len(halves))[::-1].copy()
-    index[::7] = -1  # rows another piece supplies: left as they are
+    mine = np.arange(len(index)) % 7 > 0  # rows another piece supplies: left as they are
     out = np.full((len(index), 64), 3.0, np.float32)
-    _gather_widened(hot.view(np.uint16), buffer.view(np.uint16), index, len(hot), out.view(np.uint32))
+    _gather_widened(hot.view(np.uint16), buffer.view(np.uint16), index[mine], np.flatnonzero(mine), len(hot),
+                    out.view(np.uint32))
     want = np.full_like(out, 3.0)
-    mine = index >= 0
     want[mine] = halves[index[mine]].astype(np.float32)
     np.testing.assert_array_equal(out.view(np.uint32), want.view(np.uint32))
 

@@ -189,9 +189,9 @@ def test_planner_streams_a_minibatch_larger_than_the_buffer_in_pieces(small_stor
         buffer[plan.num_read:] = previous[plan.carry_src] if plan.num_read < len(plan.rows) else 0
         table = np.concatenate([features[hot], buffer])
         if plan.pieces:
-            index = plan.gather[0]
-            x = np.full((len(index), store.feat_dim), np.nan, np.float32) if plan.piece == 0 else x
-            x[index >= 0] = table[index[index >= 0]]
+            if plan.piece == 0:
+                x = np.full((plan.stats["input_rows"], store.feat_dim), np.nan, np.float32)
+            x[plan.positions] = table[plan.gather[0]]
             if plan.piece == plan.pieces - 1:
                 np.testing.assert_array_equal(x, features[plan.minibatches[0].input_nodes])
                 done.append(plan.minibatches[0])

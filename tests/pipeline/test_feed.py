@@ -135,8 +135,8 @@ def test_a_plan_without_minibatches_spills_and_restores(tmp_path):
     """What a spilled piece keeps: rows, reads and its gather index, no blocks."""
     from gnnssd.sampler import MegaBatchPlan
 
-    plan = MegaBatchPlan(epoch=1, index=3, minibatches=[], gather=[np.array([-1, 4, 2, -1])],
+    plan = MegaBatchPlan(epoch=1, index=3, minibatches=[], gather=[np.array([4, 2])],
                          rows=np.array([5, 9, 11]), num_read=3, carry_src=np.empty(0, np.int64), num_hot=2,
-                         stats={"minibatches": 0}, piece=1, pieces=3)
+                         stats={"minibatches": 0}, piece=1, pieces=3, positions=np.array([1, 2]))
     restored = plan.spill(tmp_path / "p.spill").restore()
     assert restored.equals(plan) and restored.minibatches == [] and not (tmp_path / "p.spill").exists()

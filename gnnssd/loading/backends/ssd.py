@@ -234,8 +234,8 @@ class SSDLoader:
                     yield from self._minibatches(plan, buffer)
                     continue
                 with self.timer.stage("gather"):
-                    if plan.piece == 0:
-                        assembling = self.buffers.take_x(len(plan.gather[0]))
+                    if plan.piece == 0:  # the first piece carries the mini-batch's input count
+                        assembling = self.buffers.take_x(plan.stats["input_rows"])
                     self._gather(plan, 0, buffer, assembling)
                 if plan.piece == plan.pieces - 1:
                     x, assembling = assembling, None
