@@ -22,12 +22,34 @@ DEMO_CONFIG = {
 }
 
 
+#: What a demo folder holds: its marker and the entries a run makes (all a rerun removes).
+DEMO_MARKER = ".gnnssd-demo"
+DEMO_ENTRIES = ("store", "run", "config.yaml", "predictions.npy")
+
+
+def prepare_out(out: Path) -> None:
+    """Make `out` ready for a demo: a new or empty folder, or an earlier demo's, whose own
+    entries are removed (anything else in it is kept). A folder the demo did not make is
+    refused rather than emptied."""
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise ValueError(f"--out {out}: exists and is not a folder; choose a folder path for the demo")
+    if out.exists() and any(out.iterdir()) and not (out / DEMO_MARKER).is_file():
+        raise ValueError(f"--out {out}: a folder with files that the demo did not make (it has no "
+                         f"{DEMO_MARKER}); the demo replaces only its own folder: choose another --out")
+    for name in DEMO_ENTRIES:
+        entry = out / name
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        elif entry.exists() or entry.is_symlink():
+            entry.unlink()
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(out / DEMO_MARKER, b"made by gnnssd demo: a rerun replaces its entries\n")
+
+
 def run_demo(out: Path, epochs: int = DEMO_CONFIG["train"]["epochs"]) -> None:
     """Generate -> preprocess -> train (`epochs`) -> evaluate -> predict, printing where
     things are."""
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
+    prepare_out(out)
     print(f"[1/4] generating and preprocessing the 'tiny' synthetic graph into {out / 'store'}")
     write_store(out / "store", synthetic_source("tiny"), order=node_order("degree"))
     print(Store.open(out / "store").summary())

@@ -224,3 +224,29 @@ def test_output_on_a_full_disk_names_the_file_and_the_disk(tmp_path):
     assert done.stdout.startswith(f"{out}: cannot write ("), done
     assert f"on the file system of {tmp_path} (" in done.stdout, done
     assert list(tmp_path.iterdir()) == []
+
+
+# --- demo --out over a folder it did not make ------------------------------------------------
+
+def test_demo_out_over_a_users_folder_is_refused_and_kept(tmp_path, capsys):
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("my own")
+    assert main(["demo", "--out", str(folder)]) == 2
+    assert "the demo did not make" in capsys.readouterr().err
+    assert (folder / "notes.txt").read_text() == "my own"
+
+
+def test_demo_rerun_removes_only_its_own_entries(tmp_path):
+    from gnnssd.cli.demo import DEMO_ENTRIES, DEMO_MARKER, prepare_out
+
+    out = tmp_path / "demo"
+    prepare_out(out)  # a new folder, marked
+    for name in DEMO_ENTRIES:
+        (out / name).mkdir() if "." not in name else (out / name).write_text("old")
+    (out / "store" / "x.npy").write_text("old")
+    (out / "kept.txt").write_text("a file the user put there")
+    prepare_out(out)  # a rerun over the demo's own folder
+    assert sorted(p.name for p in out.iterdir()) == sorted([DEMO_MARKER, "kept.txt"])
+    with pytest.raises(ValueError, match="not a folder"):
+        prepare_out(out / "kept.txt")
