@@ -167,6 +167,12 @@ def _gather_index(nodes, slot, value, out):
         out[i] = value[slot[nodes[i]]]
 
 
+def plan_bytes(mfgs: MFGs) -> int:
+    """Bytes a mini-batch adds to its mega-batch plan: its blocks and its gather index
+    (int64 per input row); what plans in flight hold grows with these."""
+    return mfgs.nbytes + 8 * len(mfgs.input_rows)
+
+
 # A union holding at least 1/SCAN_SHARE of the graph's rows is put in row order by one walk
 # over the row-sized maps (linear in the rows, no allocation); a smaller one is sorted.
 SCAN_SHARE = 64
@@ -184,9 +190,14 @@ class RowUnion:
         self.uniq = np.empty(0, np.int64)
         self.state = np.zeros(2, np.int64)
         self.members: list[MFGs] = []
+        self.bytes = 0  # plan_bytes of the members
 
-    def add(self, mfgs: MFGs, limit: int) -> bool:
-        """Add a mini-batch unless the cold rows would exceed `limit`."""
+    def add(self, mfgs: MFGs, limit: int, max_bytes: int | None = None) -> bool:
+        """Add a mini-batch unless the cold rows would exceed `limit`, or its members'
+        plan_bytes `max_bytes` (a first member is added whatever its bytes)."""
+        size = plan_bytes(mfgs)
+        if max_bytes is not None and self.members and self.bytes + size > max_bytes:
+            return False
         nodes = np.asarray(mfgs.input_rows, np.int64)
         if len(self.uniq) < self.state[0] + len(nodes):
             grown = np.empty(max(2 * len(self.uniq), self.state[0] + len(nodes)), np.int64)
@@ -195,6 +206,7 @@ class RowUnion:
         if not _add_rows(nodes, self.slot, self.hot.mask, self.uniq, self.state, limit):
             return False
         self.members.append(mfgs)
+        self.bytes += size
         return True
 
     def cold_rows(self) -> int:
@@ -204,6 +216,7 @@ class RowUnion:
         self.slot[self.uniq[: self.state[0]]] = -1
         self.state[:] = 0
         self.members = []
+        self.bytes = 0
 
     def _split(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For distinct `rows` whose slot map entries are their positions (slot[rows[k]] ==
@@ -268,9 +281,10 @@ class RowUnion:
             stats=stats,
         )
 
-    def pieces(self, mfgs: MFGs, max_rows: int, epoch: int, index: int) -> list[MegaBatchPlan]:
+    def pieces(self, mfgs: MFGs, max_rows: int, epoch: int, index: int) -> Iterator[MegaBatchPlan]:
         """One mini-batch too large for a buffer as plans of at most `max_rows` cold rows
-        each (its sorted cold rows cut in order), numbered from `index`; the union must be
+        each (its sorted cold rows cut in order), numbered from `index`, made one at a time
+        (each holds a gather index as long as the mini-batch's inputs); the union must be
         empty (its slot map serves as scratch). Piece k's gather index is the mini-batch's
         full input length: the slot in [hot cache | buffer] of each input row this piece
         supplies (the hot rows in piece 0, cold rows in the piece that reads them), -1 for
@@ -288,7 +302,6 @@ class RowUnion:
         cold = nodes[cold_pos]
         num_hot = len(self.hot.rows)
         count = -(-len(cold) // max_rows)
-        plans = []
         for k in range(count):
             lo, hi = k * max_rows, min((k + 1) * max_rows, len(cold))
             gather = np.full(len(nodes), -1, np.int64)
@@ -301,10 +314,9 @@ class RowUnion:
                      "sharing": float(first * len(nodes) / (hi - lo + hot_hits)), "hot_hits": hot_hits,
                      "cold_unique_rows": hi - lo, "carried_rows": 0, "read_rows": hi - lo,
                      "minibatch_cold_rows": first * len(cold)}
-            plans.append(MegaBatchPlan(epoch=epoch, index=index + k, minibatches=[mfgs], gather=[gather],
-                                       rows=cold[lo:hi], num_read=hi - lo, carry_src=np.empty(0, np.int64),
-                                       num_hot=num_hot, stats=stats, piece=k, pieces=count))
-        return plans
+            yield MegaBatchPlan(epoch=epoch, index=index + k, minibatches=[mfgs], gather=[gather],
+                                rows=cold[lo:hi], num_read=hi - lo, carry_src=np.empty(0, np.int64),
+                                num_hot=num_hot, stats=stats, piece=k, pieces=count)
 
 
 class Planner:
@@ -317,6 +329,13 @@ class Planner:
     greedily: each mega-batch takes mini-batches in order while its rows fit `max_rows`.
     A single mini-batch whose cold rows exceed `max_rows` is streamed: planned as a run of
     piece plans (see `pieces`), so a buffer need not hold a whole mini-batch.
+
+    With `max_bytes`, plans are bounded by bytes as well: a mega-batch is cut before a
+    mini-batch that would take its blocks and gather indices (plan_bytes) past
+    `max_bytes` (a single mini-batch may pass it), and mini-batches are sampled at most as
+    many at once as fit `max_bytes` by the size of the last one sampled (a mini-batch's
+    neighbour draws depend on its position, not on how many are sampled with it), so
+    the planner holds about two plans' bytes and each plan at most one.
     """
 
     def __init__(
@@ -329,6 +348,7 @@ class Planner:
         etypes: np.ndarray | None = None,
         num_relations: int = 1,
         feature_rows: int = -1,
+        max_bytes: int | None = None,
     ):
         self.config = config
         num_rows = len(indptr) - 1
@@ -339,7 +359,11 @@ class Planner:
         self.sampler = NeighborSampler(indptr, indices, config.fanouts, etypes, num_relations, feature_rows,
                                        config.method)
         self.max_rows = np.iinfo(np.int64).max if max_rows is None else max_rows
-        self._prev: MegaBatchPlan | None = None  # the last plan made: its buffer is carried from
+        self.max_bytes = max_bytes
+        self._minibatch_bytes = 0  # plan_bytes of the last mini-batch sampled
+        # the last plan's buffer rows and rows read, which the next plan carries rows from
+        # (not the plan: its blocks would stay alive in the planner)
+        self._prev: tuple[np.ndarray, int] | None = None
 
     def plan_batches(self, batches: list[np.ndarray], epoch: int,
                      exclude: list[np.ndarray] | None = None, first: int = 0) -> Iterator[MegaBatchPlan]:
@@ -352,30 +376,48 @@ class Planner:
         index = 0
         for start in range(0, len(batches), cfg.mega_batch):
             group = batches[start : start + cfg.mega_batch]
-            ptr = np.concatenate([[0], np.cumsum([len(b) for b in group])])
             excluded = None if exclude is None else exclude[start : start + cfg.mega_batch]
-            for mfgs in self.sampler.sample_many(np.concatenate(group), ptr, cfg.seed, (epoch << 32) + first + start,
-                                                 excluded):
-                if self.union.add(mfgs, self.max_rows):
+            for mfgs in self._sampled(group, (epoch << 32) + first + start, excluded):
+                if self.union.add(mfgs, self.max_rows, self.max_bytes):
                     continue
                 if self.union.members:  # full: a new mega-batch starts with this mini-batch
                     yield self._take(epoch, index)
                     index += 1
-                    if self.union.add(mfgs, self.max_rows):
+                    if self.union.add(mfgs, self.max_rows, self.max_bytes):
                         continue
                 for piece in self.union.pieces(mfgs, self.max_rows, epoch, index):
-                    self._prev = piece  # the next plan carries from the last piece's buffer
+                    self._prev = piece.rows, piece.num_read  # the next plan carries from the last piece's buffer
                     yield piece
+                    del piece
                     index += 1
             if self.union.members:
                 yield self._take(epoch, index)
                 index += 1
 
+    def _sampled(self, group: list[np.ndarray], first_id: int,
+                 exclude: list[np.ndarray] | None) -> Iterator[MFGs]:
+        """The blocks of a group of seed batches (batch IDs from `first_id`), sampled all
+        at once, or with `max_bytes` as many at a time as fit it (one at first)."""
+        done = 0
+        while done < len(group):
+            count = len(group) - done
+            if self.max_bytes is not None:
+                count = min(count, max(1, self.max_bytes // self._minibatch_bytes) if self._minibatch_bytes else 1)
+            chunk = group[done : done + count]
+            ptr = np.concatenate([[0], np.cumsum([len(b) for b in chunk])])
+            sampled = self.sampler.sample_many(np.concatenate(chunk), ptr, self.config.seed, first_id + done,
+                                               None if exclude is None else exclude[done : done + count])
+            done += count
+            while sampled:
+                mfgs = sampled.pop(0)  # the planner keeps no reference to a mini-batch it passed on
+                self._minibatch_bytes = plan_bytes(mfgs)
+                yield mfgs
+                del mfgs
+
     def _take(self, epoch: int, index: int) -> MegaBatchPlan:
-        prev = self._prev
-        self._prev = (self.union.take(None, 0, epoch, index) if prev is None
-                      else self.union.take(prev.rows, prev.num_read, epoch, index))
-        return self._prev
+        plan = self.union.take(*(self._prev or (None, 0)), epoch, index)
+        self._prev = plan.rows, plan.num_read
+        return plan
 
 
 def save_plan(plan: MegaBatchPlan, path: str | Path) -> None:

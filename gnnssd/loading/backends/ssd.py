@@ -39,7 +39,21 @@ from ..types import IOCounters, Labels, MiniBatch
 log = logging.getLogger("gnnssd.ssd")
 
 MIN_STAGING, MAX_STAGING = 4 << 20, 32 << 20
-PLANS_IN_FLIGHT_BYTES = 8 << 20  # plans and gathered batches queued between the stages
+#: Plans in flight (their mini-batches' blocks and gather indices, from the planner to the
+#: caller) take 1/PLAN_SHARE of ssd.memory_budget, at least MIN_PLAN_BYTES: counted in
+#: the budget, and bounded by bytes (see plan_bytes_in_flight).
+PLAN_SHARE, MIN_PLAN_BYTES = 8, 8 << 20
+#: Full plans alive at once: the planner's (the one it fills and the mini-batches it
+#: sampled ahead of it), the one the caller gathers from and the one loaded next; the
+#: others wait spilled to disk as stubs. Each plan gets 1/PLANS_ALIVE of the bytes.
+PLANS_ALIVE = 2 + BUFFERS
+
+
+def plan_bytes_in_flight(budget: int) -> int:
+    """The bytes plans in flight may hold (within the budget); each plan is cut to hold at
+    most 1/PLANS_ALIVE of them (sampler.Planner's max_bytes: a single mini-batch may
+    pass that)."""
+    return max(MIN_PLAN_BYTES, budget // PLAN_SHARE)
 
 
 def staging_bytes(budget: int) -> int:
@@ -85,7 +99,8 @@ class SSDLoader:
         row_bytes = store.row_bytes
         self.staging_bytes = staging_bytes(total)
         self.writer_bytes = self.staging_bytes // 4
-        queue_bytes = self.staging_bytes + PLANS_IN_FLIGHT_BYTES
+        self.plan_bytes = plan_bytes_in_flight(total)
+        queue_bytes = self.staging_bytes + self.plan_bytes
         if self.block_budget:
             # the repack scan's own staging area, the block writer's chunks, and the plan
             # stubs of two windows (their read rows: 8 bytes per row of a window's blocks)
@@ -167,6 +182,7 @@ class SSDLoader:
             try:
                 for batch in stream:
                     yield batch
+                    del batch  # not held while the next one is made
                     done += 1
                     if self._holder is not stream:
                         break  # another iteration took the buffers: plan again from `done`
@@ -195,11 +211,11 @@ class SSDLoader:
         cfg = PlanConfig(fanouts=tuple(fanouts), mega_batch=self.mega_batch, seed=self.seed,
                          method=self.sampling.method)
         planner = Planner(self.store.indptr, self.store.indices, cfg, self.hot.members,
-                          max_rows=self.budget.buffer_rows, **self._typing())
+                          max_rows=self.budget.buffer_rows, max_bytes=self.plan_bytes // PLANS_ALIVE,
+                          **self._typing())
         directory.mkdir(parents=True, exist_ok=True)
-        spill = directory if self.block_budget or reuse else None
         rest = None if exclude is None else exclude[first:]
-        plans = PlanWorker(self._planned(planner.plan_batches(batches[first:], epoch, rest, first), spill),
+        plans = PlanWorker(self._planned(planner.plan_batches(batches[first:], epoch, rest, first), directory),
                            depth=2, name="gnnssd-plan", threads=self.threads)
         windows = PlanWorker(self._repacked_windows(iter(plans), directory, reuse_epochs if reuse else 1),
                              depth=2, name="gnnssd-repack", threads=self.threads)
@@ -224,6 +240,7 @@ class SSDLoader:
         try:
             pending = iter(loaded)
             while True:
+                item = plan = buffer = None  # the plan trained on is not held while the next loads
                 start = time.perf_counter()
                 item = next(pending, None)
                 self.timer.add("wait", time.perf_counter() - start)
@@ -240,6 +257,7 @@ class SSDLoader:
                 if plan.piece == plan.pieces - 1:
                     x, assembling = assembling, None
                     yield self._minibatch(plan.minibatches[0], x)
+                    del x  # the next x is gathered while the caller holds only its own
         finally:
             loaded.close()
 
@@ -252,19 +270,18 @@ class SSDLoader:
             self._kept.remove()
             self._kept = None
 
-    def _planned(self, plans: Iterator[MegaBatchPlan], spill: Path | None) -> Iterator[MegaBatchPlan]:
-        """Plan stage: mega-batch plans with their page reads planned. Plans wait for their
-        repack window (or are kept for a replay) as stubs, their mini-batches spilled to
-        `spill`: memory then does not grow with the window."""
+    def _planned(self, plans: Iterator[MegaBatchPlan], spill: Path) -> Iterator[MegaBatchPlan]:
+        """Plan stage: mega-batch plans with their page reads planned. Plans wait for the
+        read stage (their repack window, a replay) as stubs, their mini-batches spilled to
+        `spill`: the full plans alive are PLANS_ALIVE whatever the queues and windows hold."""
         for plan in _timed(plans, self.timer, "plan"):
             with self.timer.stage("plan"):
                 plan.read = pages_plan(plan.read_rows, self.store.row_bytes, self.cost_model)
-                if spill is not None:
-                    if plan.pieces and plan.piece < plan.pieces - 1:
-                        # every piece plan holds its mini-batch's blocks; only the last one's
-                        # are used (it yields the mini-batch): the others spill without them
-                        plan = replace(plan, minibatches=[])
-                    plan = plan.spill(spill / f"plan_e{plan.epoch}_m{plan.index}.spill")
+                if plan.pieces and plan.piece < plan.pieces - 1:
+                    # every piece plan holds its mini-batch's blocks; only the last one's
+                    # are used (it yields the mini-batch): the others spill without them
+                    plan = replace(plan, minibatches=[])
+                plan = plan.spill(spill / f"plan_e{plan.epoch}_m{plan.index}.spill")
             yield plan
 
     def _repacked_windows(self, plans: Iterator[MegaBatchPlan], directory: Path,
@@ -296,6 +313,7 @@ class SSDLoader:
                             useful_bytes=full.stats["minibatch_cold_rows"] * self.store.row_bytes)
                 done(plan)
                 yield full, buffer
+                del full, buffer  # not held while the next plan is restored
 
     def _minibatches(self, plan: MegaBatchPlan, buffer: np.ndarray) -> Iterator[MiniBatch]:
         """The mini-batches of a loaded plan that is not a piece."""
@@ -303,6 +321,7 @@ class SSDLoader:
             with self.timer.stage("gather"):
                 x = self._gather(plan, i, buffer)
             yield self._minibatch(mfgs, x)
+            del x  # the next x is gathered while the caller holds only its own
 
     def _gather(self, plan: MegaBatchPlan, i: int, buffer: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """buffers.gather on `ssd.threads` numba threads (the caller's own setting restored)."""
@@ -366,3 +385,4 @@ def _timed(items: Iterator, timer: StageTimer, stage: str) -> Iterator:
         if item is None:
             return
         yield item
+        del item  # not held while the next one is made
