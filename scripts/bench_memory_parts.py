@@ -130,7 +130,7 @@ def live_parts(source, made: dict[str, Instances]) -> dict[str, int]:
     for union in made["RowUnion"].alive():
         parts["slot_maps"] += _arrays(union.slot, seen)
     for hot in made["HotRows"].alive():
-        parts["hot_masks"] += _arrays(hot.mask, seen)
+        parts["hot_masks"] += _arrays(hot.bits if hasattr(hot, "bits") else hot.mask, seen)
     for plan in made["MegaBatchPlan"].alive():
         if plan.minibatches:
             parts["plans_alive"] += _arrays([plan.minibatches, plan.gather, plan.rows, plan.carry_src], seen)

@@ -130,7 +130,7 @@ class SSDLoader:
         """Most input rows outside `hot_rows` among a few sampled mini-batches, with the
         training and with the evaluation settings: what a buffer holds to read a mini-batch
         in one piece."""
-        is_hot = HotRows.of(hot_rows, self.store.num_nodes).mask
+        hot = HotRows.of(hot_rows, self.store.num_nodes)
         sampler_cfg = self.sampling
         settings = [(sampler_cfg.fanouts, sampler_cfg.batch_size),
                     sampler_cfg.evaluation(self.store.num_edges)]
@@ -146,7 +146,7 @@ class SSDLoader:
             for nodes in [s for s in splits if len(s)] or [np.arange(self.store.num_nodes)]:
                 seeds = np.sort(rng.choice(nodes, min(len(nodes), batch_size), replace=False))
                 inputs = np.asarray(sampler.sample(seeds, self.seed).input_rows)
-                most = max(most, int(np.count_nonzero(~is_hot[inputs])))
+                most = max(most, int(np.count_nonzero(~hot.contains(inputs))))
         return most
 
     def _typing(self) -> dict[str, Any]:
