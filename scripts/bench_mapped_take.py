@@ -51,7 +51,7 @@ def main() -> int:
     with open(path, "wb") as f:  # written in chunks: no node-sized array in this process
         np.lib.format.write_array_header_1_0(f, {"descr": "<i8", "fortran_order": False, "shape": (args.nodes,)})
         for lo in range(0, args.nodes, chunk):
-            f.write(np.arange(lo, min(lo + chunk, args.nodes), dtype=np.int64)[::-1].tobytes())
+            f.write((args.nodes - 1 - np.arange(lo, min(lo + chunk, args.nodes), dtype=np.int64)).tobytes())
     try:
         perm = np.load(path, mmap_mode="r")
         rng = np.random.default_rng(0)

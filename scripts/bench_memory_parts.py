@@ -216,6 +216,7 @@ def main() -> int:
             for mb in loader:
                 float(mb.x.sum())
                 del mb
+            io = loader.io_stats()
         finally:
             watcher.close()
             loader.close()
@@ -224,7 +225,7 @@ def main() -> int:
         store = trainer.store
         watcher = Watcher(trainer.source, made, args.interval)
         try:
-            trainer.fit()
+            io = trainer.fit()[-1].get("io", {})
         finally:
             watcher.close()
             trainer.close()
@@ -253,12 +254,14 @@ def main() -> int:
     for (name, value), key in zip(rows, keys):
         largest = "" if key is None else f"{watcher.largest.get(key, 0) / MiB:,.1f}"
         print(f"| {name} | {value / MiB:,.1f} | {largest} |")
+    print(f"bytes read {io.get('bytes_read', 0) / MiB:,.1f} MiB, useful {io.get('useful_bytes', 0) / MiB:,.1f} MiB "
+          f"(the last epoch's training mini-batches, or the loader's)")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps({
             "config": args.config, "set": args.set, "epochs": args.epochs, "seconds": seconds,
             "num_nodes": store.num_nodes, "budget": budget, "runtime": runtime, "beyond": beyond,
-            "peak": peak, "largest": watcher.largest, "looks": watcher.looks}, indent=2))
+            "peak": peak, "largest": watcher.largest, "looks": watcher.looks, "io": io}, indent=2))
     return 0
 
 

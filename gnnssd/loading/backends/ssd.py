@@ -43,9 +43,10 @@ MIN_STAGING, MAX_STAGING = 4 << 20, 32 << 20
 #: caller) take 1/PLAN_SHARE of ssd.memory_budget, at least MIN_PLAN_BYTES: counted in
 #: the budget, and bounded by bytes (see plan_bytes_in_flight).
 PLAN_SHARE, MIN_PLAN_BYTES = 8, 8 << 20
-#: Full plans alive at once: the planner's (the one it fills and the mini-batches it
-#: sampled ahead of it), the one the caller gathers from and the one loaded next; the
-#: others wait spilled to disk as stubs. Each plan gets 1/PLANS_ALIVE of the bytes.
+#: Whole plans alive at once: the planner's (the one it fills and the mini-batches it
+#: sampled ahead of it), the one the caller gathers from and the one loaded next (a plan
+#: waiting for a repack window or kept for a replay waits spilled to disk, as a stub).
+#: Each plan gets 1/PLANS_ALIVE of the bytes.
 PLANS_ALIVE = 2 + BUFFERS
 
 
@@ -214,18 +215,22 @@ class SSDLoader:
                           max_rows=self.budget.buffer_rows, max_bytes=self.plan_bytes // PLANS_ALIVE,
                           **self._typing())
         directory.mkdir(parents=True, exist_ok=True)
+        spill = directory if self.block_budget or reuse else None
         rest = None if exclude is None else exclude[first:]
-        plans = PlanWorker(self._planned(planner.plan_batches(batches[first:], epoch, rest, first), directory),
+        plans = PlanWorker(self._planned(planner.plan_batches(batches[first:], epoch, rest, first), spill),
                            depth=2, name="gnnssd-plan", threads=self.threads)
-        windows = PlanWorker(self._repacked_windows(iter(plans), directory, reuse_epochs if reuse else 1),
-                             depth=2, name="gnnssd-repack", threads=self.threads)
+        windows = self._repacked_windows(iter(plans), directory, reuse_epochs if reuse else 1)
+        # repacking a window is long: its own thread, a window ahead; without blocks, plans
+        # go from the planner to the read stage (no queue between: PLANS_ALIVE whole plans)
+        repack = PlanWorker(windows, depth=2, name="gnnssd-repack", threads=self.threads) if self.block_budget else None
         done = kept.keep if kept is not None else partial(delete, block_dir=directory)
         try:
-            yield from self._trained(self._loaded(windows, directory, done))
+            yield from self._trained(self._loaded(repack or windows, directory, done))
             if kept is not None:  # iterated to its end: every plan was loaded
                 kept.complete = kept.keeping
         finally:
-            windows.close()
+            if repack is not None:
+                repack.close()
             plans.close()
             if kept is None or not kept.complete:
                 shutil.rmtree(directory, ignore_errors=True)
@@ -270,18 +275,19 @@ class SSDLoader:
             self._kept.remove()
             self._kept = None
 
-    def _planned(self, plans: Iterator[MegaBatchPlan], spill: Path) -> Iterator[MegaBatchPlan]:
-        """Plan stage: mega-batch plans with their page reads planned. Plans wait for the
-        read stage (their repack window, a replay) as stubs, their mini-batches spilled to
-        `spill`: the full plans alive are PLANS_ALIVE whatever the queues and windows hold."""
+    def _planned(self, plans: Iterator[MegaBatchPlan], spill: Path | None) -> Iterator[MegaBatchPlan]:
+        """Plan stage: mega-batch plans with their page reads planned. Plans wait for their
+        repack window (or are kept for a replay) as stubs, their mini-batches spilled to
+        `spill`: memory then does not grow with the window."""
         for plan in _timed(plans, self.timer, "plan"):
             with self.timer.stage("plan"):
                 plan.read = pages_plan(plan.read_rows, self.store.row_bytes, self.cost_model)
-                if plan.pieces and plan.piece < plan.pieces - 1:
-                    # every piece plan holds its mini-batch's blocks; only the last one's
-                    # are used (it yields the mini-batch): the others spill without them
-                    plan = replace(plan, minibatches=[])
-                plan = plan.spill(spill / f"plan_e{plan.epoch}_m{plan.index}.spill")
+                if spill is not None:
+                    if plan.pieces and plan.piece < plan.pieces - 1:
+                        # every piece plan holds its mini-batch's blocks; only the last one's
+                        # are used (it yields the mini-batch): the others spill without them
+                        plan = replace(plan, minibatches=[])
+                    plan = plan.spill(spill / f"plan_e{plan.epoch}_m{plan.index}.spill")
             yield plan
 
     def _repacked_windows(self, plans: Iterator[MegaBatchPlan], directory: Path,
