@@ -11,6 +11,7 @@ import io
 import mmap
 from collections.abc import Iterator
 
+import numba as nb
 import numpy as np
 
 #: Bytes of a mapped array a lookup (`mapped_take`) leaves resident at once.
@@ -64,19 +65,41 @@ def mapped_take(array: np.ndarray, ids: np.ndarray, window: int = LOOKUP_WINDOW)
         bad = flat[(flat < 0) | (flat >= len(array))][0]
         raise IndexError(f"index {bad} is out of bounds for a mapped array of {len(array)} items")
     per = max(1, window // array.itemsize)
-    count = -(-len(array) // per)
-    which = flat // per
-    order = np.argsort(which.astype(np.int16 if count < (1 << 15) else np.int64), kind="stable")
-    bounds = np.searchsorted(which[order], np.arange(count + 1))
+    flat = flat.astype(np.int64, copy=False)
+    order, bounds = _by_window(flat, per, -(-len(array) // per))
     out = np.empty(len(flat), array.dtype)
-    for w in range(count):
-        lo, hi = bounds[w], bounds[w + 1]
-        if lo == hi:
-            continue
-        at = order[lo:hi]
-        out[at] = array[flat[at]]
-        _release_span(array[w * per:(w + 1) * per])
+    values = array.view(np.ndarray)
+    for w in range(len(bounds) - 1):
+        if bounds[w] < bounds[w + 1]:
+            _take_window(values, flat, order, bounds[w], bounds[w + 1], out)
+            _release_span(array[w * per:(w + 1) * per])
     return out.reshape(ids.shape)
+
+
+@nb.njit(cache=True, nogil=True)
+def _by_window(ids, per, count):
+    """The positions of `ids` grouped by window (id // per), in order within each window
+    (a counting sort), and where each window's group starts (count + 1 bounds)."""
+    bounds = np.zeros(count + 1, np.int64)
+    for i in ids:
+        bounds[i // per + 1] += 1
+    for w in range(count):
+        bounds[w + 1] += bounds[w]
+    fill = bounds[:-1].copy()
+    order = np.empty(ids.shape[0], np.int64)
+    for k in range(ids.shape[0]):
+        w = ids[k] // per
+        order[fill[w]] = k
+        fill[w] += 1
+    return order, bounds
+
+
+@nb.njit(cache=True, nogil=True)
+def _take_window(values, ids, order, lo, hi, out):
+    """out[i] = values[ids[i]] for the positions order[lo:hi] (one window's)."""
+    for k in range(lo, hi):
+        i = order[k]
+        out[i] = values[ids[i]]
 
 
 def released_chunks(length: int, chunk: int, *mapped: np.ndarray) -> Iterator[slice]:
