@@ -148,11 +148,17 @@ class Watcher:
         self.peak: dict[str, int] = {}
         self.largest: dict[str, int] = {}
         self.looks = 0
+        self.lock = threading.Lock()  # looks from the thread and from the loop
         self.stop = threading.Event()
+        self.look()  # a first look at once, a last one at close: a short run has two
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
     def look(self) -> None:
+        with self.lock:
+            self._look()
+
+    def _look(self) -> None:
         now = {"rss": status("VmRSS:"), **mapped_files(self.store), **live_parts(self.source, self.made)}
         self.looks += 1
         if now["rss"] > self.peak.get("rss", 0):
@@ -170,6 +176,7 @@ class Watcher:
     def close(self) -> None:
         self.stop.set()
         self.thread.join()
+        self.look()
 
 
 def main() -> int:
@@ -215,6 +222,7 @@ def main() -> int:
         try:
             for mb in loader:
                 float(mb.x.sum())
+                watcher.look()  # also at every mini-batch (the stages live while it is held)
                 del mb
             io = loader.io_stats()
         finally:
