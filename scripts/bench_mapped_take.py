@@ -23,19 +23,9 @@ import numpy as np
 
 from gnnssd.storage_format import mapped_take, release_pages
 
+from bench_memory_parts import mapped_files  # a sibling script (scripts/ is on the path)
+
 MiB = 1 << 20
-
-
-def mapped_rss(path: Path) -> int:
-    total, ours = 0, False
-    with open("/proc/self/smaps") as f:
-        for line in f:
-            head = line.split()
-            if "-" in head[0] and not head[0].endswith(":"):
-                ours = len(head) > 5 and head[5] == str(path)
-            elif ours and head[0] == "Rss:":
-                total += int(head[1]) * 1024
-    return total
 
 
 def main() -> int:
@@ -69,7 +59,7 @@ def main() -> int:
                 start = time.perf_counter()
                 out = take(ids)
                 times[name].append(time.perf_counter() - start)
-                resident[name].append(mapped_rss(path))
+                resident[name].append(mapped_files(path.parent).get("perm", 0))
                 assert np.array_equal(out, args.nodes - 1 - ids)
         rows = {name: {"ms_median": 1000 * float(np.median(times[name])), "ms": [1000 * t for t in times[name]],
                        "resident_after_mib": max(resident[name]) / MiB} for name in methods}
