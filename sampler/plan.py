@@ -124,7 +124,7 @@ class MegaBatchPlan:
 
 
 @nb.njit(cache=True, nogil=True)
-def _add_rows(nodes, slot, is_hot, uniq, state, limit):
+def _add_rows(nodes, slot, hot_bits, uniq, state, limit):
     """Add the rows of `nodes` missing from the union: uniq[state[0]:] in first-seen order,
     slot[row] = their index. state = [unique rows, cold unique rows]. When the cold rows
     would exceed `limit`, the union is left as it was and False is returned."""
@@ -134,7 +134,7 @@ def _add_rows(nodes, slot, is_hot, uniq, state, limit):
             slot[x] = count
             uniq[count] = x
             count += 1
-            cold += not _bit(is_hot, x)
+            cold += not _bit(hot_bits, x)
     if cold > limit:
         for k in range(state[0], count):
             slot[uniq[k]] = -1
@@ -156,7 +156,7 @@ def _carried(cold, prev, lo, hi, carried, carry_slot):
 
 
 @nb.njit(cache=True, nogil=True)
-def _scan_rows(slot, is_hot, value, cold_at):
+def _scan_rows(slot, hot_bits, value, cold_at):
     """Walk every row in ascending order: a hot row r of the union (slot[r] >= 0) gets
     value[slot[r]] = its cache slot (the hot rows before it); the slots of the union's
     cold rows go to cold_at in row order. Returns how many are cold."""
@@ -164,7 +164,7 @@ def _scan_rows(slot, is_hot, value, cold_at):
     count = 0
     for r in range(slot.shape[0]):
         s = slot[r]
-        if _bit(is_hot, r):
+        if _bit(hot_bits, r):
             if s >= 0:
                 value[s] = rank
             rank += 1
