@@ -50,6 +50,12 @@ class MFGs:
         nodes = self.input_nodes
         return nodes if self.feature_rows < 0 else nodes[nodes < self.feature_rows]
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of its arrays."""
+        arrays = (self.nodes, self.num_src, self.num_dst, self.edge_ptr, self.edge_src, self.edge_dst, self.edge_type)
+        return sum(a.nbytes for a in arrays if a is not None)
+
     def edges(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         """Local (source, destination) indices of block i's edges."""
         a, b = self.edge_ptr[i], self.edge_ptr[i + 1]

@@ -33,23 +33,36 @@ class PlanConfig:
     method: str = "uniform"  # NeighborSampler's: uniform or labor
 
 
+@nb.njit(cache=True, nogil=True, inline="always")
+def _bit(bits, r):
+    """Bit r of the bitset `bits` (uint8, little-endian within each byte)."""
+    return (bits[r >> 3] >> (r & 7)) & 1
+
+
 @dataclass(frozen=True)
 class HotRows:
     """Which store rows the hot cache holds, as the planner consults it: sorted `rows`
-    (row rows[k] is in cache slot k) and the row-sized membership `mask`. The hot cache
-    (gnnssd.pipeline.hot_cache) owns one and hands it to the planner."""
+    (row rows[k] is in cache slot k) and the row-sized membership `bits`, a bit a row
+    (a bool a row took 0.1 GiB at 10^8 rows). The hot cache (gnnssd.pipeline.hot_cache)
+    owns one and hands it to the planner."""
 
     rows: np.ndarray  # int64, sorted, unique
-    mask: np.ndarray  # bool per store row: mask[r] == (r in rows)
+    bits: np.ndarray  # uint8, bit r % 8 of byte r // 8 set == (r in rows)
+    num_rows: int
 
     @classmethod
     def of(cls, rows: np.ndarray, num_rows: int) -> "HotRows":
         rows = np.unique(np.asarray(rows, dtype=np.int64))
         if len(rows) and (rows[0] < 0 or rows[-1] >= num_rows):
             raise ValueError(f"hot rows must lie in 0..{num_rows - 1}, got {rows[0]}..{rows[-1]}")
-        mask = np.zeros(num_rows, np.bool_)
-        mask[rows] = True
-        return cls(rows, mask)
+        bits = np.zeros((num_rows + 7) // 8, np.uint8)
+        np.bitwise_or.at(bits, rows >> 3, (1 << (rows & 7)).astype(np.uint8))
+        return cls(rows, bits, num_rows)
+
+    def contains(self, rows: np.ndarray) -> np.ndarray:
+        """Whether each of `rows` is hot (bool)."""
+        rows = np.asarray(rows, np.int64)
+        return ((self.bits[rows >> 3] >> (rows & 7).astype(np.uint8)) & 1).astype(np.bool_)
 
     def slots(self, rows: np.ndarray) -> np.ndarray:
         """Cache slot of each of `rows` (all hot)."""
@@ -116,7 +129,7 @@ class MegaBatchPlan:
 
 
 @nb.njit(cache=True, nogil=True)
-def _add_rows(nodes, slot, is_hot, uniq, state, limit):
+def _add_rows(nodes, slot, hot_bits, uniq, state, limit):
     """Add the rows of `nodes` missing from the union: uniq[state[0]:] in first-seen order,
     slot[row] = their index. state = [unique rows, cold unique rows]. When the cold rows
     would exceed `limit`, the union is left as it was and False is returned."""
@@ -126,7 +139,7 @@ def _add_rows(nodes, slot, is_hot, uniq, state, limit):
             slot[x] = count
             uniq[count] = x
             count += 1
-            cold += not is_hot[x]
+            cold += not _bit(hot_bits, x)
     if cold > limit:
         for k in range(state[0], count):
             slot[uniq[k]] = -1
@@ -148,7 +161,7 @@ def _carried(cold, prev, lo, hi, carried, carry_slot):
 
 
 @nb.njit(cache=True, nogil=True)
-def _scan_rows(slot, is_hot, value, cold_at):
+def _scan_rows(slot, hot_bits, value, cold_at):
     """Walk every row in ascending order: a hot row r of the union (slot[r] >= 0) gets
     value[slot[r]] = its cache slot (the hot rows before it); the slots of the union's
     cold rows go to cold_at in row order. Returns how many are cold."""
@@ -156,7 +169,7 @@ def _scan_rows(slot, is_hot, value, cold_at):
     count = 0
     for r in range(slot.shape[0]):
         s = slot[r]
-        if is_hot[r]:
+        if _bit(hot_bits, r):
             if s >= 0:
                 value[s] = rank
             rank += 1
@@ -172,6 +185,12 @@ def _gather_index(nodes, slot, value, out):
         out[i] = value[slot[nodes[i]]]
 
 
+def plan_bytes(mfgs: MFGs) -> int:
+    """Bytes a mini-batch adds to its mega-batch plan: its blocks and its gather index
+    (int64 per input row); what plans in flight hold grows with these."""
+    return mfgs.nbytes + 8 * len(mfgs.input_rows)
+
+
 # A union holding at least 1/SCAN_SHARE of the graph's rows is put in row order by one walk
 # over the row-sized maps (linear in the rows, no allocation); a smaller one is sorted.
 SCAN_SHARE = 64
@@ -182,24 +201,30 @@ class RowUnion:
     the inputs: a row-sized slot map (4 bytes a row) instead of sorting every input row."""
 
     def __init__(self, num_rows: int, hot: HotRows):
-        if len(hot.mask) != num_rows:
-            raise ValueError(f"the hot-row mask covers {len(hot.mask)} rows, the graph has {num_rows}")
+        if hot.num_rows != num_rows:
+            raise ValueError(f"the hot-row bitset covers {hot.num_rows} rows, the graph has {num_rows}")
         self.hot = hot
         self.slot = np.full(num_rows, -1, np.int32)
         self.uniq = np.empty(0, np.int64)
         self.state = np.zeros(2, np.int64)
         self.members: list[MFGs] = []
+        self.bytes = 0  # plan_bytes of the members
 
-    def add(self, mfgs: MFGs, limit: int) -> bool:
-        """Add a mini-batch unless the cold rows would exceed `limit`."""
+    def add(self, mfgs: MFGs, limit: int, max_bytes: int | None = None) -> bool:
+        """Add a mini-batch unless the cold rows would exceed `limit`, or its members'
+        plan_bytes `max_bytes` (a first member is added whatever its bytes)."""
+        size = plan_bytes(mfgs)
+        if max_bytes is not None and self.members and self.bytes + size > max_bytes:
+            return False
         nodes = np.asarray(mfgs.input_rows, np.int64)
         if len(self.uniq) < self.state[0] + len(nodes):
             grown = np.empty(max(2 * len(self.uniq), self.state[0] + len(nodes)), np.int64)
             grown[: self.state[0]] = self.uniq[: self.state[0]]
             self.uniq = grown
-        if not _add_rows(nodes, self.slot, self.hot.mask, self.uniq, self.state, limit):
+        if not _add_rows(nodes, self.slot, self.hot.bits, self.uniq, self.state, limit):
             return False
         self.members.append(mfgs)
+        self.bytes += size
         return True
 
     def cold_rows(self) -> int:
@@ -209,6 +234,7 @@ class RowUnion:
         self.slot[self.uniq[: self.state[0]]] = -1
         self.state[:] = 0
         self.members = []
+        self.bytes = 0
 
     def _split(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For distinct `rows` whose slot map entries are their positions (slot[rows[k]] ==
@@ -217,8 +243,8 @@ class RowUnion:
         value = np.empty(len(rows), np.int64)
         if len(rows) * SCAN_SHARE >= len(self.slot):
             cold_at = np.empty(len(rows), np.int64)
-            return value, cold_at[: _scan_rows(self.slot, self.hot.mask, value, cold_at)]
-        hot = self.hot.mask[rows]
+            return value, cold_at[: _scan_rows(self.slot, self.hot.bits, value, cold_at)]
+        hot = self.hot.contains(rows)
         value[hot] = self.hot.slots(rows[hot])
         cold_at = np.flatnonzero(~hot)
         return value, cold_at[np.argsort(rows[cold_at])]
@@ -273,15 +299,15 @@ class RowUnion:
             stats=stats,
         )
 
-    def pieces(self, mfgs: MFGs, max_rows: int, epoch: int, index: int) -> list[MegaBatchPlan]:
+    def pieces(self, mfgs: MFGs, max_rows: int, epoch: int, index: int) -> Iterator[MegaBatchPlan]:
         """One mini-batch too large for a buffer as plans of at most `max_rows` cold rows
-        each (its sorted cold rows cut in order), numbered from `index`; the union must be
-        empty (its slot map serves as scratch). Piece k lists only the input rows it
-        supplies (the hot rows in piece 0, cold rows in the piece that reads them): their
-        positions in the mini-batch's x (`positions`) and their slots in [hot cache |
-        buffer] (gather[0]), so k pieces cost one mini-batch's index in all, not k; the
-        caller fills x (stats["input_rows"] of piece 0 rows) piece by piece (`piece` k of
-        `pieces`). Pieces carry nothing over: each buffer holds only its own rows."""
+        each (its sorted cold rows cut in order), numbered from `index`, made one at a time;
+        the union must be empty (its slot map serves as scratch). Piece k lists only the
+        input rows it supplies (the hot rows in piece 0, cold rows in the piece that reads
+        them): their positions in the mini-batch's x (`positions`) and their slots in [hot
+        cache | buffer] (gather[0]), so k pieces cost one mini-batch's index in all, not k;
+        the caller fills x (stats["input_rows"] of piece 0 rows) piece by piece (`piece` k
+        of `pieces`). Pieces carry nothing over: each buffer holds only its own rows."""
         if self.members:
             raise ValueError("pieces are planned from an empty union")
         nodes = np.asarray(mfgs.input_rows, np.int64)  # distinct within a mini-batch
@@ -290,11 +316,10 @@ class RowUnion:
             value, cold_pos = self._split(nodes)
         finally:
             self.slot[nodes] = -1
-        hot_pos = np.flatnonzero(self.hot.mask[nodes])
+        hot_pos = np.flatnonzero(self.hot.contains(nodes))
         cold = nodes[cold_pos]
         num_hot = len(self.hot.rows)
         count = -(-len(cold) // max_rows)
-        plans = []
         for k in range(count):
             lo, hi = k * max_rows, min((k + 1) * max_rows, len(cold))
             slots = num_hot + np.arange(hi - lo)
@@ -307,10 +332,9 @@ class RowUnion:
                      "sharing": float(first * len(nodes) / (hi - lo + hot_hits)), "hot_hits": hot_hits,
                      "cold_unique_rows": hi - lo, "carried_rows": 0, "read_rows": hi - lo,
                      "minibatch_cold_rows": first * len(cold)}
-            plans.append(MegaBatchPlan(epoch=epoch, index=index + k, minibatches=[mfgs], gather=[slots],
-                                       rows=cold[lo:hi], num_read=hi - lo, carry_src=np.empty(0, np.int64),
-                                       num_hot=num_hot, stats=stats, piece=k, pieces=count, positions=positions))
-        return plans
+            yield MegaBatchPlan(epoch=epoch, index=index + k, minibatches=[mfgs], gather=[slots],
+                                rows=cold[lo:hi], num_read=hi - lo, carry_src=np.empty(0, np.int64),
+                                num_hot=num_hot, stats=stats, piece=k, pieces=count, positions=positions)
 
 
 class Planner:
@@ -323,6 +347,13 @@ class Planner:
     greedily: each mega-batch takes mini-batches in order while its rows fit `max_rows`.
     A single mini-batch whose cold rows exceed `max_rows` is streamed: planned as a run of
     piece plans (see `pieces`), so a buffer need not hold a whole mini-batch.
+
+    With `max_bytes`, plans are bounded by bytes as well: a mega-batch is cut before a
+    mini-batch that would take its blocks and gather indices (plan_bytes) past
+    `max_bytes` (a single mini-batch may pass it), and mini-batches are sampled at most as
+    many at once as fit `max_bytes` by the size of the last one sampled (a mini-batch's
+    neighbour draws depend on its position, not on how many are sampled with it), so
+    the planner holds about two plans' bytes and each plan at most one.
     """
 
     def __init__(
@@ -335,6 +366,7 @@ class Planner:
         etypes: np.ndarray | None = None,
         num_relations: int = 1,
         feature_rows: int = -1,
+        max_bytes: int | None = None,
     ):
         self.config = config
         num_rows = len(indptr) - 1
@@ -345,7 +377,11 @@ class Planner:
         self.sampler = NeighborSampler(indptr, indices, config.fanouts, etypes, num_relations, feature_rows,
                                        config.method)
         self.max_rows = np.iinfo(np.int64).max if max_rows is None else max_rows
-        self._prev: MegaBatchPlan | None = None  # the last plan made: its buffer is carried from
+        self.max_bytes = max_bytes
+        self._minibatch_bytes = 0  # plan_bytes of the last mini-batch sampled
+        # the last plan's buffer rows and rows read, which the next plan carries rows from
+        # (not the plan: its blocks would stay alive in the planner)
+        self._prev: tuple[np.ndarray, int] | None = None
 
     def plan_batches(self, batches: list[np.ndarray], epoch: int,
                      exclude: list[np.ndarray] | None = None, first: int = 0) -> Iterator[MegaBatchPlan]:
@@ -358,30 +394,48 @@ class Planner:
         index = 0
         for start in range(0, len(batches), cfg.mega_batch):
             group = batches[start : start + cfg.mega_batch]
-            ptr = np.concatenate([[0], np.cumsum([len(b) for b in group])])
             excluded = None if exclude is None else exclude[start : start + cfg.mega_batch]
-            for mfgs in self.sampler.sample_many(np.concatenate(group), ptr, cfg.seed, (epoch << 32) + first + start,
-                                                 excluded):
-                if self.union.add(mfgs, self.max_rows):
+            for mfgs in self._sampled(group, (epoch << 32) + first + start, excluded):
+                if self.union.add(mfgs, self.max_rows, self.max_bytes):
                     continue
                 if self.union.members:  # full: a new mega-batch starts with this mini-batch
                     yield self._take(epoch, index)
                     index += 1
-                    if self.union.add(mfgs, self.max_rows):
+                    if self.union.add(mfgs, self.max_rows, self.max_bytes):
                         continue
                 for piece in self.union.pieces(mfgs, self.max_rows, epoch, index):
-                    self._prev = piece  # the next plan carries from the last piece's buffer
+                    self._prev = piece.rows, piece.num_read  # the next plan carries from the last piece's buffer
                     yield piece
+                    del piece
                     index += 1
             if self.union.members:
                 yield self._take(epoch, index)
                 index += 1
 
+    def _sampled(self, group: list[np.ndarray], first_id: int,
+                 exclude: list[np.ndarray] | None) -> Iterator[MFGs]:
+        """The blocks of a group of seed batches (batch IDs from `first_id`), sampled all
+        at once, or with `max_bytes` as many at a time as fit it (one at first)."""
+        done = 0
+        while done < len(group):
+            count = len(group) - done
+            if self.max_bytes is not None:
+                count = min(count, max(1, self.max_bytes // self._minibatch_bytes) if self._minibatch_bytes else 1)
+            chunk = group[done : done + count]
+            ptr = np.concatenate([[0], np.cumsum([len(b) for b in chunk])])
+            sampled = self.sampler.sample_many(np.concatenate(chunk), ptr, self.config.seed, first_id + done,
+                                               None if exclude is None else exclude[done : done + count])
+            done += count
+            while sampled:
+                mfgs = sampled.pop(0)  # the planner keeps no reference to a mini-batch it passed on
+                self._minibatch_bytes = plan_bytes(mfgs)
+                yield mfgs
+                del mfgs
+
     def _take(self, epoch: int, index: int) -> MegaBatchPlan:
-        prev = self._prev
-        self._prev = (self.union.take(None, 0, epoch, index) if prev is None
-                      else self.union.take(prev.rows, prev.num_read, epoch, index))
-        return self._prev
+        plan = self.union.take(*(self._prev or (None, 0)), epoch, index)
+        self._prev = plan.rows, plan.num_read
+        return plan
 
 
 def save_plan(plan: MegaBatchPlan, path: str | Path) -> None:

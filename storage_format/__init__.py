@@ -6,7 +6,7 @@ from .csc import index_dtype
 from .errors import DatasetError, PageChecksumError, StoreError
 from .link_split import LinkSplit, parse_fractions, random_negatives
 from .manifest import PAGE
-from .mapping import release_pages, released_chunks
+from .mapping import mapped_take, release_pages
 from .order import Permutation
 from .paths import contained
 from .schema import GraphSchema, NodeType
@@ -19,6 +19,6 @@ __all__ = ["DatasetError", "DatasetSource", "FEATURE_DTYPES", "GraphSchema", "Li
            "OutputWriteError", "PAGE", "PageChecksumError", "Permutation", "SmallFileError", "Store",
            "StoreError", "TypedSource", "UnsafeOutputError", "appending", "atomic_file", "atomic_write_bytes",
            "atomic_write_json", "check_indptr_monotone", "check_output_target", "check_range", "contained",
-           "edge_chunks", "edge_count", "index_dtype", "parse_fractions", "random_negatives",
-           "read_regular", "read_small_json", "read_small_text", "release_pages", "released_chunks",
+           "edge_chunks", "edge_count", "index_dtype", "mapped_take", "parse_fractions", "random_negatives",
+           "read_regular", "read_small_json", "read_small_text", "release_pages",
            "schema_of", "write_store"]

@@ -6,22 +6,100 @@ chunk, `release_pages` drops the mapping's pages (they stay in the page cache).
 """
 from __future__ import annotations
 
+import ctypes
 import io
 import mmap
 from collections.abc import Iterator
 
+import numba as nb
 import numpy as np
+
+#: Bytes of a mapped array a lookup (`mapped_take`) leaves resident at once.
+LOOKUP_WINDOW = 16 << 20
+#: A lookup of at most this many IDs indexes the mapping at once (at most as many pages
+#: resident, then released); more are looked up window by window.
+DIRECT_LOOKUP = 1 << 12
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _memmap_of(array: np.ndarray) -> np.memmap | None:
+    base = array
+    while base is not None and not isinstance(base, np.memmap):
+        base = getattr(base, "base", None)
+    return base
 
 
 def release_pages(array: np.ndarray) -> None:
     """Unmap the resident pages of `array`'s file mapping, if it has one (a no-op for
     arrays in memory); the next access faults them back from the page cache."""
-    base = array
-    while base is not None and not isinstance(base, np.memmap):
-        base = getattr(base, "base", None)
-    raw = getattr(base, "_mmap", None)
+    raw = getattr(_memmap_of(array), "_mmap", None)
     if raw is not None:
         raw.madvise(mmap.MADV_DONTNEED)
+
+
+def _release_span(view: np.ndarray) -> None:
+    """Unmap the resident pages under `view`, a contiguous part of a file mapping (its
+    first and last pages whole: they belong to the same mapping)."""
+    start = view.ctypes.data - view.ctypes.data % mmap.PAGESIZE
+    end = view.ctypes.data + view.nbytes
+    _libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), mmap.MADV_DONTNEED)
+
+
+def mapped_take(array: np.ndarray, ids: np.ndarray, window: int = LOOKUP_WINDOW) -> np.ndarray:
+    """array[ids] for a 1-D `array`, leaving no more than `window` bytes of its file mapping
+    resident in the process (an array in memory is simply indexed). A random lookup of
+    many IDs touches nearly every page of a node-sized file (perm.npy at 10^8 nodes: 0.8
+    GiB), which would then stay in the RSS: the IDs are taken window by window of the
+    array, each window's pages released after its lookups (they stay in the page cache).
+    A few IDs (DIRECT_LOOKUP) touch few pages: indexed at once, then released."""
+    ids = np.asarray(ids)
+    if _memmap_of(array) is None:
+        return array[ids]
+    if ids.size <= DIRECT_LOOKUP:
+        out = array[ids]
+        release_pages(array)
+        return out
+    flat = ids.reshape(-1)
+    if flat.min() < 0 or flat.max() >= len(array):
+        bad = flat[(flat < 0) | (flat >= len(array))][0]
+        raise IndexError(f"index {bad} is out of bounds for a mapped array of {len(array)} items")
+    per = max(1, window // array.itemsize)
+    flat = flat.astype(np.int64, copy=False)
+    order, bounds = _by_window(flat, per, -(-len(array) // per))
+    out = np.empty(len(flat), array.dtype)
+    values = array.view(np.ndarray)
+    for w in range(len(bounds) - 1):
+        if bounds[w] < bounds[w + 1]:
+            _take_window(values, flat, order, bounds[w], bounds[w + 1], out)
+            _release_span(array[w * per:(w + 1) * per])
+    return out.reshape(ids.shape)
+
+
+@nb.njit(cache=True, nogil=True)
+def _by_window(ids, per, count):
+    """The positions of `ids` grouped by window (id // per), in order within each window
+    (a counting sort), and where each window's group starts (count + 1 bounds)."""
+    bounds = np.zeros(count + 1, np.int64)
+    for i in ids:
+        bounds[i // per + 1] += 1
+    for w in range(count):
+        bounds[w + 1] += bounds[w]
+    fill = bounds[:-1].copy()
+    order = np.empty(ids.shape[0], np.int64)
+    for k in range(ids.shape[0]):
+        w = ids[k] // per
+        order[fill[w]] = k
+        fill[w] += 1
+    return order, bounds
+
+
+@nb.njit(cache=True, nogil=True)
+def _take_window(values, ids, order, lo, hi, out):
+    """out[i] = values[ids[i]] for the positions order[lo:hi] (one window's)."""
+    for k in range(lo, hi):
+        i = order[k]
+        out[i] = values[ids[i]]
 
 
 def released_chunks(length: int, chunk: int, *mapped: np.ndarray) -> Iterator[slice]:

@@ -15,6 +15,7 @@ from .content import (check_distinct, check_finite, check_indptr_ends, check_ind
 from .errors import DatasetError, StoreError
 from .manifest import (ETYPES, FEATURE_DTYPES, FEATURES, MANIFEST, PAGE, PAGE_CHECKSUMS, ROW_SCALES,
                        manifest_checksum, read_manifest)
+from .mapping import mapped_take
 from .page_crc import first_bad_page, page_checksum_error
 from .quantize import dequantize_rows
 from .schema import GraphSchema, NodeType
@@ -314,13 +315,13 @@ class Store:
         numbers a heterograph's nodes. A row outside the type's is refused naming it."""
         offset, count, name = self._type_range(node_type)
         rows = self._in_range(store_ids, offset, count, f"store rows of {name}")
-        return np.asarray(self.perm)[rows] - offset
+        return mapped_take(self.perm, rows) - offset
 
     def store_ids(self, ids: np.ndarray, node_type: str | None = None) -> np.ndarray:
         """Store rows of the dataset's node IDs `ids` (inv[id]); on a heterogeneous store
         IDs within `node_type` (default the target type), range-checked per type."""
         offset, count, name = self._type_range(node_type)
-        return np.asarray(self.inv)[self._in_range(ids, 0, count, f"IDs of {name}") + offset]
+        return mapped_take(self.inv, self._in_range(ids, 0, count, f"IDs of {name}") + offset)
 
     def node_features(self, ids: np.ndarray, node_type: str | None = None) -> np.ndarray:
         """float32 features (len(ids), the type's own width) of the dataset's node IDs
@@ -337,7 +338,7 @@ class Store:
     def node_labels(self, ids: np.ndarray, node_type: str | None = None) -> np.ndarray:
         """int64 labels (-1: unlabelled) of the dataset's node IDs `ids` of `node_type`
         (default the target type, the labelled one)."""
-        return np.asarray(self.labels[self.store_ids(ids, node_type)], np.int64)
+        return mapped_take(self.labels, self.store_ids(ids, node_type)).astype(np.int64)
 
     def _type_range(self, node_type: str | None) -> tuple[int, int, str]:
         """(first store row, node count, a name for errors) of `node_type` (default the

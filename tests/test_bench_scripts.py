@@ -136,3 +136,35 @@ def test_bench_plan_stage_runs_a_baseline_beside_this_tree_with_the_same_plans(t
     for row in report["rows"]:
         assert row["minibatches"] == 3 and row["total_cpu_s_per_minibatch"] > 0
         assert row["piece_index_entries_per_minibatch"] > 0  # --max-rows 40: mini-batches in pieces
+
+
+def test_bench_memory_parts_trains_and_names_the_parts_in_its_json(tiny_store, tmp_path):
+    config = tmp_path / "config.yaml"
+    config.write_text(f"store: {tiny_store}\nrun_dir: {tmp_path / 'run'}\nfeatures: ssd\nseed: 0\n"
+                      "model: {name: sage, hidden: 16, layers: 2}\n"
+                      "sampler: {fanouts: [5, 5], batch_size: 512, eval_fanouts: [5, 5], eval_batch_size: 512}\n"
+                      "ssd: {memory_budget: 16MiB}\n")
+    for extra, name in (([], "train.json"), (["--loader-batches", "2"], "loader.json")):
+        out = tmp_path / name
+        result = subprocess.run([sys.executable, "scripts/bench_memory_parts.py", "--config", str(config),
+                                 "--interval", "0.2", "--json", str(out), *extra],
+                                cwd=REPO, capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, result.stderr[-3000:]
+        report = json.loads(out.read_text())
+        assert report["peak"]["rss"] > report["runtime"] > 0 and report["looks"] > 0
+        assert report["largest"]["hot_masks"] == -(-20000 // 8)  # the hot rows' bitset
+        assert report["io"]["bytes_read"] > 0 and report["largest"]["labels_held"] == 0
+        assert "the rest" in result.stdout
+    # the loader alone is looked at every mini-batch: its planner's int32 slot map is seen
+    assert report["largest"]["slot_maps"] == 4 * 20000 and report["largest"]["plans_alive_count"] >= 1
+
+
+def test_bench_mapped_take_compares_both_lookups_and_writes_its_json(tmp_path):
+    out = tmp_path / "take.json"
+    result = subprocess.run([sys.executable, "scripts/bench_mapped_take.py", "--dir", str(tmp_path), "--nodes",
+                             "2000000", "--ids", "100000", "--rounds", "1", "--json", str(out)],
+                            cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert rows["mapped_take"]["resident_after_mib"] == 0 < rows["numpy indexing of the mapping"]["resident_after_mib"]
+    assert not (tmp_path / "perm.npy").exists()

@@ -199,6 +199,7 @@ class EdgeLoader(SourceLoader):
                     batch = self.source.with_original_ids(batch)
                     yield EdgeBatch(batch.input_nodes, batch.output_nodes, batch.blocks, batch.x, batch.y,
                                     torch.from_numpy(group.pos), torch.from_numpy(group.neg), self.relation)
+                    del batch  # not held while the next one is made (its x would stay alive)
         finally:
             batches.close()
 

@@ -29,7 +29,7 @@ import torch
 
 from gnnssd.core import SamplerConfig, SSDConfig, StageTimer, run_seed, select_device
 from gnnssd.sampler import SAMPLING_METHODS
-from gnnssd.storage_format import Store
+from gnnssd.storage_format import Store, mapped_take
 
 from .backends.baselines import MmapLoader, PerRowLoader
 from .backends.memory import MemoryLoader
@@ -173,10 +173,12 @@ class FeatureSource:
         return cls(store, features, SSDConfig(**ssd), sampling, seed=seed, device=device, scratch_dir=scratch_dir)
 
     def _original(self, store_ids: torch.Tensor) -> torch.Tensor:
-        """perm[store_ids] on their device: on the CPU indexed out of the memory-mapped
-        perm.npy (no node-sized copy: 0.9 GB at 10^8 nodes), elsewhere from a copy kept there."""
+        """perm[store_ids] on their device: on the CPU looked up in the memory-mapped perm.npy
+        window by window, its pages released (no node-sized copy, and not its whole mapping
+        in the RSS: 0.9 GB at 10^8 nodes; storage_format.mapped_take), elsewhere from a copy
+        kept there."""
         if store_ids.device.type == "cpu":
-            return torch.from_numpy(np.asarray(self.store.perm)[store_ids.numpy()])
+            return torch.from_numpy(mapped_take(self.store.perm, store_ids.numpy()))
         if store_ids.device not in self._perms:
             self._perms[store_ids.device] = torch.from_numpy(np.array(self.store.perm, dtype=np.int64)).to(store_ids.device)
         return self._perms[store_ids.device][store_ids]
@@ -193,13 +195,10 @@ class FeatureSource:
         offset = int(self.store.schema.offsets[self.store.schema.type_id(node_type)])
         return self._original(ids + offset) - offset
 
-    @cached_property
-    def _inv(self) -> np.ndarray:
-        return np.asarray(self.store.inv)
-
     def store_ids(self, original_ids: np.ndarray) -> np.ndarray:
-        """Store rows of the dataset's node IDs: the one conversion in, for the loaders."""
-        return self._inv[original_ids]
+        """Store rows of the dataset's node IDs: the one conversion in, for the loaders
+        (inv.npy looked up as perm.npy is in `_original`)."""
+        return mapped_take(self.store.inv, original_ids)
 
     @cached_property
     def renumbered(self) -> bool:

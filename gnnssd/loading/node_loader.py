@@ -204,6 +204,7 @@ class NodeLoader(SourceLoader):
             with self.source.iteration():
                 for batch in batches:
                     yield self.source.with_original_ids(batch)
+                    del batch  # not held while the next one is made (its x would stay alive)
         finally:
             batches.close()
 

@@ -20,9 +20,7 @@ import torch
 
 from gnnssd.compiler import CSCBlock
 from gnnssd.core import ConfigError, dgl_has_cuda, format_bytes
-from gnnssd.storage_format import Store, check_indptr_monotone, check_range, released_chunks
-
-LABEL_CHUNK = 1 << 22  # labels copied per pass (32 MiB of the int64 file)
+from gnnssd.storage_format import Store, check_indptr_monotone, check_range, mapped_take
 
 
 @dataclass
@@ -177,23 +175,17 @@ def store_graph(store: Store) -> dgl.DGLGraph:
 
 
 class Labels:
-    """Every node's label (store IDs, -1: unlabelled) in RAM, in the narrowest signed
-    integer type that holds the classes (int16 up to 32,767 classes: 2 bytes a node where
-    the file's int64 takes 8; 0.2 GiB at 111M nodes), copied from the mapped file in chunks
-    so its pages do not stay in the process's RSS."""
+    """The nodes' labels (store IDs, -1: unlabelled), read per mini-batch from the
+    memory-mapped labels.npy (storage_format.mapped_take: a mini-batch's seeds touch a page
+    each at most, released after the lookup): nothing node-sized is held (a copy took 2
+    bytes a node even as int16: 0.2 GiB at 111M nodes)."""
 
     def __init__(self, store: Store):
-        self.values = np.empty(store.num_nodes, self.dtype(store.num_classes))
-        for part in released_chunks(store.num_nodes, LABEL_CHUNK, store.labels):
-            self.values[part] = store.labels[part]
-
-    @staticmethod
-    def dtype(num_classes: int) -> np.dtype:
-        return np.dtype(np.int16 if num_classes <= np.iinfo(np.int16).max else np.int32)
+        self.store = store
 
     def __getitem__(self, nodes: torch.Tensor) -> torch.Tensor:
         """The labels of `nodes` as the int64 tensor losses take."""
-        return torch.from_numpy(self.values[nodes.numpy()].astype(np.int64))
+        return torch.from_numpy(mapped_take(self.store.labels, nodes.numpy()).astype(np.int64))
 
 
 def load_features(store: Store) -> torch.Tensor:

@@ -3,7 +3,7 @@
 It is the one owner of which rows are hot. It wraps a row source, its fallback (the SSD
 reader in training, a layer's file in layer-wise inference), as GraphBolt's cached features
 wrap their fallback feature: the planner consults its membership (`members`, a sampler.HotRows: the
-sorted rows and their row-sized mask) so that hot rows are never read, and the gather
+sorted rows and their row-sized bitset) so that hot rows are never read, and the gather
 copies hot rows from `data`, the rest from the mega-batch buffer the reader filled.
 """
 from __future__ import annotations
@@ -81,7 +81,7 @@ class HotCache:
         """Each row's slot in `data` (-1: not held), 4 B per row: built on the first
         `read`, which layer-wise inference calls per chunk; training's gather indexes
         `data` by plan and never builds it."""
-        slot = np.full(len(self.members.mask), -1, np.int32)
+        slot = np.full(self.members.num_rows, -1, np.int32)
         slot[self.members.rows] = np.arange(len(self.members.rows), dtype=np.int32)
         return slot
 

@@ -116,7 +116,8 @@ class PlanWorker(Generic[T]):
             if isinstance(item, BaseException):
                 raise item
             yield item
-            self._slots.release()  # the consumer is done with item
+            del item  # the consumer is done with it: not held while the next one is made
+            self._slots.release()
 
     def close(self) -> None:
         """Stop the worker and wait for it: the item in progress stops at its next

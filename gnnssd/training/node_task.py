@@ -70,6 +70,7 @@ class NodeTrainer(TaskTrainer):
                 outputs.append(self.model(batch.model_blocks, batch.x).cpu())
                 order.append(_target_ids(batch.output_nodes).cpu())
                 labels.append(batch.y.cpu())
+                del batch  # not held while the next one is made: one x in memory
         return torch.cat(outputs), torch.cat(order), torch.cat(labels)
 
     def evaluate(self, split: str = "test") -> dict[str, float]:

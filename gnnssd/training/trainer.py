@@ -244,10 +244,14 @@ class TaskTrainer(abc.ABC):
         self.loader.set_epoch(epoch)
         n_batches = len(self.loader)
         batches = iter(self.loader)
+        progress = tqdm(total=n_batches, desc=f"epoch {epoch}", leave=False,
+                        disable=not (cfg.train.progress and self.ranks.is_main), mininterval=1.0)
+        i = 0
         try:  # closed here, not when collected: an error or Ctrl-C stops the I/O threads now
-            for i, batch in enumerate(tqdm(batches, total=n_batches, desc=f"epoch {epoch}", leave=False,
-                                           disable=not (cfg.train.progress and self.ranks.is_main),
-                                           mininterval=1.0), 1):
+            # a plain loop whose mini-batch is dropped before the next is made (enumerate's
+            # and tqdm's iterators would hold it): one mini-batch's x in memory, not two
+            for batch in batches:
+                i += 1
                 with self.loader.timer.stage("compute"), uninterruptible():
                     loss, count, right = self._batch_loss(batch)
                     if self.device.type == "cpu":
@@ -261,9 +265,12 @@ class TaskTrainer(abc.ABC):
                     unchecked = (loss.detach(), i) if self.device.type != "cpu" else None
                 for total, value in zip(sums, (loss.detach() * count, 0 if right is None else right, count)):
                     total += value
+                progress.update()
+                del batch, loss
             if unchecked is not None:
                 self._check_finite(*unchecked, epoch, n_batches)
         finally:
+            progress.close()
             batches.close()
         self.progress.enter()
         loss_sum, correct, seen = distributed.sum_over_ranks([float(total) for total in sums], self.ranks)

@@ -201,3 +201,44 @@ def test_planner_streams_a_minibatch_larger_than_the_buffer_in_pieces(small_stor
                 done.append(mfgs)
         previous = buffer
     assert len(done) == len(unbounded) and all(a.equals(b) for a, b in zip(done, unbounded))
+
+
+@pytest.mark.parametrize("block_budget", [0, "8MiB"])
+def test_plans_are_cut_to_their_share_of_the_plan_bytes(small_store, tmp_path, block_budget, monkeypatch):
+    """Each plan the loader trains on holds at most 1/PLANS_ALIVE of the plans' bytes (or a
+    single mini-batch): mega-batches of 8 mini-batches, which would pass it, are cut, and
+    every mini-batch still carries its rows from disk (the test above, with this bound)."""
+    import gnnssd.loading.backends.ssd as ssd
+    from gnnssd.sampler.plan import plan_bytes
+
+    monkeypatch.setattr(ssd, "plan_bytes_in_flight", lambda budget: ssd.PLANS_ALIVE * 300_000)
+    trainer = Trainer(_config(small_store, tmp_path / "run", block_budget=block_budget, memory_budget="24MiB",
+                              mega_batch=8))
+    features = Store.open(small_store).features_memmap()
+    rows = np.asarray(trainer.store.inv)
+    sizes = []
+    real_gather = trainer.loader.backend._gather
+
+    def gather(plan, i, buffer, out=None):
+        if i == 0:
+            sizes.append((len(plan.minibatches), sum(map(plan_bytes, plan.minibatches))))
+        return real_gather(plan, i, buffer, out)
+
+    trainer.loader.backend._gather = gather
+    trainer.loader.set_epoch(1)
+    for batch in trainer.loader:
+        inputs = batch.blocks[0].srcdata[dgl.NID].numpy()
+        np.testing.assert_array_equal(batch.x.numpy(), features[rows[inputs]])
+    trainer.close()
+    assert len(sizes) > 2 and all(count == 1 or size <= 300_000 for count, size in sizes)
+    assert 1 < max(count for count, _ in sizes) < 8
+
+
+def test_one_x_alive_while_training(small_store, tmp_path):
+    """The trainer drops each mini-batch before the next is gathered: the loader's pool
+    of x arrays never needs a second one (training and evaluation)."""
+    trainer = Trainer(_config(small_store, tmp_path / "run"))
+    trainer.fit()
+    pool = trainer.loader.backend.x_pool
+    trainer.close()
+    assert len(pool._arrays) == 1

@@ -76,7 +76,7 @@ def test_cache_holds_its_rows_as_a_plain_pread_reads_them(store):
         rows = hottest_rows(store, 700, FANOUTS)
         cache = HotCache(source, rows[::-1], store.num_nodes)  # any order in, sorted held
         np.testing.assert_array_equal(cache.members.rows, rows)
-        assert np.flatnonzero(cache.members.mask).tolist() == rows.tolist()
+        assert np.flatnonzero(cache.members.contains(np.arange(cache.members.num_rows))).tolist() == rows.tolist()
         assert len(cache) == 700 and cache.nbytes == 700 * store.row_bytes
         expected = _pread_rows(store.features_path, rows, store.row_bytes)
         np.testing.assert_array_equal(cache.data.view(np.uint8).reshape(700, -1), expected)
@@ -98,7 +98,7 @@ def test_planner_never_reads_a_hot_row_and_the_gather_rebuilds_batches(store):
         hits = 0
         for plan in plans:
             assert plan.num_hot == len(cache)
-            assert not cache.members.mask[plan.rows].any()  # hot rows are never read or carried
+            assert not cache.members.contains(plan.rows).any()  # hot rows are never read or carried
             buffer = loader.load(plan)
             for i, mfgs in enumerate(plan.minibatches):
                 np.testing.assert_array_equal(loader.gather(plan, i, buffer), features[mfgs.input_nodes])
@@ -130,5 +130,18 @@ def test_a_corrupt_hot_page_is_refused(tmp_path):
 def test_bad_hot_rows_are_named():
     with pytest.raises(ValueError, match=r"hot rows must lie in 0\.\.9, got 3\.\.12"):
         HotRows.of(np.array([3, 12]), 10)
-    with pytest.raises(ValueError, match="mask covers 10 rows, the graph has 11"):
+    with pytest.raises(ValueError, match="bitset covers 10 rows, the graph has 11"):
         RowUnion(11, HotRows.of(np.array([1]), 10))
+
+
+@pytest.mark.parametrize("num_rows", [1, 8, 13, 100_003])
+def test_hot_rows_are_a_bit_a_row(num_rows):
+    """HotRows' membership is a bitset (num_rows / 8 bytes) that answers as np.isin does."""
+    rng = np.random.default_rng(num_rows)
+    rows = rng.choice(num_rows, max(1, num_rows // 3), replace=False)
+    hot = HotRows.of(rows, num_rows)
+    assert hot.bits.nbytes == -(-num_rows // 8)
+    every = np.arange(num_rows)
+    assert np.array_equal(hot.contains(every), np.isin(every, rows))
+    probe = rng.integers(0, num_rows, 1000)
+    assert np.array_equal(hot.contains(probe), np.isin(probe, rows))

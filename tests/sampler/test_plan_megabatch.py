@@ -9,7 +9,7 @@ from gnnssd.pipeline.direct_io import DirectIO
 from gnnssd.sampler.graphs import random_csc
 from gnnssd.pipeline.hot_cache import HotCache
 from gnnssd.pipeline import FeatureFile, MegaBatchBuffers
-from gnnssd.sampler.plan import PlanConfig, Planner, load_plan, save_plan
+from gnnssd.sampler.plan import PlanConfig, Planner, load_plan, plan_bytes, save_plan
 from gnnssd.sampler.seed_order import Proximity, Sharded, Shuffled, seed_batches, shard
 from gnnssd.sampler.readplan import CostModel, pages_plan, windows
 from gnnssd.pipeline.repack import delete, overlap, repack, repacked_windows
@@ -263,3 +263,53 @@ def test_repacked_windows_pipeline(graph, tmp_path):
     assert "block" in strategies
     loader.source.close()
     io.shutdown()
+
+
+def test_plans_bounded_by_bytes_hold_the_same_minibatches(graph):
+    """With max_bytes, each plan's blocks and gather indices fit it (a single mini-batch
+    may pass it), and the mini-batches and every
+    input row's features are those of the plans without a bound."""
+    indptr, indices, train, hot, feats = graph
+    batches = seed_batches(train, 128, Shuffled(), 21, 0)
+
+    def plans(max_bytes):
+        planner = Planner(indptr, indices, PlanConfig(fanouts=(5, 4), mega_batch=8, seed=21), hot_rows=hot,
+                          max_bytes=max_bytes)
+        return list(planner.plan_batches(batches, 0))
+
+    free = plans(None)
+    one = plan_bytes(free[0].minibatches[0])
+    bounded = plans(2 * one + one // 2)  # about two mini-batches a plan
+    assert max(len(p.minibatches) for p in free) == 8
+    assert max(len(p.minibatches) for p in bounded) == 2 < len(bounded)
+    for p in bounded:
+        assert len(p.minibatches) == 1 or sum(map(plan_bytes, p.minibatches)) <= 2 * one + one // 2
+    tiny = plans(1)  # less than any mini-batch: one a plan
+    assert [len(p.minibatches) for p in tiny] == [1] * len(batches)
+    hot_rows = np.sort(hot)
+    for variant in (bounded, tiny):
+        got = [m for p in variant for m in p.minibatches]
+        want = [m for p in free for m in p.minibatches]
+        assert len(got) == len(want) == len(batches)
+        assert all(a.equals(b) for a, b in zip(got, want))
+        for p in variant:  # the gather reconstructs every input row from [hot | buffer]
+            table = np.concatenate([feats[hot_rows], feats[p.rows]])
+            for m, g in zip(p.minibatches, p.gather):
+                assert np.array_equal(table[g], feats[m.input_rows])
+
+
+def test_the_planner_holds_no_plan_it_passed_on(graph):
+    """A plan's blocks are freed once its consumer drops it: the planner keeps only the
+    rows the next plan carries from (and pieces are made one at a time)."""
+    import weakref
+
+    indptr, indices, train, hot, _ = graph
+    for max_rows in (None, 40):  # 40 rows a buffer: every mini-batch in pieces
+        planner = Planner(indptr, indices, PlanConfig(fanouts=(5, 4), mega_batch=4, seed=21), hot_rows=hot,
+                          max_rows=max_rows)
+        made = []
+        for plan in planner.plan_batches(seed_batches(train, 128, Shuffled(), 21, 0), 0):
+            assert all(ref() is None for ref in made)
+            made.append(weakref.ref(plan))
+            del plan
+        assert len(made) >= 4

@@ -119,13 +119,13 @@ class SampledLoader:
         return self.io.as_dict()
 
     def _memory_needs(self, store: Store) -> dict[str, int]:
-        """Bytes this loader holds in RAM, by part: DGL's int64 topology and the labels
-        (subclasses add what they keep)."""
+        """Bytes this loader holds in RAM, by part: DGL's int64 topology (subclasses add
+        what they keep; labels are read per mini-batch: types.Labels)."""
         if store.schema.is_homogeneous:
             topology = {"topology as int64": 8 * (store.num_nodes + 1 + store.num_edges)}
         else:  # DGL's heterograph: int64 COO per relation, then the CSC its sampler builds
             topology = {"topology as a DGL heterograph": 8 * store.num_nodes + 40 * store.num_edges}
-        return {**topology, "labels": Labels.dtype(store.num_classes).itemsize * store.num_nodes}
+        return topology
 
     def _inputs(self, rows: np.ndarray) -> torch.Tensor:
         raise NotImplementedError

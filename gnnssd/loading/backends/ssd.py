@@ -39,7 +39,22 @@ from ..types import IOCounters, Labels, MiniBatch
 log = logging.getLogger("gnnssd.ssd")
 
 MIN_STAGING, MAX_STAGING = 4 << 20, 32 << 20
-PLANS_IN_FLIGHT_BYTES = 8 << 20  # plans and gathered batches queued between the stages
+#: Plans in flight (their mini-batches' blocks and gather indices, from the planner to the
+#: caller) take 1/PLAN_SHARE of ssd.memory_budget, at least MIN_PLAN_BYTES: counted in
+#: the budget, and bounded by bytes (see plan_bytes_in_flight).
+PLAN_SHARE, MIN_PLAN_BYTES = 8, 8 << 20
+#: Whole plans alive at once: the planner's (the one it fills and the mini-batches it
+#: sampled ahead of it), the one the caller gathers from and the one loaded next (a plan
+#: waiting for a repack window or kept for a replay waits spilled to disk, as a stub).
+#: Each plan gets 1/PLANS_ALIVE of the bytes.
+PLANS_ALIVE = 2 + BUFFERS
+
+
+def plan_bytes_in_flight(budget: int) -> int:
+    """The bytes plans in flight may hold (within the budget); each plan is cut to hold at
+    most 1/PLANS_ALIVE of them (sampler.Planner's max_bytes: a single mini-batch may
+    pass that)."""
+    return max(MIN_PLAN_BYTES, budget // PLAN_SHARE)
 
 
 def staging_bytes(budget: int) -> int:
@@ -85,7 +100,8 @@ class SSDLoader:
         row_bytes = store.row_bytes
         self.staging_bytes = staging_bytes(total)
         self.writer_bytes = self.staging_bytes // 4
-        queue_bytes = self.staging_bytes + PLANS_IN_FLIGHT_BYTES
+        self.plan_bytes = plan_bytes_in_flight(total)
+        queue_bytes = self.staging_bytes + self.plan_bytes
         if self.block_budget:
             # the repack scan's own staging area, the block writer's chunks, and the plan
             # stubs of two windows (their read rows: 8 bytes per row of a window's blocks)
@@ -115,7 +131,7 @@ class SSDLoader:
         """Most input rows outside `hot_rows` among a few sampled mini-batches, with the
         training and with the evaluation settings: what a buffer holds to read a mini-batch
         in one piece."""
-        is_hot = HotRows.of(hot_rows, self.store.num_nodes).mask
+        hot = HotRows.of(hot_rows, self.store.num_nodes)
         sampler_cfg = self.sampling
         settings = [(sampler_cfg.fanouts, sampler_cfg.batch_size),
                     sampler_cfg.evaluation(self.store.num_edges)]
@@ -131,7 +147,7 @@ class SSDLoader:
             for nodes in [s for s in splits if len(s)] or [np.arange(self.store.num_nodes)]:
                 seeds = np.sort(rng.choice(nodes, min(len(nodes), batch_size), replace=False))
                 inputs = np.asarray(sampler.sample(seeds, self.seed).input_rows)
-                most = max(most, int(np.count_nonzero(~is_hot[inputs])))
+                most = max(most, int(np.count_nonzero(~hot.contains(inputs))))
         return most
 
     def _typing(self) -> dict[str, Any]:
@@ -167,6 +183,7 @@ class SSDLoader:
             try:
                 for batch in stream:
                     yield batch
+                    del batch  # not held while the next one is made
                     done += 1
                     if self._holder is not stream:
                         break  # another iteration took the buffers: plan again from `done`
@@ -195,21 +212,25 @@ class SSDLoader:
         cfg = PlanConfig(fanouts=tuple(fanouts), mega_batch=self.mega_batch, seed=self.seed,
                          method=self.sampling.method)
         planner = Planner(self.store.indptr, self.store.indices, cfg, self.hot.members,
-                          max_rows=self.budget.buffer_rows, **self._typing())
+                          max_rows=self.budget.buffer_rows, max_bytes=self.plan_bytes // PLANS_ALIVE,
+                          **self._typing())
         directory.mkdir(parents=True, exist_ok=True)
         spill = directory if self.block_budget or reuse else None
         rest = None if exclude is None else exclude[first:]
         plans = PlanWorker(self._planned(planner.plan_batches(batches[first:], epoch, rest, first), spill),
                            depth=2, name="gnnssd-plan", threads=self.threads)
-        windows = PlanWorker(self._repacked_windows(iter(plans), directory, reuse_epochs if reuse else 1),
-                             depth=2, name="gnnssd-repack", threads=self.threads)
+        windows = self._repacked_windows(iter(plans), directory, reuse_epochs if reuse else 1)
+        # repacking a window is long: its own thread, a window ahead; without blocks, plans
+        # go from the planner to the read stage (no queue between: PLANS_ALIVE whole plans)
+        repack = PlanWorker(windows, depth=2, name="gnnssd-repack", threads=self.threads) if self.block_budget else None
         done = kept.keep if kept is not None else partial(delete, block_dir=directory)
         try:
-            yield from self._trained(self._loaded(windows, directory, done))
+            yield from self._trained(self._loaded(repack or windows, directory, done))
             if kept is not None:  # iterated to its end: every plan was loaded
                 kept.complete = kept.keeping
         finally:
-            windows.close()
+            if repack is not None:
+                repack.close()
             plans.close()
             if kept is None or not kept.complete:
                 shutil.rmtree(directory, ignore_errors=True)
@@ -224,6 +245,7 @@ class SSDLoader:
         try:
             pending = iter(loaded)
             while True:
+                item = plan = buffer = None  # the plan trained on is not held while the next loads
                 start = time.perf_counter()
                 item = next(pending, None)
                 self.timer.add("wait", time.perf_counter() - start)
@@ -240,6 +262,7 @@ class SSDLoader:
                 if plan.piece == plan.pieces - 1:
                     x, assembling = assembling, None
                     yield self._minibatch(plan.minibatches[0], x)
+                    del x  # the next x is gathered while the caller holds only its own
         finally:
             loaded.close()
 
@@ -296,6 +319,7 @@ class SSDLoader:
                             useful_bytes=full.stats["minibatch_cold_rows"] * self.store.row_bytes)
                 done(plan)
                 yield full, buffer
+                del full, buffer  # not held while the next plan is restored
 
     def _minibatches(self, plan: MegaBatchPlan, buffer: np.ndarray) -> Iterator[MiniBatch]:
         """The mini-batches of a loaded plan that is not a piece."""
@@ -303,6 +327,7 @@ class SSDLoader:
             with self.timer.stage("gather"):
                 x = self._gather(plan, i, buffer)
             yield self._minibatch(mfgs, x)
+            del x  # the next x is gathered while the caller holds only its own
 
     def _gather(self, plan: MegaBatchPlan, i: int, buffer: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """buffers.gather on `ssd.threads` numba threads (the caller's own setting restored)."""
@@ -366,3 +391,4 @@ def _timed(items: Iterator, timer: StageTimer, stage: str) -> Iterator:
         if item is None:
             return
         yield item
+        del item  # not held while the next one is made
