@@ -41,7 +41,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from gnnssd.core import Config, ConfigError, SSDConfig, format_bytes, parse_bytes
+from gnnssd.core import Config, ConfigError, SSDConfig, format_bytes
 from gnnssd.loading import load_features
 from gnnssd.models import store_model
 from gnnssd.pipeline import BlockWriter, DirectIO, FeatureFile, load_cost_model
@@ -343,7 +343,7 @@ def layerwise_inference(model: nn.Module, store: Store, features: str = "memory"
     within the type), in chunks: computed in RAM (`features="memory"`) or through files
     of `layer_dtype` in `scratch_dir` (`"ssd"`, within `ssd.memory_budget`)."""
     ssd = ssd or SSDConfig()
-    budget = parse_bytes(ssd.memory_budget)
+    budget = ssd.memory_budget
     if features == "memory":
         h = layerwise_memory(model, store, layers=layers, budget=budget)
         yield h[torch.from_numpy(output_rows(store))].numpy()
@@ -360,7 +360,7 @@ def layerwise_inference(model: nn.Module, store: Store, features: str = "memory"
 
 
 def _runner(store: Store, ssd: SSDConfig, scratch_dir: Path, layer_dtype: np.dtype) -> LayerwiseSSD:
-    return LayerwiseSSD(store, Path(scratch_dir) / "layerwise", parse_bytes(ssd.memory_budget), ssd.queue_depth,
+    return LayerwiseSSD(store, Path(scratch_dir) / "layerwise", ssd.memory_budget, ssd.queue_depth,
                         ssd.io_backend, layer_dtype)
 
 

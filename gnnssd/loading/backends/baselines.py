@@ -18,7 +18,7 @@ import numba as nb
 import numpy as np
 import torch
 
-from gnnssd.core import SamplerConfig, SSDConfig, StageTimer, parse_bytes
+from gnnssd.core import SamplerConfig, SSDConfig, StageTimer
 from gnnssd.io_engine import Engine
 from gnnssd.pipeline import RowSource
 from gnnssd.sampler import per_row_requests
@@ -221,7 +221,7 @@ class PerRowLoader(SampledLoader):
     def open(cls, store: Store, ssd: SSDConfig, sampling: SamplerConfig, seed: int, device: torch.device,
              timer: StageTimer, scratch_dir: Path | None) -> PerRowLoader:
         """The LRU cache takes the whole `ssd.memory_budget`."""
-        return cls(store, device, timer, seed, parse_bytes(ssd.memory_budget)).sampling_by(sampling.method)
+        return cls(store, device, timer, seed, ssd.memory_budget).sampling_by(sampling.method)
 
     def __init__(self, store: Store, device: torch.device, timer: StageTimer, seed: int,
                  budget_bytes: int, engine: Engine | None = None):

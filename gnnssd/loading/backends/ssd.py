@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from gnnssd.core import (ConfigError, SamplerConfig, SSDConfig, StageTimer, disk_share, format_bytes,
-                         parse_bytes, resolve_block_budget, ssd_split)
+                         resolve_block_budget, ssd_split)
 from gnnssd.pipeline import (BUFFERS, DirectIO, FeatureFile, HotCache, HotRanking, KeptSamples,
                              MegaBatchBuffers, PlanWorker, Recycler, RepackReport, check_numba_threads, delete,
                              load_cost_model, numba_threads, repacked_windows, samples_key)
@@ -79,7 +79,7 @@ class SSDLoader:
         self.kept_dir = block_dir.with_name(block_dir.name + "-kept")  # an epoch kept for reuse
         self._kept: KeptSamples | None = None
         self._holder: Iterator[MiniBatch] | None = None  # the stream holding the buffers
-        total = parse_bytes(ssd.memory_budget)
+        total = ssd.memory_budget
         self.block_budget, why = resolve_block_budget(ssd.block_budget, store.feature_bytes, total, block_dir)
         log.info(why)
         row_bytes = store.row_bytes
