@@ -35,7 +35,10 @@ class MmapLoader(SampledLoader):
 
     NAME = "mmap"
 
+    #: Reads through the page cache, which the kernel sizes (no budget of its own); the
+    #: baselines serve node mini-batches only (what the benchmarks compare).
     OUT_OF_CORE = True
+    EDGE_BATCHES = False
 
     def __init__(self, store: Store, device: torch.device, timer: StageTimer, seed: int = 0):
         super().__init__(store, device, timer, seed)
@@ -215,7 +218,10 @@ class PerRowLoader(SampledLoader):
 
     NAME = "per-row"
 
+    #: The LRU cache holds ssd.memory_budget; node mini-batches only, as MmapLoader.
     OUT_OF_CORE = True
+    MEMORY_BUDGET = True
+    EDGE_BATCHES = False
 
     @classmethod
     def open(cls, store: Store, ssd: SSDConfig, sampling: SamplerConfig, seed: int, device: torch.device,

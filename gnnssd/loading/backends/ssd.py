@@ -53,7 +53,11 @@ class SSDLoader:
     `ssd.memory_budget`; buffers are sized for the largest mini-batch of `sampling`'s
     training and evaluation settings; compact blocks go to `block_dir`."""
 
+    #: What this backend can do (gnnssd.loading.feature_source.FeatureBackend): everything.
     OUT_OF_CORE = True
+    MEMORY_BUDGET = True
+    SCRATCH = True
+    EDGE_BATCHES = True
 
     @classmethod
     def open(cls, store: Store, ssd: SSDConfig, sampling: SamplerConfig, seed: int, device: torch.device,
