@@ -378,17 +378,6 @@ class Planner:
         return self._prev
 
 
-def save_plan(plan: MegaBatchPlan, path: str | Path) -> None:
-    """One .npz per mega-batch plan; `load_plan` gives back an equal plan."""
-    with open(path, "wb") as f:
-        np.savez(f, **_plan_arrays(plan))
-
-
-def load_plan(path: str | Path) -> MegaBatchPlan:
-    with np.load(path) as z:
-        return _plan_from_arrays({k: z[k] for k in z.files})
-
-
 def _spill_plan(plan: MegaBatchPlan, path: str | Path) -> None:
     """The plan's arrays one .npy after another (their names first): a private scratch
     file, written and read back at memory speed (a zip's CRC-32 costs more than the write)."""
