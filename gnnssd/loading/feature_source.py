@@ -77,6 +77,7 @@ def backend_class(features: str) -> type:
         raise ValueError(f"features: {features!r}; expected one of {tuple(BACKENDS)}")
     return BACKENDS[features]
 
+
 _SSD_KEYS = {f.name for f in dataclasses.fields(SSDConfig)}
 
 
