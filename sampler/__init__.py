@@ -8,7 +8,7 @@ hot-row ranking), seed_order (an epoch's seed order and its mini-batches). Execu
 """
 from .blocks import MFGs, to_dgl_blocks, typed_dgl_blocks
 from .order import ORDERS, NodeOrder, hot_order, node_order
-from .plan import HotRows, MegaBatchPlan, PlanConfig, Planner, load_plan, save_plan
+from .plan import HotRows, MegaBatchPlan, PlanConfig, Planner
 from .readplan import CostModel, Scan, Strategy, pages_plan, per_row_requests, plan_extents, windows
 from .sampling import SAMPLING_METHODS, NeighborSampler, csc_edge_ids
 from .seed_order import Proximity, SeedOrder, Sequential, Sharded, Shuffled, named_order, seed_batches
@@ -16,6 +16,6 @@ from .seed_order import Proximity, SeedOrder, Sequential, Sharded, Shuffled, nam
 __all__ = [
     "CostModel", "HotRows", "MFGs", "MegaBatchPlan", "NeighborSampler", "NodeOrder", "ORDERS", "PlanConfig",
     "Planner", "Proximity", "SAMPLING_METHODS", "Scan", "SeedOrder", "Sequential", "Sharded", "Shuffled", "Strategy", "csc_edge_ids",
-    "hot_order", "load_plan", "named_order", "node_order", "pages_plan", "per_row_requests", "plan_extents",
-    "save_plan", "seed_batches", "to_dgl_blocks", "typed_dgl_blocks", "windows",
+    "hot_order", "named_order", "node_order", "pages_plan", "per_row_requests", "plan_extents",
+    "seed_batches", "to_dgl_blocks", "typed_dgl_blocks", "windows",
 ]

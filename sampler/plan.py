@@ -438,17 +438,6 @@ class Planner:
         return plan
 
 
-def save_plan(plan: MegaBatchPlan, path: str | Path) -> None:
-    """One .npz per mega-batch plan; `load_plan` gives back an equal plan."""
-    with open(path, "wb") as f:
-        np.savez(f, **_plan_arrays(plan))
-
-
-def load_plan(path: str | Path) -> MegaBatchPlan:
-    with np.load(path) as z:
-        return _plan_from_arrays({k: z[k] for k in z.files})
-
-
 #: Spill files align every array to this many bytes (numba's kernels take aligned arrays).
 SPILL_ALIGN = 8
 

@@ -310,7 +310,6 @@ def compare_child(spec: dict[str, Any]) -> dict[str, Any]:
     import torch.nn.functional as F
 
     from gnnssd import NodeLoader
-    from gnnssd.core.budget import parse_bytes
     from gnnssd.core.config import load_config
     from gnnssd.core.runtime import seed_everything
     from gnnssd.models.builtin import build_model
@@ -321,7 +320,7 @@ def compare_child(spec: dict[str, Any]) -> dict[str, Any]:
     cfg = load_config(spec["config"])
     store = Store.open(cfg.store_path())
     seed_everything(cfg.seed)
-    budget = parse_bytes(cfg.ssd.memory_budget)
+    budget = cfg.ssd.memory_budget
     fanouts, batch_size = list(cfg.sampler.fanouts), cfg.sampler.batch_size
     # store IDs: the sampler and the files speak them; NodeLoader takes the dataset's IDs
     batches = seed_batches(np.asarray(store.train_store_ids), batch_size, Shuffled(), cfg.seed, 1)[:spec["batches"]]

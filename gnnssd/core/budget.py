@@ -80,10 +80,9 @@ class MemoryBudget:
     queue_bytes: int
 
     @classmethod
-    def split(cls, total: int | str, row_bytes: int, hot_rows: int, buffer_rows: int, buffers: int,
+    def split(cls, total: int, row_bytes: int, hot_rows: int, buffer_rows: int, buffers: int,
               queue_bytes: int = DEFAULT_QUEUE_BYTES) -> MemoryBudget:
-        """Split `total` (bytes, or a size string) or raise a ValueError saying what fits."""
-        total = parse_bytes(total)
+        """Split `total` bytes or raise a ValueError saying what fits."""
         for name, value, least in (("row_bytes", row_bytes, 1), ("hot_rows", hot_rows, 0),
                                    ("buffer_rows", buffer_rows, 1),
                                    ("buffers", buffers, 1),
@@ -190,11 +189,10 @@ def disk_share(directory: Path) -> int:
 
 def resolve_block_budget(value: int | str, feature_bytes: int, memory_budget: int,
                          directory: Path) -> tuple[int, str]:
-    """The block budget in bytes for `value` (a size, or "auto" decided for `directory`'s
+    """The block budget in bytes for `value` (bytes, or AUTO decided for `directory`'s
     filesystem, or its nearest existing parent's), and a line saying why, for the log."""
-    if not (isinstance(value, str) and value.strip().lower() == AUTO):
-        size = parse_bytes(value)
-        return size, f"ssd.block_budget {format_bytes(size)} (as configured)"
+    if value != AUTO:
+        return value, f"ssd.block_budget {format_bytes(value)} (as configured)"
     existing, disk = filesystem(directory)
     chosen = auto_block_budget(feature_bytes, memory_budget, disk)
     return chosen, (f"ssd.block_budget auto: {format_bytes(chosen)} (features "

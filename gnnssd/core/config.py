@@ -20,6 +20,8 @@ import yaml
 
 from gnnssd.storage_format import SmallFileError, read_small_text
 
+from .budget import AUTO, parse_bytes
+
 
 class ConfigError(ValueError):
     """A configuration key or value is wrong; the message names the key."""
@@ -163,32 +165,42 @@ class SamplerConfig:
         return [-1] * len(self.fanouts), self.eval_batch_size
 
 
-def _size(value: Any) -> bool:
-    from .budget import parse_bytes
+def _bytes_or_auto(value: Any) -> int | str:
+    """"auto" (any case, spaces around it) as AUTO, anything else as parse_bytes reads it."""
+    return AUTO if isinstance(value, str) and value.strip().lower() == AUTO else parse_bytes(value)
+
+
+SIZES = "bytes, or a number with B/KiB/MiB/GiB/TiB or KB/MB/GB/TB"
+#: A size field: the file says "1.25GiB" or 1342177280, the config holds the int; `parse`
+#: runs once, where the value is read (_build, or __post_init__ for a dataclass made in code).
+POSITIVE_SIZE = {"parse": parse_bytes, **_check(_positive, f"a size above 0: {SIZES}")}
+SIZE_OR_AUTO = {"parse": _bytes_or_auto, "expected": f"auto, or a size: {SIZES}"}
+
+
+def _parse_sizes(obj: Any) -> None:
+    """Parse the size fields of a dataclass made in code (e.g. SSDConfig(memory_budget="1GiB")),
+    or refuse them naming the field: a size is held as bytes wherever it came from."""
+    for f in dataclasses.fields(obj):
+        if "parse" in f.metadata:
+            setattr(obj, f.name, _parsed(f, getattr(obj, f.name), f.name))
+
+
+def _parsed(f: dataclasses.Field, value: Any, key: str) -> Any:
     try:
-        parse_bytes(value)
+        parsed = f.metadata["parse"](value)
     except ValueError:
-        return False
-    return True
-
-
-def _positive_size(value: Any) -> bool:
-    from .budget import parse_bytes
-    return _size(value) and parse_bytes(value) > 0
-
-
-SIZE = _check(_size, "a size: bytes, or a number with B/KiB/MiB/GiB/TiB or KB/MB/GB/TB")
-POSITIVE_SIZE = _check(_positive_size, "a size above 0: bytes, or a number with B/KiB/MiB/GiB/TiB or KB/MB/GB/TB")
-SIZE_OR_AUTO = _check(lambda v: (isinstance(v, str) and v.strip().lower() == "auto") or _size(v),
-                      "auto, or a size: bytes, or a number with B/KiB/MiB/GiB/TiB or KB/MB/GB/TB")
+        raise ConfigError(f"{key}: {_shown(value)} is invalid; expected {f.metadata['expected']}") from None
+    if "check" in f.metadata and not f.metadata["check"](parsed):
+        raise ConfigError(f"{key}: {_shown(value)} is invalid; expected {f.metadata['expected']}")
+    return parsed
 
 
 @dataclass
 class SSDConfig:
     """`features: ssd`: what the out-of-core pipeline may use."""
 
-    #: Hot cache + mega-batch buffers + queues together, e.g. "1.25GiB".
-    memory_budget: int | str = field(default="1GiB", metadata=POSITIVE_SIZE)
+    #: Hot cache + mega-batch buffers + queues together in bytes; the file may say "1.25GiB".
+    memory_budget: int = field(default=1 << 30, metadata=POSITIVE_SIZE)
     #: Mini-batches per mega-batch (M); a group whose rows overflow a buffer is split.
     mega_batch: int = field(default=16, metadata=_check(_positive, "a positive integer"))
     #: Share of the budget (after queues) for the hot cache; the rest is two buffers.
@@ -197,7 +209,7 @@ class SSDConfig:
     #: 0 when the features are at most twice memory_budget, else half the features' size,
     #: capped at a quarter of the free space where the blocks go (0 if that is below
     #: memory_budget). The chosen value is logged (gnnssd.core.budget.auto_block_budget).
-    block_budget: int | str = field(default="auto", metadata=SIZE_OR_AUTO)
+    block_budget: int | Literal["auto"] = field(default=AUTO, metadata=SIZE_OR_AUTO)
     queue_depth: int = field(default=128, metadata=_check(_positive, "a positive integer"))
     io_backend: Literal["auto", "io_uring", "threads"] = "auto"
     #: Check every page read from features.bin against the store's CRC32C page checksums.
@@ -210,6 +222,9 @@ class SSDConfig:
     #: consumer widens it; set by a GPU consumer that widens on the device. Other dtypes:
     #: no effect.
     widen_on_device: bool = False
+
+    def __post_init__(self) -> None:
+        _parse_sizes(self)
 
 
 @dataclass
@@ -353,7 +368,8 @@ def _build(cls: type, data: Any, prefix: str) -> Any:
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
                 raise ConfigError(f"{key}: required key missing")
             continue
-        value = _convert(hints[name], data[name], key)
+        value = (_parsed(f, data[name], key) if "parse" in f.metadata
+                 else _convert(hints[name], data[name], key))
         if "check" in f.metadata and value is not None and not f.metadata["check"](value):
             raise ConfigError(f"{key}: {_shown(data[name])} is invalid; expected {f.metadata['expected']}")
         values[name] = value

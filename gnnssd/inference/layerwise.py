@@ -41,8 +41,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from gnnssd.core import Config, ConfigError, SSDConfig, format_bytes, parse_bytes
-from gnnssd.loading import load_features
+from gnnssd.core import Config, ConfigError, SSDConfig, format_bytes
+from gnnssd.loading import backend_class, load_features
 from gnnssd.models import store_model
 from gnnssd.pipeline import BlockWriter, DirectIO, FeatureFile, load_cost_model
 from gnnssd.sampler import hot_order
@@ -343,8 +343,8 @@ def layerwise_inference(model: nn.Module, store: Store, features: str = "memory"
     within the type), in chunks: computed in RAM (`features="memory"`) or through files
     of `layer_dtype` in `scratch_dir` (`"ssd"`, within `ssd.memory_budget`)."""
     ssd = ssd or SSDConfig()
-    budget = parse_bytes(ssd.memory_budget)
-    if features == "memory":
+    budget = ssd.memory_budget
+    if not backend_class(features).OUT_OF_CORE:
         h = layerwise_memory(model, store, layers=layers, budget=budget)
         yield h[torch.from_numpy(output_rows(store))].numpy()
         return
@@ -360,7 +360,7 @@ def layerwise_inference(model: nn.Module, store: Store, features: str = "memory"
 
 
 def _runner(store: Store, ssd: SSDConfig, scratch_dir: Path, layer_dtype: np.dtype) -> LayerwiseSSD:
-    return LayerwiseSSD(store, Path(scratch_dir) / "layerwise", parse_bytes(ssd.memory_budget), ssd.queue_depth,
+    return LayerwiseSSD(store, Path(scratch_dir) / "layerwise", ssd.memory_budget, ssd.queue_depth,
                         ssd.io_backend, layer_dtype)
 
 
@@ -376,7 +376,7 @@ def layer_dtype(config: Config, store: Store, layers: int, out: Path | None, las
     float16 ones cannot fit: a layer's input and output files exist together (the last
     layer's only if `last_written`), and the output .npy (`out`, float32 rows of the last
     layer) beside them, in the free space of the run directory's filesystem (and of `out`'s)."""
-    if config.features != "ssd":
+    if not backend_class(config.features).OUT_OF_CORE:
         return np.dtype(np.float32)  # layers stay in RAM
     widths = layer_widths(config, store)[:layers]
     written = widths if last_written else widths[:-1]
@@ -431,7 +431,7 @@ def predict_layerwise(config: Config) -> np.ndarray:
         store = Store.open(config.store_path())
         dtype = layer_dtype(config, store, config.model.layers, None, last_written=False)
         model = trained_model(config)
-        if config.features != "ssd":
+        if not backend_class(config.features).OUT_OF_CORE:
             chunks = layerwise_inference(model, store, config.features, config.ssd)
             return np.concatenate([chunk.argmax(1) for chunk in chunks])
         rows = output_rows(store)

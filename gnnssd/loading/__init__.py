@@ -1,9 +1,9 @@
 """Mini-batches from a store: the types every feature backend shares, the backends
 (memory, ssd, baselines) behind FeatureSource, and the NodeLoader / EdgeLoader users drive."""
 from .edge_loader import EdgeBatch, EdgeLoader
-from .feature_source import BACKENDS, FeatureSource
+from .feature_source import FeatureSource, backend_class
 from .node_loader import NodeLoader, check_nodes
 from .types import MiniBatch, load_features
 
-__all__ = ["BACKENDS", "EdgeBatch", "EdgeLoader", "FeatureSource", "MiniBatch", "NodeLoader",
+__all__ = ["EdgeBatch", "EdgeLoader", "FeatureSource", "MiniBatch", "NodeLoader", "backend_class",
            "check_nodes", "load_features"]

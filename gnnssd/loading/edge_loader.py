@@ -29,12 +29,13 @@ import torch
 from gnnssd.sampler import Sequential, Sharded
 from gnnssd.storage_format import GraphSchema, Store, random_negatives
 
-from .feature_source import FeatureSource, SourceLoader
+from .feature_source import BACKENDS, FeatureSource, SourceLoader
 from .node_loader import NodeLoader, _ranks, check_fanouts
 from .typed import layer_fanouts
 from .types import MiniBatch
 
-EDGE_FEATURES = ("memory", "ssd")
+#: The backends that serve edge mini-batches (their EDGE_BATCHES flag).
+EDGE_FEATURES = tuple(name for name, backend in BACKENDS.items() if backend.EDGE_BATCHES)
 
 
 @dataclass

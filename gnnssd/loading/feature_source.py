@@ -39,9 +39,19 @@ from .types import MiniBatch
 
 class FeatureBackend(Protocol):
     """What the loaders drive: a mini-batch per seed batch, disk counters, release.
-    `OUT_OF_CORE`: features are read from the disk while training (io counters matter)."""
+
+    What a backend can do is declared on its class, for the code above it to ask:
+    `OUT_OF_CORE`: the features stay on the disk and are read while training (its io_stats
+    count the reads; layer-wise inference keeps its layers in files too);
+    `MEMORY_BUDGET`: it holds `ssd.memory_budget` bytes in RAM (checked against the memory
+    available);
+    `SCRATCH`: it writes under a scratch directory (compact blocks, an epoch kept for reuse);
+    `EDGE_BATCHES`: it serves EdgeLoader (sampling without each batch's positive edges)."""
 
     OUT_OF_CORE: bool
+    MEMORY_BUDGET: bool
+    SCRATCH: bool
+    EDGE_BATCHES: bool
     timer: StageTimer
 
     def minibatches(self, batches: list[np.ndarray], fanouts: list[int] | list[dict[str, int]], epoch: int = 0,
@@ -58,6 +68,15 @@ class FeatureBackend(Protocol):
 #: `features=` name -> backend class; each opens with
 #: `cls.open(store, ssd, sampling, seed, device, timer, scratch_dir)`.
 BACKENDS: dict[str, type] = {"memory": MemoryLoader, "ssd": SSDLoader, "mmap": MmapLoader, "per-row": PerRowLoader}
+
+
+def backend_class(features: str) -> type:
+    """The backend class `features` names (its flags say what it can do); a ValueError
+    naming the choices for any other name."""
+    if features not in BACKENDS:
+        raise ValueError(f"features: {features!r}; expected one of {tuple(BACKENDS)}")
+    return BACKENDS[features]
+
 
 _SSD_KEYS = {f.name for f in dataclasses.fields(SSDConfig)}
 
@@ -95,8 +114,7 @@ class FeatureSource:
     def __init__(self, store: Store | str | Path, features: str = "memory", ssd: SSDConfig | None = None,
                  sampling: SamplerConfig | None = None, *, seed: int | None = None, device: str | torch.device = "auto",
                  scratch_dir: str | Path | None = None):
-        if features not in BACKENDS:
-            raise ValueError(f"features: {features!r}; expected one of {tuple(BACKENDS)}")
+        backend = backend_class(features)
         self.store = as_store(store)
         self.features = features
         self.ssd = ssd or SSDConfig()
@@ -109,10 +127,10 @@ class FeatureSource:
         self._iterating: dict[int, int] = {}  # thread -> iterations of this source it has running
         self._iterating_lock = threading.Lock()
         scratch = self._scratch = None  # the private scratch directory, if any
-        if scratch_dir is None and BACKENDS[features].OUT_OF_CORE:
+        if scratch_dir is None and backend.SCRATCH:
             scratch_dir = scratch = self._scratch = private_scratch()
         try:
-            self._backend: FeatureBackend = BACKENDS[features].open(
+            self._backend: FeatureBackend = backend.open(
                 self.store, self.ssd, self.sampling, self.seed, self.device, self.timer,
                 None if scratch_dir is None else Path(scratch_dir))
         except BaseException:
@@ -227,7 +245,7 @@ class FeatureSource:
     @property
     def out_of_core(self) -> bool:
         """Features are read from the disk while training (ssd, mmap, per-row)."""
-        return BACKENDS[self.features].OUT_OF_CORE
+        return self._backend.OUT_OF_CORE
 
     def io_stats(self) -> dict[str, int]:
         """Bytes read and written and requests sent to the disk since opening."""

@@ -49,11 +49,6 @@ class HotRanking:
         return np.sort(self._order[:count]).astype(np.int64)
 
 
-def hottest_rows(store: Store, count: int, fanouts: list[int]) -> np.ndarray:
-    """The `count` rows sampling with `fanouts` reaches most (sorted)."""
-    return HotRanking(store, fanouts).top(count)
-
-
 class HotCache:
     """Rows `rows` of the row source `fallback`, read from it once (through the SSD reader:
     checksummed like every read) and held for the run; row members.rows[k] is data[k].

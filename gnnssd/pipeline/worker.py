@@ -1,8 +1,7 @@
 """Background planning: run a plan pipeline in a thread, ahead of use, through a bounded queue.
 
 A thread suffices: the sampling and copy kernels are numba with nogil, so planning overlaps
-training. Plans can be written to disk as they are made (`saving`) and replayed later
-(`replay`).
+training.
 
 An item can be long (a repack window: the plans of many mega-batches, then a scan of
 features.bin), so closing a worker does not wait for it: the stages call `check_stop()`
@@ -14,12 +13,10 @@ from __future__ import annotations
 import queue
 import threading
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Generic, Iterable, Iterator, TypeVar
 
 import numba
 
-from gnnssd.sampler import MegaBatchPlan, load_plan, save_plan
 
 T = TypeVar("T")
 _DONE = object()
@@ -130,18 +127,3 @@ class PlanWorker(Generic[T]):
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def saving(plans: Iterable[MegaBatchPlan], directory: str | Path) -> Iterator[MegaBatchPlan]:
-    """Pass plans through, writing each to directory/plan_e{epoch}_m{index}.npz."""
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    for p in plans:
-        save_plan(p, directory / f"plan_e{p.epoch:05d}_m{p.index:06d}.npz")
-        yield p
-
-
-def replay(directory: str | Path) -> Iterator[MegaBatchPlan]:
-    """Saved plans in training order."""
-    for path in sorted(Path(directory).glob("plan_e*_m*.npz")):
-        yield load_plan(path)

@@ -29,7 +29,7 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, P
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 from torch.nn.parallel import DistributedDataParallel
 
-from gnnssd.core import Config, ConfigError, Ranks, current, parse_bytes, setup_logging
+from gnnssd.core import Config, ConfigError, Ranks, current, setup_logging
 from gnnssd.storage_format import Store, StoreError
 
 log = logging.getLogger("gnnssd.training.distributed")
@@ -68,7 +68,7 @@ def share_budget(config: Config, ranks: Ranks) -> Config:
     split evenly between its local ranks."""
     if ranks.local_world_size == 1:
         return config
-    share = parse_bytes(config.ssd.memory_budget) // ranks.local_world_size
+    share = config.ssd.memory_budget // ranks.local_world_size
     return dataclasses.replace(config, ssd=dataclasses.replace(config.ssd, memory_budget=share))
 
 

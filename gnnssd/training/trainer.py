@@ -20,8 +20,8 @@ import yaml
 from tqdm import tqdm
 
 from gnnssd.core import (Config, ConfigError, ModelConfig, SamplerConfig, as_config, current, epoch_seed, format_bytes,
-                         parse_bytes, seed_everything, select_device, uninterruptible, use_single_thread)
-from gnnssd.loading import BACKENDS, FeatureSource
+                         seed_everything, select_device, uninterruptible, use_single_thread)
+from gnnssd.loading import FeatureSource, backend_class
 from gnnssd.models import device_for, store_model
 from gnnssd.storage_format import Store
 
@@ -443,8 +443,8 @@ def _check_memory(cfg: Config, store: Store, output_dim: int) -> None:
         size = (f"{params:,} parameters, ~{format_bytes(need)} with gradients and Adam state"
                 if math.isfinite(params) else "more parameters than torch can size")
         raise ConfigError(f"{key} gives {size}; available memory is {format_bytes(available)}")
-    budget = parse_bytes(cfg.ssd.memory_budget)
-    if BACKENDS[cfg.features].OUT_OF_CORE and budget > available:
+    budget = cfg.ssd.memory_budget
+    if backend_class(cfg.features).MEMORY_BUDGET and budget > available:
         raise ConfigError(f"ssd.memory_budget: {format_bytes(budget)} is more than the available "
                           f"memory ({format_bytes(available)})")
 

@@ -32,7 +32,7 @@ def test_format_bytes() -> None:
 
 
 def test_split_gives_buffers_and_queues_first_then_hot_cache() -> None:
-    b = MemoryBudget.split("1GiB", row_bytes=512, hot_rows=10**7, buffer_rows=100_000,
+    b = MemoryBudget.split(GiB, row_bytes=512, hot_rows=10**7, buffer_rows=100_000,
                            buffers=3, queue_bytes=64 * MiB)
     assert b.buffers == 3 and b.buffer_bytes == 3 * 100_000 * 512
     assert b.queue_bytes == 64 * MiB
@@ -51,14 +51,14 @@ def test_split_leaves_spare_when_hot_cache_wants_less() -> None:
 
 def test_split_refusal_names_largest_buffer_and_smallest_budget() -> None:
     with pytest.raises(ValueError) as err:
-        MemoryBudget.split("256MiB", row_bytes=512, hot_rows=0, buffer_rows=400_000,
+        MemoryBudget.split(256 * MiB, row_bytes=512, hot_rows=0, buffer_rows=400_000,
                            buffers=2, queue_bytes=64 * MiB)
     message = str(err.value)
     largest = (256 * MiB - 64 * MiB) // (2 * 512)
     assert f"largest mega-batch buffer that fits is {largest:,} rows" in message
     assert f"at least {format_bytes(2 * 400_000 * 512 + 64 * MiB)}" in message
     # the largest buffer it names does fit
-    MemoryBudget.split("256MiB", row_bytes=512, hot_rows=0, buffer_rows=largest, buffers=2, queue_bytes=64 * MiB)
+    MemoryBudget.split(256 * MiB, row_bytes=512, hot_rows=0, buffer_rows=largest, buffers=2, queue_bytes=64 * MiB)
 
 
 @pytest.mark.parametrize("key, kwargs", [("row_bytes", {"row_bytes": 0}),
@@ -93,8 +93,8 @@ def test_auto_block_budget_follows_features_and_free_disk(tmp_path) -> None:
 
 
 def test_resolve_block_budget_says_what_it_chose(tmp_path) -> None:
-    assert resolve_block_budget("0", 10 * GiB, 64 * MiB, tmp_path)[0] == 0
-    assert resolve_block_budget("1GiB", 10 * GiB, 64 * MiB, tmp_path)[0] == GiB
+    assert resolve_block_budget(0, 10 * GiB, 64 * MiB, tmp_path)[0] == 0
+    assert resolve_block_budget(GiB, 10 * GiB, 64 * MiB, tmp_path)[0] == GiB
     size, why = resolve_block_budget("auto", 60 * MiB, 64 * MiB, tmp_path / "not" / "yet")
     assert size == 0 and why.startswith("ssd.block_budget auto: 0 B") and str(tmp_path) in why
 

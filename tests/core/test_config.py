@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from gnnssd.core.config import ConfigError, config_from_dict, load_config
+import yaml
+
+from gnnssd.core.config import ConfigError, SSDConfig, config_from_dict, load_config
 
 BASE = {"store": "s", "run_dir": "r"}
 
@@ -36,6 +38,11 @@ def test_yaml_and_toml_agree(tmp_path):
     ({**BASE, "features": "disk"}, "features: 'disk' is invalid"),
     ({"run_dir": "r"}, "store: required key missing"),
     ({**BASE, "model": 3}, "model: expected a mapping"),
+    ({**BASE, "ssd": {"memory_budget": "lots"}}, r"ssd.memory_budget: 'lots' is invalid; expected a size above 0"),
+    ({**BASE, "ssd": {"memory_budget": "0MiB"}}, r"ssd.memory_budget: '0MiB' is invalid; expected a size above 0"),
+    ({**BASE, "ssd": {"memory_budget": True}}, r"ssd.memory_budget: True is invalid; expected a size above 0"),
+    ({**BASE, "ssd": {"block_budget": "-1GiB"}}, r"ssd.block_budget: '-1GiB' is invalid; expected auto, or a size"),
+    ({**BASE, "ssd": {"block_budget": "automatic"}}, r"ssd.block_budget: 'automatic' is invalid; expected auto"),
 ])
 def test_bad_values_name_the_key(data, message):
     with pytest.raises(ConfigError, match=message):
@@ -68,3 +75,31 @@ def test_default_evaluation_is_all_neighbours_except_on_a_graph_of_more_than_1e7
     assert default.evaluation(FULL_NEIGHBOUR_EVAL_EDGES + 1) == ([15, 10, 5], 1024)
     chosen = SamplerConfig(fanouts=[15, 10, 5], batch_size=1024, eval_fanouts=[20, 20, 20], eval_batch_size=512)
     assert chosen.evaluation(10**10) == ([20, 20, 20], 512)
+
+
+def test_sizes_are_held_as_bytes_however_they_were_written(tmp_path):
+    """The file's "1.5GiB", a --set override's "8MiB", an int of bytes and SSDConfig made in
+    code all give ints; "auto" (any case) stays auto."""
+    (tmp_path / "c.yaml").write_text("store: s\nrun_dir: r\nssd: {memory_budget: 1.5GiB, block_budget: ' Auto'}\n")
+    config = load_config(tmp_path / "c.yaml")
+    assert config.ssd.memory_budget == 3 << 29 and config.ssd.block_budget == "auto"
+    overridden = load_config(tmp_path / "c.yaml", {"ssd.block_budget": "8MiB", "ssd.memory_budget": 4096})
+    assert overridden.ssd.block_budget == 8 << 20 and overridden.ssd.memory_budget == 4096
+    assert SSDConfig().memory_budget == 1 << 30 and SSDConfig().block_budget == "auto"
+    assert SSDConfig(memory_budget="16MiB", block_budget="0").block_budget == 0
+    assert SSDConfig(memory_budget="16MiB").memory_budget == 16 << 20
+    with pytest.raises(ConfigError, match=r"memory_budget: '16 MB/s' is invalid; expected a size above 0"):
+        SSDConfig(memory_budget="16 MB/s")
+
+
+def test_a_saved_config_loads_back_the_same_and_an_old_one_with_size_strings_loads(tmp_path):
+    """A run directory's run_config.yaml is the config's to_dict as YAML: it now holds bytes;
+    one saved before sizes were parsed once holds the strings the user wrote."""
+    (tmp_path / "c.yaml").write_text("store: s\nrun_dir: r\nssd: {memory_budget: 24MiB, block_budget: 8MiB}\n")
+    config = load_config(tmp_path / "c.yaml")
+    (tmp_path / "saved.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+    assert load_config(tmp_path / "saved.yaml").to_dict() == config.to_dict()
+    old = config.to_dict()
+    old["ssd"] = {**old["ssd"], "memory_budget": "24MiB", "block_budget": "8MiB"}
+    (tmp_path / "old.yaml").write_text(yaml.safe_dump(old, sort_keys=False))
+    assert load_config(tmp_path / "old.yaml").to_dict() == config.to_dict()

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from gnnssd.cli.commands import build_parser
-from gnnssd.core.budget import parse_bytes
 from gnnssd.core.config import load_config
 from gnnssd.datasets import PRESETS, hetero_synthetic_source
 from gnnssd.datasets.hetero_synthetic import PRESET_DTYPES as HETERO_DTYPES
@@ -51,7 +50,7 @@ def test_shipped_config_loads_and_names_the_store_its_preprocess_writes(name):
     if args.source == "hetero-synthetic":
         assert config.model.name in ("rgcn", "rgat")
     if config.features == "ssd":
-        assert parse_bytes(config.ssd.memory_budget) < _feature_bytes(args)
+        assert config.ssd.memory_budget < _feature_bytes(args)
 
 
 def test_the_readme_names_every_shipped_config():

@@ -65,6 +65,28 @@ def test_mmap_and_per_row_inputs_equal_memory_mode(store: Store) -> None:
                 assert stats["bytes_read"] >= stats["requests"] * store.row_bytes
 
 
+def test_what_the_backends_declare_is_what_the_layers_above_do(store: Store) -> None:
+    """The flags on the backend classes decide: a private scratch only for SCRATCH (ssd),
+    disk counters in out_of_core, EdgeLoader only over EDGE_BATCHES backends (memory, ssd)."""
+    from gnnssd import EdgeLoader, FeatureSource
+    from gnnssd.loading import backend_class
+
+    for name in ("memory", "ssd", "mmap", "per-row"):
+        backend = backend_class(name)
+        with FeatureSource(store, name, device="cpu") as source:
+            assert (source._scratch is not None) == backend.SCRATCH == (name == "ssd"), name
+            assert source.out_of_core == backend.OUT_OF_CORE == (name != "memory"), name
+        assert backend.MEMORY_BUDGET == (name in ("ssd", "per-row")), name
+        edges = np.array([[0, 1]])
+        if backend.EDGE_BATCHES:
+            EdgeLoader(store, edges, fanouts=FANOUTS, batch_size=1, features=name, device="cpu").close()
+        else:
+            with pytest.raises(ValueError, match=rf"features: '{name}'; expected one of \('memory', 'ssd'\)"):
+                EdgeLoader(store, edges, fanouts=FANOUTS, batch_size=1, features=name, device="cpu")
+    with pytest.raises(ValueError, match=r"features: 'disk'; expected one of \('memory', 'ssd', 'mmap', 'per-row'\)"):
+        backend_class("disk")
+
+
 def test_per_row_second_epoch_hits_when_everything_fits(store: Store) -> None:
     with _loader(store, "per-row", budget=store.feature_bytes) as loader:
         first = _inputs(loader)

@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 
 from gnnssd.datasets import synthetic_source
-from gnnssd.pipeline import DirectIO, FeatureFile, HotCache, MegaBatchBuffers
-from gnnssd.pipeline.hot_cache import hottest_rows
+from gnnssd.pipeline import DirectIO, FeatureFile, HotCache, HotRanking, MegaBatchBuffers
 from gnnssd.sampler import HotRows, PlanConfig, Planner, Shuffled, node_order, seed_batches
 from gnnssd.sampler.order import hotness
 from gnnssd.sampler.plan import RowUnion
@@ -17,6 +16,11 @@ from gnnssd.storage_format.schema import GraphSchema, NodeType
 from tests.hetero_graph import RELATIONS, ToyHeteroSource
 
 FANOUTS = [5, 5]
+
+
+def hottest_rows(store: Store, count: int, fanouts: list[int]) -> np.ndarray:
+    """The `count` rows sampling with `fanouts` reaches most (sorted): the hot cache's choice."""
+    return HotRanking(store, fanouts).top(count)
 
 
 @pytest.fixture(scope="module", params=["original", "degree"])

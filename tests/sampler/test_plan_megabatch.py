@@ -9,11 +9,12 @@ from gnnssd.pipeline.direct_io import DirectIO
 from gnnssd.sampler.graphs import random_csc
 from gnnssd.pipeline.hot_cache import HotCache
 from gnnssd.pipeline import FeatureFile, MegaBatchBuffers
-from gnnssd.sampler.plan import PlanConfig, Planner, load_plan, plan_bytes, save_plan
+from gnnssd.sampler.plan import PlanConfig, Planner, plan_bytes
 from gnnssd.sampler.seed_order import Proximity, Sharded, Shuffled, seed_batches, shard
 from gnnssd.sampler.readplan import CostModel, pages_plan, windows
 from gnnssd.pipeline.repack import delete, overlap, repack, repacked_windows
-from gnnssd.pipeline.worker import PlanWorker, replay, saving
+from gnnssd.pipeline.worker import PlanWorker
+from tests.sampler.plan_files import load_plan, replay, save_plan, saving
 
 N, DIM = 6000, 24
 

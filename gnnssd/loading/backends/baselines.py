@@ -18,7 +18,7 @@ import numba as nb
 import numpy as np
 import torch
 
-from gnnssd.core import SamplerConfig, SSDConfig, StageTimer, parse_bytes
+from gnnssd.core import SamplerConfig, SSDConfig, StageTimer
 from gnnssd.io_engine import Engine
 from gnnssd.pipeline import RowSource
 from gnnssd.sampler import per_row_requests
@@ -35,7 +35,10 @@ class MmapLoader(SampledLoader):
 
     NAME = "mmap"
 
+    #: Reads through the page cache, which the kernel sizes (no budget of its own); the
+    #: baselines serve node mini-batches only (what the benchmarks compare).
     OUT_OF_CORE = True
+    EDGE_BATCHES = False
 
     def __init__(self, store: Store, device: torch.device, timer: StageTimer, seed: int = 0):
         super().__init__(store, device, timer, seed)
@@ -215,13 +218,16 @@ class PerRowLoader(SampledLoader):
 
     NAME = "per-row"
 
+    #: The LRU cache holds ssd.memory_budget; node mini-batches only, as MmapLoader.
     OUT_OF_CORE = True
+    MEMORY_BUDGET = True
+    EDGE_BATCHES = False
 
     @classmethod
     def open(cls, store: Store, ssd: SSDConfig, sampling: SamplerConfig, seed: int, device: torch.device,
              timer: StageTimer, scratch_dir: Path | None) -> PerRowLoader:
         """The LRU cache takes the whole `ssd.memory_budget`."""
-        return cls(store, device, timer, seed, parse_bytes(ssd.memory_budget)).sampling_by(sampling.method)
+        return cls(store, device, timer, seed, ssd.memory_budget).sampling_by(sampling.method)
 
     def __init__(self, store: Store, device: torch.device, timer: StageTimer, seed: int,
                  budget_bytes: int, engine: Engine | None = None):

@@ -32,7 +32,12 @@ class SampledLoader:
     on one thread (Config.deterministic); with more, its parallel loops vary them.
     """
 
+    #: What this backend can do (gnnssd.loading.feature_source.FeatureBackend): the features
+    #: in RAM, no budget or scratch of its own; edge mini-batches by DGL's exclude_eids.
     OUT_OF_CORE = False
+    MEMORY_BUDGET = False
+    SCRATCH = False
+    EDGE_BATCHES = True
 
     #: How DGL samples: "uniform" (its NeighborSampler) or "labor" (its LaborSampler,
     #: layer-neighbour sampling); `open` sets the source's `sampling.method`.

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from gnnssd.core import (ConfigError, SamplerConfig, SSDConfig, StageTimer, disk_share, format_bytes,
-                         parse_bytes, resolve_block_budget, ssd_split)
+                         resolve_block_budget, ssd_split)
 from gnnssd.pipeline import (BUFFERS, DirectIO, FeatureFile, HotCache, HotRanking, KeptSamples,
                              MegaBatchBuffers, PlanWorker, Recycler, RepackReport, check_numba_threads, delete,
                              load_cost_model, numba_threads, repacked_windows, samples_key)
@@ -68,7 +68,11 @@ class SSDLoader:
     `ssd.memory_budget`; buffers are sized for the largest mini-batch of `sampling`'s
     training and evaluation settings; compact blocks go to `block_dir`."""
 
+    #: What this backend can do (gnnssd.loading.feature_source.FeatureBackend): everything.
     OUT_OF_CORE = True
+    MEMORY_BUDGET = True
+    SCRATCH = True
+    EDGE_BATCHES = True
 
     @classmethod
     def open(cls, store: Store, ssd: SSDConfig, sampling: SamplerConfig, seed: int, device: torch.device,
@@ -94,7 +98,7 @@ class SSDLoader:
         self.kept_dir = block_dir.with_name(block_dir.name + "-kept")  # an epoch kept for reuse
         self._kept: KeptSamples | None = None
         self._holder: Iterator[MiniBatch] | None = None  # the stream holding the buffers
-        total = parse_bytes(ssd.memory_budget)
+        total = ssd.memory_budget
         self.block_budget, why = resolve_block_budget(ssd.block_budget, store.feature_bytes, total, block_dir)
         log.info(why)
         row_bytes = store.row_bytes
