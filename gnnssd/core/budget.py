@@ -59,6 +59,15 @@ def parse_bytes(value: int | str) -> int:
     return int(Decimal(match.group(1)) * UNITS[unit])
 
 
+def exact_size(n: int) -> int | str:
+    """n as the config file would say it, when a binary unit divides it ('3GiB' for
+    3 * 2**30), else the int itself: what parse_bytes reads back to exactly n."""
+    for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n and n % size == 0:
+            return f"{n // size}{unit}"
+    return n
+
+
 def format_bytes(n: int | float) -> str:
     """n bytes in the largest binary unit that keeps the number >= 1, e.g. '1.25 GiB'."""
     for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):

@@ -20,7 +20,7 @@ import yaml
 
 from gnnssd.storage_format import SmallFileError, read_small_text
 
-from .budget import AUTO, parse_bytes
+from .budget import AUTO, exact_size, parse_bytes
 
 
 class ConfigError(ValueError):
@@ -297,9 +297,20 @@ class Config:
                               f"prediction draws new edge batches and negatives every epoch (expected 1)")
 
     def to_dict(self) -> dict[str, Any]:
+        """The config as a file would hold it (sizes as '3GiB' where a unit divides them)."""
         data = dataclasses.asdict(self)
         data.pop("base_dir")
+        _show_sizes(self, data)
         return data
+
+
+def _show_sizes(obj: Any, data: dict[str, Any]) -> None:
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if dataclasses.is_dataclass(value):
+            _show_sizes(value, data[f.name])
+        elif "parse" in f.metadata and isinstance(value, int):
+            data[f.name] = exact_size(value)
 
 
 def as_config(config: Config | str | Path, overrides: dict[str, Any] | None = None) -> Config:

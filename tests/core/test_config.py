@@ -93,12 +93,16 @@ def test_sizes_are_held_as_bytes_however_they_were_written(tmp_path):
 
 
 def test_a_saved_config_loads_back_the_same_and_an_old_one_with_size_strings_loads(tmp_path):
-    """A run directory's run_config.yaml is the config's to_dict as YAML: it now holds bytes;
-    one saved before sizes were parsed once holds the strings the user wrote."""
+    """A run directory's run_config.yaml is the config's to_dict as YAML: sizes as a unit
+    that divides them ('24MiB'), else bytes; one saved before sizes were parsed once holds
+    the strings the user wrote. Each loads back to the same bytes."""
     (tmp_path / "c.yaml").write_text("store: s\nrun_dir: r\nssd: {memory_budget: 24MiB, block_budget: 8MiB}\n")
     config = load_config(tmp_path / "c.yaml")
+    assert (config.ssd.memory_budget, config.to_dict()["ssd"]["memory_budget"]) == (24 << 20, "24MiB")
     (tmp_path / "saved.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
     assert load_config(tmp_path / "saved.yaml").to_dict() == config.to_dict()
+    odd = load_config(tmp_path / "c.yaml", {"ssd.memory_budget": "3.2GiB"})
+    assert odd.to_dict()["ssd"]["memory_budget"] == int(3.2 * 2**30) == odd.ssd.memory_budget
     old = config.to_dict()
     old["ssd"] = {**old["ssd"], "memory_budget": "24MiB", "block_budget": "8MiB"}
     (tmp_path / "old.yaml").write_text(yaml.safe_dump(old, sort_keys=False))
