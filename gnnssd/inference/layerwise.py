@@ -30,6 +30,7 @@ Outputs are the target type's rows, by its dataset IDs.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -152,16 +153,9 @@ class LayerwiseSSD:
     def run(self, model: nn.Module, layers: int | None = None) -> tuple[Path, int]:
         """Compute layers 0..layers-1 (default all); returns the last layer's file and width
         (on a typed store the target type's rows)."""
-        last = (layers or model.num_layers) - 1
-        out = self.scratch_dir / f"layer{last}.bin"
-        if not self.store.schema.is_homogeneous:
-            return out, self._write(self.store_order_outputs(model, layers), out)
-        source, path = self._last_input(model, last)
-        try:
-            dim = self._write(self._layer_chunks(model, last, source), out)
-        finally:
-            self._consumed(source, path)
-        return out, dim
+        out = self.scratch_dir / f"layer{(layers or model.num_layers) - 1}.bin"
+        with contextlib.closing(self.store_order_outputs(model, layers)) as chunks:  # inputs closed on error too
+            return out, self._write(chunks, out)
 
     @torch.no_grad()
     def store_order_outputs(self, model: nn.Module, layers: int | None = None) -> Iterator[torch.Tensor]:
