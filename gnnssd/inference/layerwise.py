@@ -52,7 +52,7 @@ from gnnssd.training import check_classifies, load_checkpoint, reading, trainer_
 
 from .blocks import CHUNK_SHARE, chunk_bounds, input_types, layer_types
 from .mean import mean_layer_chunks
-from .rows import Rows, StoredRows, TensorRows
+from .rows import StoredRows, TensorRows
 from .typed import check_typed_model, first_inputs, layer_chunks, layer_chunks_of_type
 
 log = logging.getLogger("gnnssd.inference.layerwise")
