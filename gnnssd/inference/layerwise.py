@@ -30,6 +30,7 @@ Outputs are the target type's rows, by its dataset IDs.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -49,10 +50,10 @@ from gnnssd.sampler import hot_order
 from gnnssd.storage_format import PAGE, Store, atomic_file
 from gnnssd.training import check_classifies, load_checkpoint, reading, trainer_class
 
-from .blocks import CHUNK_SHARE, chunk_block, chunk_bounds, input_types, layer_types
+from .blocks import CHUNK_SHARE, chunk_bounds, input_types, layer_types
 from .mean import mean_layer_chunks
-from .rows import Rows, StoredRows, TensorRows
-from .typed import check_typed_model, first_inputs, typed_layer_chunks
+from .rows import StoredRows, TensorRows
+from .typed import check_typed_model, first_inputs, layer_chunks, layer_chunks_of_type
 
 log = logging.getLogger("gnnssd.inference.layerwise")
 
@@ -60,17 +61,6 @@ STAGING_BYTES = 8 << 20  # a layer file reader's staging: half read while the ot
 HOT_INDEX_BYTES = 5  # per row of a layer's input, a hot cache's membership mask (1 B) and slot map (4 B)
 # A chunk's inputs take 1/CHUNK_SHARE of the budget (gnnssd.inference.blocks); in ssd mode half
 # the budget caches the most referenced input rows of each layer.
-
-
-
-
-def layer_chunks(model: nn.Module, i: int, store: Store, source: Rows,
-                 bounds: list[tuple[int, int]]) -> Iterator[torch.Tensor]:
-    """Layer i's output rows, chunk by chunk in store order."""
-    indptr, indices = store.indptr, store.indices
-    for lo, hi in bounds:
-        block, src = chunk_block(indptr, indices, lo, hi)
-        yield model.layer(i, block, source.read(src))
 
 
 def output_rows(store: Store) -> np.ndarray:
@@ -84,40 +74,25 @@ def output_rows(store: Store) -> np.ndarray:
 
 
 @torch.no_grad()
-def typed_layerwise_memory(model: nn.Module, store: Store, features: torch.Tensor | None = None,
-                           layers: int | None = None, budget: int = 256 << 20) -> torch.Tensor:
-    """The target type's output of the first `layers` layers (default all) of a typed
-    model, store order within the type, in RAM (each layer's outputs a tensor per type).
-    Without `features` (the featured types' rows) the store's are loaded here."""
-    check_typed_model(model)
-    model.eval()
+def layerwise_memory(model: nn.Module, store: Store, features: torch.Tensor | None = None,
+                     layers: int | None = None, budget: int = 256 << 20) -> torch.Tensor:
+    """The target type's output of the first `layers` layers (default all), store order
+    within the type, in RAM (a homogeneous store's: every node's, its one type), each
+    layer's outputs a tensor per type the next layer reads. Without `features` (the featured
+    types' rows) the store's are loaded here, and freed once layer 0 is done."""
     schema = store.schema
+    if not schema.is_homogeneous:
+        check_typed_model(model)
+    model.eval()
     types = layer_types(schema, layers or model.num_layers)
-    features = TensorRows(load_features(store) if features is None else features)
-    inputs = first_inputs(model, store, features, input_types(schema, types[0]))
+    inputs = first_inputs(model, store, TensorRows(load_features(store) if features is None else features),
+                          input_types(schema, types[0]))
     del features
     for i, computed in enumerate(types):
-        h = {schema.type_names[t]: _filled(typed_layer_chunks(model, i, store, inputs, t, budget),
+        h = {schema.type_names[t]: _filled(layer_chunks_of_type(model, i, store, inputs, t, budget),
                                            schema.node_types[t].count) for t in computed}
         inputs = {name: TensorRows(rows) for name, rows in h.items()}
     return h[schema.target]
-
-
-@torch.no_grad()
-def layerwise_memory(model: nn.Module, store: Store, features: torch.Tensor | None = None,
-                     layers: int | None = None, budget: int = 256 << 20) -> torch.Tensor:
-    """Every node's output of the first `layers` layers (default all), store order, in RAM
-    (on a typed store the target type's: typed_layerwise_memory). Without `features` the
-    store's are loaded here, and freed once layer 0 is done."""
-    if not store.schema.is_homogeneous:
-        return typed_layerwise_memory(model, store, features, layers, budget)
-    model.eval()
-    h = load_features(store) if features is None else features
-    del features
-    for i in range(layers or model.num_layers):
-        bounds = chunk_bounds(store.indptr, h.shape[1] * 4, budget)
-        h = _filled(layer_chunks(model, i, store, TensorRows(h), bounds), store.num_nodes)
-    return h
 
 
 def _filled(chunks: Iterator[torch.Tensor], total: int) -> torch.Tensor:
@@ -152,16 +127,9 @@ class LayerwiseSSD:
     def run(self, model: nn.Module, layers: int | None = None) -> tuple[Path, int]:
         """Compute layers 0..layers-1 (default all); returns the last layer's file and width
         (on a typed store the target type's rows)."""
-        last = (layers or model.num_layers) - 1
-        out = self.scratch_dir / f"layer{last}.bin"
-        if not self.store.schema.is_homogeneous:
-            return out, self._write(self.store_order_outputs(model, layers), out)
-        source, path = self._last_input(model, last)
-        try:
-            dim = self._write(self._layer_chunks(model, last, source), out)
-        finally:
-            self._consumed(source, path)
-        return out, dim
+        out = self.scratch_dir / f"layer{(layers or model.num_layers) - 1}.bin"
+        with contextlib.closing(self.store_order_outputs(model, layers)) as chunks:  # inputs closed on error too
+            return out, self._write(chunks, out)
 
     @torch.no_grad()
     def store_order_outputs(self, model: nn.Module, layers: int | None = None) -> Iterator[torch.Tensor]:
@@ -264,7 +232,7 @@ class LayerwiseSSD:
                 written = {}
                 for t in computed:
                     out = self.scratch_dir / f"layer{i}.type{t}.bin"
-                    written[t] = out, self._write(typed_layer_chunks(model, i, store, inputs, t, self.budget), out)
+                    written[t] = out, self._write(layer_chunks_of_type(model, i, store, inputs, t, self.budget), out)
                 for source, path in opened:
                     self._consumed(source, path)
                 opened, inputs = [], {}
@@ -276,7 +244,7 @@ class LayerwiseSSD:
                     opened.append((source, path))
                     mine = hot[(hot >= lo) & (hot < hi)] - lo
                     inputs[schema.type_names[t]] = source.cached(mine, hi - lo)
-            yield from typed_layer_chunks(model, len(types) - 1, store, inputs, schema.type_id(schema.target),
+            yield from layer_chunks_of_type(model, len(types) - 1, store, inputs, schema.type_id(schema.target),
                                           self.budget)
         finally:
             for source, path in opened:

@@ -1,6 +1,6 @@
-"""Layer-wise inference on a heterogeneous store, the parts gnnssd.inference.layerwise's memory and
-ssd runners share: a layer's chunks of one node type over heterogeneous blocks, layer 0's
-input rows per type, and how often each node is read as an in-neighbour (the ssd cache).
+"""Layer-wise inference by node type, the parts gnnssd.inference.layerwise's memory and ssd
+runners share: a layer's chunks of one node type (over heterogeneous blocks on a typed store;
+a homogeneous store is the one-type case, over DGL blocks) and layer 0's input rows per type.
 
 The model's per-layer protocol on a typed store (gnnssd.models.hetero' RelationalGNN and
 TargetLinear): `num_layers`, `layer(i, block, h)` with `h` and the result dicts of rows by
@@ -17,7 +17,7 @@ from torch import nn
 from gnnssd.models import BlockGNN
 from gnnssd.storage_format import Store
 
-from .blocks import chunk_bounds, typed_chunk_block
+from .blocks import chunk_block, chunk_bounds, typed_chunk_block
 from .rows import OffsetRows, Rows, TensorRows, ZeroRows
 
 
@@ -28,14 +28,29 @@ def check_typed_model(model: nn.Module) -> None:
                         "takes and returns dicts of rows by node type (gnnssd.models.hetero), not a BlockGNN")
 
 
-def typed_layer_chunks(model: nn.Module, i: int, store: Store, inputs: dict[str, Rows], t: int,
-                       budget: int) -> Iterator[torch.Tensor]:
+def layer_chunks(model: nn.Module, i: int, store: Store, source: Rows,
+                 bounds: list[tuple[int, int]]) -> Iterator[torch.Tensor]:
+    """Layer i's output rows of a homogeneous store, chunk by chunk in store order (DGL
+    blocks, `h` one tensor: gnnssd.models.builtin's protocol)."""
+    indptr, indices = store.indptr, store.indices
+    for lo, hi in bounds:
+        block, src = chunk_block(indptr, indices, lo, hi)
+        yield model.layer(i, block, source.read(src))
+
+
+def layer_chunks_of_type(model: nn.Module, i: int, store: Store, inputs: dict[str, Rows], t: int,
+                         budget: int) -> Iterator[torch.Tensor]:
     """Layer i's output rows of node type t, chunk by chunk in store order, from `inputs`
-    (each type's input rows by type-local ID)."""
+    (each type's input rows by type-local ID): a homogeneous store's one type by
+    `layer_chunks`, a typed store's over heterogeneous blocks."""
     lo, hi = (int(x) for x in store.schema.offsets[t:t + 2])
     name = store.schema.type_names[t]
     row_bytes = max(rows.dim for rows in inputs.values()) * 4
-    for a, b in chunk_bounds(store.indptr[lo:hi + 1], row_bytes, budget):
+    bounds = chunk_bounds(store.indptr[lo:hi + 1], row_bytes, budget)
+    if store.schema.is_homogeneous:
+        yield from layer_chunks(model, i, store, inputs[name], bounds)
+        return
+    for a, b in bounds:
         block, sources = typed_chunk_block(store, lo + a, lo + b)
         out = model.layer(i, block, {n: inputs[n].read(ids) for n, ids in sources.items() if len(ids)})
         if not isinstance(out, dict):

@@ -208,10 +208,11 @@ class FeatureSource:
         return {name: self._original_of_type(name, v) for name, v in ids.items()}
 
     def _original_of_type(self, node_type: str, ids: torch.Tensor) -> torch.Tensor:
-        """A typed store's per-type IDs of `node_type` in the dataset's: a node order keeps
-        each type's range, so the type's offset goes in and the same offset comes out."""
+        """Per-type IDs of `node_type` in the dataset's: a node order keeps each type's
+        range, so the type's offset goes in and the same offset comes out (a homogeneous
+        store's one type, and a typed store's first, start at 0)."""
         offset = int(self.store.schema.offsets[self.store.schema.type_id(node_type)])
-        return self._original(ids + offset) - offset
+        return self._original(ids + offset) - offset if offset else self._original(ids)
 
     def store_ids(self, original_ids: np.ndarray) -> np.ndarray:
         """Store rows of the dataset's node IDs: the one conversion in, for the loaders
@@ -228,12 +229,7 @@ class FeatureSource:
         blocks' node IDs (DGL's `dgl.NID`) in the dataset's IDs: the one conversion out."""
         if not self.renumbered:
             return batch
-        for block in batch.blocks:
-            if self.store.schema.is_homogeneous:
-                for data in (block.srcdata, block.dstdata):
-                    if dgl.NID in data:
-                        data[dgl.NID] = self._original(data[dgl.NID])
-                continue
+        for block in batch.blocks:  # a homogeneous store's blocks: the one node type "_N"
             for nodes, types in ((block.srcnodes, block.srctypes), (block.dstnodes, block.dsttypes)):
                 for node_type in types:
                     data = nodes[node_type].data

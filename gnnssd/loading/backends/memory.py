@@ -64,44 +64,29 @@ class SampledLoader:
         if exclude is not None and len(exclude) != len(batches):
             raise ValueError(f"exclude lists {len(exclude)} edge sets for {len(batches)} mini-batches")
         schema = self.store.schema
-        if not schema.is_homogeneous:
-            yield from self._typed_minibatches(batches, fanouts, epoch, exclude)
-            return
+        typed = not schema.is_homogeneous  # DGL's IDs by node type, and a fanout per relation
         dgl.seed(epoch_seed(self.seed, epoch))  # before the sampler: DGL's LaborSampler draws its seed when made
-        sampler = self._dgl_sampler(fanouts)
+        sampler = self._dgl_sampler([dgl_fanouts(schema, f) for f in layer_fanouts(schema, fanouts)])
         for b, seeds in enumerate(batches):
             with self.timer.stage("sample"):
-                excluded = None if exclude is None else torch.from_numpy(
-                    csc_edge_ids(self.store.indptr, self.store.indices, exclude[b]))
-                input_nodes, output_nodes, blocks = sampler.sample(self.graph, torch.from_numpy(seeds),
-                                                                   exclude_eids=excluded)
-            x = self._inputs(input_nodes.numpy())
+                excluded = None  # else the pairs' edges in either direction, per relation on a typed store
+                if exclude is not None:
+                    excluded = relation_edge_ids(self.graph, schema, exclude[b]) if typed else torch.from_numpy(
+                        csc_edge_ids(self.store.indptr, self.store.indices, exclude[b]))
+                input_nodes, output_nodes, blocks = sampler.sample(
+                    self.graph, seeds_by_type(schema, seeds) if typed else torch.from_numpy(seeds),
+                    exclude_eids=excluded)
+            x = self._typed_inputs(input_nodes) if typed else self._inputs(input_nodes.numpy())
             with self.timer.stage("transfer"):
-                batch = MiniBatch(input_nodes, output_nodes, blocks, x, self.labels[output_nodes])
-                batch = batch.to(self.device, non_blocking=True)
+                y = self.labels[torch.from_numpy(global_ids(schema, output_nodes)) if typed else output_nodes]
+                batch = MiniBatch(input_nodes, output_nodes, blocks, x, y).to(self.device, non_blocking=True)
             yield batch
 
-    def _typed_minibatches(self, batches: list[np.ndarray], fanouts: list[Any], epoch: int,
-                           exclude: list[np.ndarray] | None) -> Iterator[MiniBatch]:
-        """DGL's sampler on the store's heterograph (per-relation fanouts; `exclude`d pairs
-        in either direction, in every relation); x of the featured types gathered by this
-        loader's `_inputs` from their global rows."""
+    def _typed_inputs(self, input_nodes: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """x of a typed mini-batch's featured types, gathered by `_inputs` from their global rows."""
         schema = self.store.schema
-        dgl.seed(epoch_seed(self.seed, epoch))
-        sampler = self._dgl_sampler([dgl_fanouts(schema, f) for f in layer_fanouts(schema, fanouts)])
-        featured = [t.name for t in schema.node_types if t.features]
-        for b, seeds in enumerate(batches):
-            with self.timer.stage("sample"):
-                excluded = None if exclude is None else relation_edge_ids(self.graph, schema, exclude[b])
-                input_nodes, output_nodes, blocks = sampler.sample(self.graph, seeds_by_type(schema, seeds),
-                                                                   exclude_eids=excluded)
-            rows = global_ids(schema, {name: input_nodes[name] for name in featured})
-            x = split_features(schema, input_nodes, self._inputs(rows))
-            with self.timer.stage("transfer"):
-                batch = MiniBatch(input_nodes, output_nodes, blocks, x,
-                                  self.labels[torch.from_numpy(global_ids(schema, output_nodes))])
-                batch = batch.to(self.device, non_blocking=True)
-            yield batch
+        featured = {t.name: input_nodes[t.name] for t in schema.node_types if t.features}
+        return split_features(schema, input_nodes, self._inputs(global_ids(schema, featured)))
 
     @classmethod
     def open(cls, store: Store, ssd: SSDConfig, sampling: SamplerConfig, seed: int, device: torch.device,
