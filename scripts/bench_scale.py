@@ -411,17 +411,19 @@ def compare_phase(args: argparse.Namespace, log: Path) -> dict[str, Any]:
         dropped = drop_caches()
         spec = json.dumps({"system": system, "config": str(args.config), "batches": args.compare_batches})
         cmd = [sys.executable, __file__, "--config", str(args.config), "--child", spec]
-        if system == "mmap":
+        if GROUP:  # every system under the same hard limit, page cache included
+            outcome, held = run(cmd, log), f"cgroup {GROUP.limit / GiB:.3g} GiB"
+        elif system == "mmap":
             with PageCacheLimit(budget + parse_bytes(args.headroom)) as limit:
                 outcome = run(cmd, log)
             held = limit.describe()
         else:
             outcome, held = run(cmd, log), "no limit"
-        outcome.pop("_sampler"), outcome.pop("_start")
+        outcome.pop("_sampler"), outcome.pop("_start"), outcome.pop("_pid")
         lines = [x for x in log.read_text().splitlines() if x.startswith("{\"system\"")]
         row = json.loads(lines[-1]) if outcome["exit_code"] == 0 and lines else {"system": system}
         rows.append({**row, "exit_code": outcome["exit_code"], "page_cache": held, "caches": dropped,
-                     "sampled_peak_rss_gib": outcome.get("peak_rss_gib"),
+                     "sampled_peak_rss_gib": outcome.get("peak_rss_gib"), "cgroup": outcome.get("cgroup"),
                      **{k: outcome.get(k) for k in ("topology_rss_at_peak_gib", "other_files_rss_at_peak_gib",
                                                     "anonymous_at_peak_gib")}})
         print(json.dumps(rows[-1]), flush=True)
