@@ -163,6 +163,16 @@ class MemoryGroup:
 GROUP: MemoryGroup | None = None
 
 
+def _child_setup() -> None:
+    """In the child before exec: SIGINT back to its default (a script started in the
+    background, e.g. with nohup, passes SIGINT on ignored, and Python then installs no
+    KeyboardInterrupt handler: the interrupt phase's Ctrl-C would never arrive), and into
+    the memory group."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    if GROUP:
+        GROUP.enter()
+
+
 def run(cmd: list[str], log: Path, interrupt_after: float | None = None,
         started: Callable[[], bool] = lambda: True) -> dict[str, Any]:
     """Run one CLI command, sampling its memory; wall time, exit code, peak RSS, the
@@ -175,8 +185,7 @@ def run(cmd: list[str], log: Path, interrupt_after: float | None = None,
     with open(log, "ab") as out:
         out.write(f"\n$ {' '.join(cmd)}\n".encode())
         out.flush()
-        child = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
-                                 preexec_fn=GROUP.enter if GROUP else None)
+        child = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, preexec_fn=_child_setup)
         sampler = MemorySampler(child.pid)
         interrupted = None
         if interrupt_after is not None:
