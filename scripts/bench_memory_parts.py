@@ -256,7 +256,7 @@ def main() -> int:
     rows.append(("  the rest (DGL blocks, model activations, queues, allocator)", beyond - listed))
     print(f"{store.num_nodes:,} nodes; {watcher.looks} looks over {seconds:.1f} s; MiB at the "
           f"peak look, and the largest over the run")
-    print(f"| part | at peak | largest |\n|---|---|---|")
+    print("| part | at peak | largest |\n|---|---|---|")
     keys = [None, None, "topology", None, None, "perm", "inv", "labels_mapped", "labels_held", "slot_maps",
             "hot_masks", "plans_alive", "x_pool", None]
     for (name, value), key in zip(rows, keys):

@@ -558,15 +558,15 @@ class Store:
             f"edges        {self.num_edges:,} (in-edges, CSC; indices {self.indices.dtype})",
             f"features     {self.feat_dim} x {self.feat_dtype} = {self.row_bytes} B/row, "
             f"{self.feature_bytes / 2**20:,.1f} MiB",
-            *([f"node types   " + ", ".join(f"{t.name} {t.count:,}" + _type_features(t) for t in self.schema.node_types),
-               f"relations    " + ", ".join("-".join(r) for r in self.schema.relations),
+            *(["node types   " + ", ".join(f"{t.name} {t.count:,}" + _type_features(t) for t in self.schema.node_types),
+               "relations    " + ", ".join("-".join(r) for r in self.schema.relations),
                f"target type  {self.schema.target}"] if not self.schema.is_homogeneous else []),
             f"classes      {self.num_classes}",
             f"splits       train {len(self.train_idx):,} / valid {len(self.valid_idx):,} / "
             f"test {len(self.test_idx):,}",
             f"node order   {m['order']}",
-            *([f"link split   " + " / ".join(f"{k} {m['link']['edges'][k]:,}" for k in ("train", "valid", "test"))
-               + f" edges" + (f" of {'-'.join(self.link_relation)}" if self.link_relation else "")
+            *(["link split   " + " / ".join(f"{k} {m['link']['edges'][k]:,}" for k in ("train", "valid", "test"))
+               + " edges" + (f" of {'-'.join(self.link_relation)}" if self.link_relation else "")
                + f", {m['link']['eval_negatives']} negatives per eval edge"]
               if self.has_link_split else []),
             f"created      {m.get('created', '?')} by gnnssd {m.get('gnnssd_version', '?')}",
