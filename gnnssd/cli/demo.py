@@ -9,7 +9,8 @@ import yaml
 
 from gnnssd.datasets import synthetic_source
 from gnnssd.sampler import node_order
-from gnnssd.storage_format import Store, atomic_file, atomic_write_bytes, write_store
+from gnnssd.storage_format import (SmallFileError, Store, atomic_file, atomic_write_bytes, read_small_text,
+                                   write_store)
 from gnnssd.training import Trainer
 
 DEMO_CONFIG = {
@@ -33,7 +34,7 @@ def prepare_out(out: Path) -> None:
     refused rather than emptied."""
     if out.is_symlink() or (out.exists() and not out.is_dir()):
         raise ValueError(f"--out {out}: exists and is not a folder; choose a folder path for the demo")
-    if out.exists() and any(out.iterdir()) and not (out / DEMO_MARKER).is_file():
+    if out.exists() and any(out.iterdir()) and not (out / DEMO_MARKER).is_file() and not _earlier_demo(out):
         raise ValueError(f"--out {out}: a folder with files that the demo did not make (it has no "
                          f"{DEMO_MARKER}); the demo replaces only its own folder: choose another --out")
     for name in DEMO_ENTRIES:
@@ -46,6 +47,22 @@ def prepare_out(out: Path) -> None:
     atomic_write_bytes(out / DEMO_MARKER, b"made by gnnssd demo: a rerun replaces its entries\n")
 
 
+def _earlier_demo(out: Path) -> bool:
+    """A demo folder made before the marker existed: only the demo's entries, and its
+    config.yaml the demo's own."""
+    config = out / "config.yaml"
+    if not set(p.name for p in out.iterdir()) <= set(DEMO_ENTRIES) or config.is_symlink() or not config.is_file():
+        return False
+    try:
+        return read_small_text(config, 1 << 16, "the demo's config.yaml") == _demo_config_text()
+    except SmallFileError:
+        return False
+
+
+def _demo_config_text() -> str:
+    return yaml.safe_dump(DEMO_CONFIG, sort_keys=False)
+
+
 def run_demo(out: Path, epochs: int = DEMO_CONFIG["train"]["epochs"]) -> None:
     """Generate -> preprocess -> train (`epochs`) -> evaluate -> predict, printing where
     things are."""
@@ -54,7 +71,7 @@ def run_demo(out: Path, epochs: int = DEMO_CONFIG["train"]["epochs"]) -> None:
     write_store(out / "store", synthetic_source("tiny"), order=node_order("degree"))
     print(Store.open(out / "store").summary())
     config_path = out / "config.yaml"
-    atomic_write_bytes(config_path, yaml.safe_dump(DEMO_CONFIG, sort_keys=False).encode())
+    atomic_write_bytes(config_path, _demo_config_text().encode())
     print(f"[2/4] training GraphSAGE with {config_path}")
     trainer = Trainer(config_path, {"train.progress": False, "train.epochs": epochs})
     trainer.fit()

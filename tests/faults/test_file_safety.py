@@ -250,3 +250,19 @@ def test_demo_rerun_removes_only_its_own_entries(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == sorted([DEMO_MARKER, "kept.txt"])
     with pytest.raises(ValueError, match="not a folder"):
         prepare_out(out / "kept.txt")
+
+
+def test_demo_folder_from_before_the_marker_is_replaced_but_a_look_alike_is_not(tmp_path, capsys):
+    from gnnssd.cli.demo import DEMO_MARKER, _demo_config_text, prepare_out
+
+    old = tmp_path / "old_demo"  # what `gnnssd demo` left before it marked its folder
+    (old / "store").mkdir(parents=True)
+    (old / "config.yaml").write_text(_demo_config_text())
+    prepare_out(old)
+    assert sorted(p.name for p in old.iterdir()) == [DEMO_MARKER]
+    mine = tmp_path / "project"  # the same names, but a config of the user's own
+    (mine / "store").mkdir(parents=True)
+    (mine / "config.yaml").write_text("store: store\nrun_dir: run\n")
+    assert main(["demo", "--out", str(mine)]) == 2
+    assert "the demo did not make" in capsys.readouterr().err
+    assert (mine / "store").is_dir() and (mine / "config.yaml").exists()
