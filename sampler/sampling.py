@@ -23,7 +23,7 @@ _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _FLOYD_MAX = 32  # above this fanout, reservoir sampling (O(degree)) beats Floyd (O(k^2))
 #: NeighborSampler's `method`s: uniform neighbour sampling, layer-neighbour sampling (LABOR).
 SAMPLING_METHODS = ("uniform", "labor")
-_NO_ETYPES = np.empty(0, np.int8)  # a homogeneous graph's relations: the hops' one-relation case
+_NO_ETYPES = np.empty(0, np.int8)  # a homogeneous graph's relations, for the LABOR kernel
 
 
 @nb.njit(inline="always")
@@ -87,6 +87,56 @@ def _run_offsets(take):
     return flat
 
 
+@nb.njit(parallel=True, cache=True, nogil=True)
+def _sample_hop(indptr, indices, dst, dst_batch, fanout, seed, layer, dst_local, ex_ptr, ex_keys):
+    """Sample in-neighbours of every node in `dst`; returns (ptr, sampled node IDs).
+
+    Edges excluded per mini-batch: node i's in-edge u -> dst[i] is never sampled when
+    dst[i] * num_nodes + u is among ex_keys[ex_ptr[b]:ex_ptr[b+1]] (sorted), b = dst_local[i]."""
+    n = dst.shape[0]
+    num_nodes = indptr.shape[0] - 1
+    excluding = ex_keys.shape[0] > 0
+    none = np.empty(0, indices.dtype)
+    avail = np.empty(n, np.int64)
+    ex_lo = np.zeros(n, np.int64)
+    ex_hi = np.zeros(n, np.int64)
+    for i in nb.prange(n):
+        v = dst[i]
+        d = indptr[v + 1] - indptr[v]
+        if excluding:
+            base = np.int64(v) * num_nodes
+            ex_lo[i], ex_hi[i] = _exclusion_range(ex_ptr, ex_keys, dst_local[i], base, num_nodes)
+            if ex_hi[i] > ex_lo[i]:
+                d = _kept_neighbours(indices, indptr[v], d, ex_keys, ex_lo[i], ex_hi[i], base, none)
+        avail[i] = d
+    ptr = np.empty(n + 1, np.int64)
+    ptr[0] = 0
+    for i in range(n):
+        d = avail[i]
+        ptr[i + 1] = ptr[i] + (d if fanout < 0 or fanout >= d else fanout)
+    out = np.empty(ptr[n], np.int64)
+    for i in nb.prange(n):
+        v = dst[i]
+        cand = indices
+        start = indptr[v]
+        d = avail[i]
+        if ex_hi[i] > ex_lo[i]:  # sample from the neighbours left after the exclusion
+            cand = np.empty(d, indices.dtype)
+            _kept_neighbours(indices, start, indptr[v + 1] - start, ex_keys, ex_lo[i], ex_hi[i],
+                             np.int64(v) * num_nodes, cand)
+            start = 0
+        o = ptr[i]
+        k = ptr[i + 1] - o
+        if k == d:
+            for j in range(d):
+                out[o + j] = cand[start + j]
+            continue
+        _draw_positions(_stream(seed, dst_batch[i], layer, v), d, k, out, o)
+        for j in range(o, o + k):
+            out[j] = cand[start + out[j]]
+    return ptr, out
+
+
 @nb.njit(inline="always")
 def _draw_positions(state, d, k, out, o):
     """k distinct positions in [0, d) drawn from stream `state`, into out[o:o+k]."""
@@ -109,21 +159,16 @@ def _draw_positions(state, d, k, out, o):
 
 
 @nb.njit(parallel=True, cache=True, nogil=True)
-def _sample_hop(indptr, indices, etypes, dst, dst_batch, fanouts, seed, layer, dst_local, ex_ptr, ex_keys):
-    """Per relation r, up to fanouts[r] in-neighbours of every node in `dst`, without
-    replacement, over the edges of relation r (a node's in-edges are grouped by relation:
-    etypes, sorted within each node); returns (ptr, sampled node IDs, their relations). A
-    homogeneous graph is one relation (etypes empty; no relations returned): node v draws
-    from its stream (seed, mini-batch, layer, v); on a typed graph relation r draws from
-    that stream mixed with r + 1, so fanouts of other relations do not change its sample.
-
-    Edges excluded per mini-batch: node i's in-edge u -> dst[i] is never sampled when
-    dst[i] * num_nodes + u is among ex_keys[ex_ptr[b]:ex_ptr[b+1]] (sorted), b = dst_local[i]
-    (a pair's key holds no relation: excluded in every one)."""
+def _sample_hop_typed(indptr, indices, etypes, dst, dst_batch, fanouts, seed, layer, dst_local, ex_ptr, ex_keys):
+    """Per relation r, up to fanouts[r] in-neighbours of every node in `dst` over the
+    edges of relation r (a node's in-edges are grouped by relation: etypes, sorted within
+    each node); returns (ptr, sampled node IDs, their relations). Relation r of node v
+    draws from its own stream, so fanouts of other relations do not change its sample.
+    Excluded edges as in _sample_hop (a pair's key holds no relation: excluded in every one)."""
     n = dst.shape[0]
     num_nodes = indptr.shape[0] - 1
     num_rel = fanouts.shape[0]
-    typed = etypes.shape[0] > 0
+    excluding = ex_keys.shape[0] > 0
     none = np.empty(0, indices.dtype)
     runs = np.empty((n, num_rel + 1), np.int64)
     avail = np.empty((n, num_rel), np.int64)
@@ -133,10 +178,10 @@ def _sample_hop(indptr, indices, etypes, dst, dst_batch, fanouts, seed, layer, d
     for i in nb.prange(n):
         v = dst[i]
         a, b = indptr[v], indptr[v + 1]
-        if ex_keys.shape[0] > 0:
+        if excluding:
             ex_lo[i], ex_hi[i] = _exclusion_range(ex_ptr, ex_keys, dst_local[i], np.int64(v) * num_nodes, num_nodes)
         for r in range(num_rel + 1):
-            runs[i, r] = (a + np.searchsorted(etypes[a:b], r)) if typed else (a if r == 0 else b)
+            runs[i, r] = a + np.searchsorted(etypes[a:b], r)
         for r in range(num_rel):
             d = runs[i, r + 1] - runs[i, r]
             if ex_hi[i] > ex_lo[i]:
@@ -147,7 +192,7 @@ def _sample_hop(indptr, indices, etypes, dst, dst_batch, fanouts, seed, layer, d
             take[i, r] = d if f < 0 or f >= d else f
     flat = _run_offsets(take)
     out = np.empty(flat[n * num_rel], np.int64)
-    out_rel = np.empty(flat[n * num_rel] if typed else 0, etypes.dtype)
+    out_rel = np.empty(flat[n * num_rel], etypes.dtype)
     for i in nb.prange(n):
         v = dst[i]
         base = _stream(seed, dst_batch[i], layer, v)
@@ -160,16 +205,14 @@ def _sample_hop(indptr, indices, etypes, dst, dst_batch, fanouts, seed, layer, d
                 _kept_neighbours(indices, start, runs[i, r + 1] - start, ex_keys, ex_lo[i], ex_hi[i],
                                  np.int64(v) * num_nodes, cand)
                 start = 0
-            if k == d:
-                for j in range(k):
-                    out[o + j] = cand[start + j]
+            if k < d:
+                _draw_positions(_mix(base ^ np.uint64(r + 1)), d, k, out, o)
             else:
-                _draw_positions(_mix(base ^ np.uint64(r + 1)) if typed else base, d, k, out, o)
-                for j in range(o, o + k):
-                    out[j] = cand[start + out[j]]
-            if typed:
-                for j in range(o, o + k):
-                    out_rel[j] = r
+                for j in range(k):
+                    out[o + j] = j
+            for j in range(o, o + k):
+                out[j] = cand[start + out[j]]
+                out_rel[j] = r
     return flat[::num_rel].copy(), out, out_rel
 
 
@@ -207,8 +250,8 @@ def _sample_hop_labor(indptr, indices, etypes, dst, dst_batch, fanouts, seed, la
     k_r the relation's fanout (-1: all) and d_r(v) v's in-degree in it after the
     exclusion; each destination keeps k_r edges on average, and destinations that share a
     source share its variate, so fewer distinct sources are drawn than by independent
-    uniform samples. A homogeneous graph is one relation (etypes empty; no relations
-    returned). Returns (ptr, sampled node IDs, their relations)."""
+    uniform samples. A homogeneous graph is one relation (etypes empty). Returns (ptr,
+    sampled node IDs, their relations)."""
     n = dst.shape[0]
     num_nodes = indptr.shape[0] - 1
     num_rel = fanouts.shape[0]
@@ -238,16 +281,15 @@ def _sample_hop_labor(indptr, indices, etypes, dst, dst_batch, fanouts, seed, la
                                      ex_hi[i], base, seed, dst_batch[i], layer, thresholds[i, r], none, 0)
     flat = _run_offsets(take)
     out = np.empty(flat[n * num_rel], np.int64)
-    out_rel = np.empty(flat[n * num_rel] if typed else 0, etypes.dtype)
+    out_rel = np.empty(flat[n * num_rel], etypes.dtype)
     for i in nb.prange(n):
         base = np.int64(dst[i]) * num_nodes
         for r in range(num_rel):
             o = flat[i * num_rel + r]
             _labor_kept(indices, runs[i, r], runs[i, r + 1] - runs[i, r], ex_keys, ex_lo[i], ex_hi[i], base,
                         seed, dst_batch[i], layer, thresholds[i, r], out, o)
-            if typed:
-                for j in range(o, o + take[i, r]):
-                    out_rel[j] = r
+            for j in range(o, o + take[i, r]):
+                out_rel[j] = r
     return flat[::num_rel].copy(), out, out_rel
 
 
@@ -427,10 +469,15 @@ class NeighborSampler:
         self.indices = np.ascontiguousarray(indices)
         self.etypes = None if etypes is None else np.ascontiguousarray(etypes)
         self.feature_rows = int(feature_rows)
-        # a fanout per relation and layer (a homogeneous graph: one relation)
-        self.fanouts = tuple(np.broadcast_to(np.asarray(f, np.int64), (num_relations,)).copy() for f in fanouts)
-        if min((int(f.min()) for f in self.fanouts), default=0) < -1:
-            raise ValueError(f"fanouts {[np.asarray(f).tolist() for f in fanouts]}: expected "
+        if self.etypes is None:
+            self.fanouts = tuple(int(f) for f in fanouts)
+            low = min(self.fanouts, default=0)
+        else:
+            self.fanouts = tuple(np.broadcast_to(np.asarray(f, np.int64), (num_relations,)).copy()
+                                 for f in fanouts)
+            low = min((int(f.min()) for f in self.fanouts), default=0)
+        if low < -1:
+            raise ValueError(f"fanouts {[np.asarray(f).tolist() for f in self.fanouts]}: expected "
                              "-1 (all neighbours) or a count >= 0 per layer")
 
     def sample(self, seeds: np.ndarray, seed: int, batch_id: int = 0,
@@ -451,16 +498,24 @@ class NeighborSampler:
         nbatch = len(node_ptr) - 1
         batch_ids = np.arange(first_batch_id, first_batch_id + nbatch, dtype=np.int64)
         ex_ptr, ex_keys = exclusion_keys(exclude, len(self.indptr) - 1, nbatch)
-        etypes = _NO_ETYPES if self.etypes is None else self.etypes
         hops = []  # output layer first
         for layer in reversed(range(len(self.fanouts))):
             counts = np.diff(node_ptr)
             dst_batch = np.repeat(batch_ids, counts)
             dst_local = np.repeat(np.arange(nbatch, dtype=np.int64), counts)
             _check_destinations(self.indptr, self.indices, nodes)
-            hop = _sample_hop_labor if self.method == "labor" else _sample_hop
-            eptr, nbrs, rels = hop(self.indptr, self.indices, etypes, nodes, dst_batch, self.fanouts[layer], seed,
-                                   layer, dst_local, ex_ptr, ex_keys)
+            if self.method == "labor":
+                eptr, nbrs, rels = _sample_hop_labor(
+                    self.indptr, self.indices, _NO_ETYPES if self.etypes is None else self.etypes, nodes, dst_batch,
+                    np.atleast_1d(np.asarray(self.fanouts[layer], np.int64)), seed, layer, dst_local, ex_ptr, ex_keys)
+                rels = None if self.etypes is None else rels
+            elif self.etypes is None:
+                eptr, nbrs = _sample_hop(self.indptr, self.indices, nodes, dst_batch, self.fanouts[layer], seed,
+                                         layer, dst_local, ex_ptr, ex_keys)
+                rels = None
+            else:
+                eptr, nbrs, rels = _sample_hop_typed(self.indptr, self.indices, self.etypes, nodes, dst_batch,
+                                                     self.fanouts[layer], seed, layer, dst_local, ex_ptr, ex_keys)
             _check_sources(nbrs, len(self.indptr) - 1)
             new_ptr, new_nodes, esrc, edst = _relabel(nodes, node_ptr, eptr, nbrs)
             hops.append((node_ptr, new_ptr, eptr[node_ptr], esrc, edst, rels))
