@@ -13,9 +13,11 @@ stays low) while its authors' other papers tell the class (a relational GNN two 
 paper <- author <- paper, recovers it); flattening the relations mixes those signals with
 the weaker citations.
 
-Every part is a function of (seed, what, block): each relation draws from its own stream,
-features are generated in blocks of rows, so a preprocess can stream the `mag` preset
-(10M papers x 256 float16) without holding its features.
+Every part is a function of (seed, what, block): each relation draws its edges in blocks,
+each block from its own stream, and features are generated in blocks of rows, so a
+preprocess streams a relation (1.3 G citations for the `mag240m` preset) and the features
+without holding either; what stays in memory is a class per node (int16) and each type's
+nodes sorted by class (int32), the draws that join a class.
 """
 from __future__ import annotations
 
@@ -27,9 +29,11 @@ import numpy as np
 
 from gnnssd.storage_format import DatasetError, GraphSchema, NodeType
 
-from .base import relation_edges, reversed_relations
+from .base import reversed_relations
 
 FEATURE_BLOCK = 1 << 16  # rows generated per RNG stream: fixes the output whatever the chunking
+NODE_BLOCK = 1 << 20  # nodes per RNG stream of a per-node draw (first author, first institution)
+EDGE_BLOCK = 1 << 22  # edges per RNG stream of a relation's other drawn edges
 RELATIONS = (("paper", "cites", "paper"), ("author", "writes", "paper"),
              ("author", "affiliated_with", "institution"))
 REVERSES = {"cites": "cited_by", "writes": "written_by", "affiliated_with": "employs"}
@@ -82,7 +86,11 @@ PRESETS: dict[str, HeteroSpec] = {
                           train_fraction=1_112_392 / 121_751_666, valid_fraction=138_949 / 121_751_666,
                           test_fraction=146_818 / 121_751_666),
 }
-PRESET_DTYPES = {"mag": "float16", "mag240m": "float16"}
+# Half of MAG240M's papers and authors at its per-node rates (so half of each relation,
+# 1.73 G edges with reverses; 15.6 GB of features): what a machine with ~70 GB of free disk
+# preprocesses beside nothing else in about an hour
+PRESETS["mag240m-half"] = replace(PRESETS["mag240m"], papers=60_875_833, authors=61_191_556)
+PRESET_DTYPES = {"mag": "float16", "mag240m": "float16", "mag240m-half": "float16"}
 
 
 class HeteroSyntheticSource:
@@ -100,95 +108,137 @@ class HeteroSyntheticSource:
         self.feat_dim = spec.feat_dim
 
     def describe(self) -> dict[str, Any]:
-        return {"kind": "hetero-synthetic", **asdict(self.spec)}
+        # draws 2: edges drawn in blocks (relation_edge_chunks); a store of the earlier
+        # whole-relation draws is another graph, so a preprocess must not resume it
+        return {"kind": "hetero-synthetic", "draws": 2, **asdict(self.spec)}
+
+    def relation_edge_count(self, relation: int) -> int:
+        """Edges of relation `relation` (a reverse has its forward relation's count)."""
+        spec = self.spec
+        forward = relation % len(RELATIONS)
+        if forward == 0:
+            return int(spec.papers * spec.cites_per_paper)
+        if forward == 1:
+            return spec.papers + self._extra_authorships
+        if spec.institutions_per_author < 1:
+            return int(spec.authors * spec.institutions_per_author)
+        return spec.authors + int(spec.authors * (spec.institutions_per_author - 1))
 
     @property
     def num_edges(self) -> int:
         """Edges over every relation, reverses included (before repeats are dropped): what
         preprocess sizes its topology build and disk estimate by."""
-        spec = self.spec
-        cites = int(spec.papers * spec.cites_per_paper)
-        writes = spec.papers + int(spec.papers * max(spec.authors_per_paper - 1, 0))
-        affiliations = (int(spec.authors * spec.institutions_per_author) if spec.institutions_per_author < 1
-                        else spec.authors + int(spec.authors * (spec.institutions_per_author - 1)))
-        return (cites + writes + affiliations) * (2 if spec.add_reverse else 1)
+        return sum(self.relation_edge_count(r) for r in range(len(self.schema.relations)))
+
+    @property
+    def _extra_authorships(self) -> int:
+        return int(self.spec.papers * max(self.spec.authors_per_paper - 1, 0))
 
     def _rng(self, *what: int) -> np.random.Generator:
         return np.random.default_rng([self.spec.seed, *what])
 
     @cached_property
-    def _institution_class(self) -> np.ndarray:
-        return self._rng(1).integers(0, self.spec.classes, self.spec.institutions)
+    def _class_dtype(self) -> np.dtype:
+        return np.dtype(np.int16 if self.spec.classes < 2**15 else np.int32)
 
     @cached_property
-    def _affiliations(self) -> tuple[np.ndarray, np.ndarray]:
-        """(author, institution) type-local pairs: every author's first institution (which
-        sets the author's class), then extra ones so that authors average
-        `institutions_per_author`; below 1, only the first authors' first institutions are
-        edges (`_forward_edges`), as MAG240M lists an institution for a third of its authors."""
-        spec, rng = self.spec, self._rng(2)
-        first = rng.integers(0, spec.institutions, spec.authors)
-        extra = int(spec.authors * max(spec.institutions_per_author - 1, 0))
-        authors = np.concatenate([np.arange(spec.authors), rng.integers(0, spec.authors, extra)])
-        return authors, np.concatenate([first, rng.integers(0, spec.institutions, extra)])
+    def _institution_class(self) -> np.ndarray:
+        return self._rng(1).integers(0, self.spec.classes, self.spec.institutions).astype(self._class_dtype)
+
+    def _first_institutions(self, block: int, lo: int, hi: int) -> np.ndarray:
+        """Authors lo..hi-1's first institution (which sets the author's class)."""
+        return self._rng(2, 0, block).integers(0, self.spec.institutions, hi - lo)
+
+    def _first_authors(self, block: int, lo: int, hi: int) -> np.ndarray:
+        """Papers lo..hi-1's first author, Zipf-skewed: some authors are prolific."""
+        rng = self._rng(3, 0, block)
+        return (rng.zipf(1.8, hi - lo) - 1 + rng.integers(0, self.spec.authors, hi - lo)) % self.spec.authors
 
     @cached_property
     def _author_class(self) -> np.ndarray:
-        return self._institution_class[self._affiliations[1][: self.spec.authors]]
-
-    @cached_property
-    def _authorship(self) -> tuple[np.ndarray, np.ndarray]:
-        """(author, paper) type-local pairs: each paper's first author (Zipf-skewed: some
-        authors are prolific), then co-authors mostly of the first author's class."""
-        spec, rng = self.spec, self._rng(3)
-        first = (rng.zipf(1.8, spec.papers) - 1 + rng.integers(0, spec.authors, spec.papers)) % spec.authors
-        extra = int(spec.papers * max(spec.authors_per_paper - 1, 0))
-        papers = rng.integers(0, spec.papers, extra)
-        same = rng.random(extra) < spec.coauthor_homophily
-        coauthors = rng.integers(0, spec.authors, extra)
-        wanted = self._author_class[first[papers[same]]]
-        coauthors[same] = _member_of(self._by_class(self._author_class), wanted, rng)
-        return np.concatenate([first, coauthors]), np.concatenate([np.arange(spec.papers), papers])
+        return np.concatenate([self._institution_class[self._first_institutions(b, lo, hi)]
+                               for b, lo, hi in _blocks(self.spec.authors, NODE_BLOCK)])
 
     @cached_property
     def _paper_class(self) -> np.ndarray:
-        return self._author_class[self._authorship[0][: self.spec.papers]]
+        return np.concatenate([self._author_class[self._first_authors(b, lo, hi)]
+                               for b, lo, hi in _blocks(self.spec.papers, NODE_BLOCK)])
+
+    @cached_property
+    def _authors_by_class(self) -> tuple[np.ndarray, np.ndarray]:
+        return self._by_class(self._author_class)
+
+    @cached_property
+    def _papers_by_class(self) -> tuple[np.ndarray, np.ndarray]:
+        return self._by_class(self._paper_class)
 
     def _by_class(self, classes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(IDs sorted by class, start of each class in them; classes with no member
         borrow the whole range)."""
-        order = np.argsort(classes, kind="stable")
+        order = np.argsort(classes, kind="stable").astype(np.int32 if len(classes) < 2**31 else np.int64)
         starts = np.searchsorted(classes[order], np.arange(self.spec.classes + 1))
         return order, starts
 
-    def _citations(self) -> tuple[np.ndarray, np.ndarray]:
-        spec, rng = self.spec, self._rng(4)
-        count = int(spec.papers * spec.cites_per_paper)
-        citing = rng.integers(0, spec.papers, count)
-        cited = rng.integers(0, spec.papers, count)
-        same = rng.random(count) < spec.cite_homophily
-        cited[same] = _member_of(self._by_class(self._paper_class), self._paper_class[citing[same]], rng)
-        return cited, citing  # cited -> citing: the citing paper aggregates what it cites
+    def _affiliations(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """(author, institution) type-local pairs: every author's first institution, then
+        extra ones so that authors average `institutions_per_author`; below 1, only the
+        first authors' first institutions, as MAG240M lists an institution for a third of
+        its authors."""
+        spec = self.spec
+        listed = self.relation_edge_count(2)
+        for b, lo, hi in _blocks(min(spec.authors, listed), NODE_BLOCK):
+            yield np.arange(lo, hi), self._first_institutions(b, lo, hi)
+        for b, lo, hi in _blocks(listed - spec.authors, EDGE_BLOCK):
+            rng = self._rng(2, 1, b)
+            yield rng.integers(0, spec.authors, hi - lo), rng.integers(0, spec.institutions, hi - lo)
 
-    def load_relation_edges(self, relation: int) -> tuple[np.ndarray, np.ndarray]:
-        """(src, dst) global IDs of relation `relation` (reverses: the forward pairs swapped)."""
-        return relation_edges(relation, len(RELATIONS), self._forward_edges)
+    def _authorship(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """(author, paper) type-local pairs: each paper's first author, then co-authors
+        mostly of the first author's class (the paper's)."""
+        spec = self.spec
+        for b, lo, hi in _blocks(spec.papers, NODE_BLOCK):
+            yield self._first_authors(b, lo, hi), np.arange(lo, hi)
+        for b, lo, hi in _blocks(self._extra_authorships, EDGE_BLOCK):
+            rng = self._rng(3, 1, b)
+            papers = rng.integers(0, spec.papers, hi - lo)
+            same = rng.random(hi - lo) < spec.coauthor_homophily
+            coauthors = rng.integers(0, spec.authors, hi - lo)
+            coauthors[same] = _member_of(self._authors_by_class, self._paper_class[papers[same]], rng)
+            yield coauthors, papers
 
-    def _forward_edges(self, forward: int) -> tuple[np.ndarray, np.ndarray]:
-        if forward == 0:
-            src_local, dst_local = self._citations()  # not kept: the largest relation
-        else:
-            src_local, dst_local = self._authorship if forward == 1 else self._affiliations
-            if forward == 2 and self.spec.institutions_per_author < 1:
-                listed = int(self.spec.authors * self.spec.institutions_per_author)
-                src_local, dst_local = src_local[:listed], dst_local[:listed]
+    def _citations(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """(cited, citing) type-local pairs: the citing paper aggregates what it cites."""
+        spec = self.spec
+        for b, lo, hi in _blocks(self.relation_edge_count(0), EDGE_BLOCK):
+            rng = self._rng(4, b)
+            citing = rng.integers(0, spec.papers, hi - lo)
+            cited = rng.integers(0, spec.papers, hi - lo)
+            same = rng.random(hi - lo) < spec.cite_homophily
+            cited[same] = _member_of(self._papers_by_class, self._paper_class[citing[same]], rng)
+            yield cited, citing
+
+    def relation_edge_chunks(self, relation: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Relation `relation`'s (src, dst) global IDs, block by block (each block its own
+        stream, so the edges are the same however they are consumed; reverses: the forward
+        pairs swapped)."""
+        forward = relation % len(RELATIONS)
         src_type, _, dst_type = RELATIONS[forward]
         offsets = self.schema.offsets
-        return (src_local.astype(np.int64) + offsets[self.schema.type_id(src_type)],
-                dst_local.astype(np.int64) + offsets[self.schema.type_id(dst_type)])
+        src_offset = offsets[self.schema.type_id(src_type)]
+        dst_offset = offsets[self.schema.type_id(dst_type)]
+        for src, dst in (self._citations, self._authorship, self._affiliations)[forward]():
+            src, dst = src.astype(np.int64) + src_offset, dst.astype(np.int64) + dst_offset
+            yield (src, dst) if relation < len(RELATIONS) else (dst, src)
+
+    def load_relation_edges(self, relation: int) -> tuple[np.ndarray, np.ndarray]:
+        """(src, dst) global IDs of relation `relation`, whole."""
+        chunks = list(self.relation_edge_chunks(relation))
+        if not chunks:
+            return np.empty(0, np.int64), np.empty(0, np.int64)
+        return np.concatenate([s for s, _ in chunks]), np.concatenate([d for _, d in chunks])
 
     def load_labels(self) -> np.ndarray:
-        labels = np.full(self.num_nodes, -1, np.int64)
+        labels = np.full(self.num_nodes, -1, self._class_dtype)
         labels[: self.spec.papers] = self._paper_class
         return labels
 
@@ -215,6 +265,12 @@ class HeteroSyntheticSource:
             rows = self._centroids[labels[lo:hi]] + self.spec.noise * noise
             yield rows[row - lo:]
             row = hi
+
+
+def _blocks(total: int, size: int) -> Iterator[tuple[int, int, int]]:
+    """(block, lo, hi) of `total` items in blocks of `size` (none when total <= 0)."""
+    for block, lo in enumerate(range(0, max(total, 0), size)):
+        yield block, lo, min(lo + size, total)
 
 
 def _member_of(by_class: tuple[np.ndarray, np.ndarray], wanted: np.ndarray, rng: np.random.Generator) -> np.ndarray:

@@ -57,6 +57,11 @@ class TypedSource(DatasetSource, Protocol):
     def load_relation_edges(self, relation: int) -> tuple[np.ndarray, np.ndarray]:
         """(src, dst) global node IDs of the edges of `schema.relations[relation]`."""
 
+    # Optional, for relations too large to load whole: `relation_edge_chunks(relation)`
+    # yields the same edges as consecutive (src, dst) chunks, and
+    # `relation_edge_count(relation) -> int` says how many there are; the out-of-core
+    # typed build then streams the relation.
+
 
 def schema_of(source: DatasetSource) -> GraphSchema:
     """The source's schema; a plain DatasetSource is one node type and one relation."""
@@ -76,9 +81,14 @@ def edge_chunks(source: DatasetSource, chunk_edges: int) -> Iterator[tuple[np.nd
     if stream is not None:
         yield from stream(chunk_edges)
         return
-    src, dst = (np.asarray(a) for a in source.load_edges())
+    yield from sliced_edges(*(np.asarray(a) for a in source.load_edges()), chunk_edges)
+
+
+def sliced_edges(src: np.ndarray, dst: np.ndarray, chunk_edges: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(src, dst) as consecutive chunks of up to `chunk_edges` (arrays of other shapes as
+    they are, for the caller's checks to report)."""
     if src.shape != dst.shape or src.ndim != 1:
-        yield src, dst  # the caller's checks report the shapes
+        yield src, dst
         return
     for lo in range(0, src.shape[0], chunk_edges):
         yield src[lo:lo + chunk_edges], dst[lo:lo + chunk_edges]

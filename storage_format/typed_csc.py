@@ -32,7 +32,7 @@ from .errors import DatasetError
 from .link_split import LinkSplit, held_out_mask
 from .mapping import release_pages
 from .schema import GraphSchema
-from .source import TypedSource
+from .source import TypedSource, sliced_edges
 
 Notify = Callable[[str, int, int], None]
 
@@ -54,9 +54,14 @@ def _interleave(indptrs, cat, starts, out_indptr, out_indices, out_etypes):
 def checked_relation_edges(source: TypedSource, schema: GraphSchema, r: int) -> tuple[np.ndarray, np.ndarray]:
     """Relation r's (src, dst), checked: integer 1-D arrays of equal length whose ends
     are nodes of the relation's source and destination types (in the index dtype)."""
+    return _checked_pair(source, schema, r, *(np.asarray(a) for a in source.load_relation_edges(r)))
+
+
+def _checked_pair(source: TypedSource, schema: GraphSchema, r: int, src: np.ndarray, dst: np.ndarray,
+                  first: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """checked_relation_edges' checks on relation r's edges first.. (a chunk of them)."""
     offsets = schema.offsets
     src_type, name, dst_type = schema.relations[r]
-    src, dst = (np.asarray(a) for a in source.load_relation_edges(r))
     if src.shape != dst.shape or src.ndim != 1:
         raise DatasetError(f"{source.name}: relation {name!r} has endpoint arrays of shapes "
                            f"{src.shape} and {dst.shape}, expected two equal 1-D arrays")
@@ -68,10 +73,27 @@ def checked_relation_edges(source: TypedSource, schema: GraphSchema, r: int) -> 
         lo, hi = offsets[t], offsets[t + 1]
         bad = np.flatnonzero((ends < lo) | (ends >= hi))
         if bad.size:
-            raise DatasetError(f"{source.name}: relation {name!r} edge {bad[0]} has {side} "
+            raise DatasetError(f"{source.name}: relation {name!r} edge {first + bad[0]} has {side} "
                                f"{ends[bad[0]]}, not a {ntype!r} node ({lo}..{hi - 1})")
     dtype = index_dtype(schema.num_nodes)
     return src.astype(dtype, copy=False), dst.astype(dtype, copy=False)
+
+
+def _relation_stream(source: TypedSource, schema: GraphSchema,
+                     r: int) -> tuple[Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]], int]:
+    """(a function yielding relation r's checked edges in chunks of up to
+    RELATION_CHUNK_EDGES, their count): streamed from the source when it streams the
+    relation (only a chunk in memory), else sliced from the whole arrays, loaded here once."""
+    if hasattr(source, "relation_edge_chunks"):
+        def streamed() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+            first = 0
+            for chunk in source.relation_edge_chunks(r):
+                for src, dst in sliced_edges(*(np.asarray(a) for a in chunk), RELATION_CHUNK_EDGES):
+                    yield _checked_pair(source, schema, r, src, dst, first)
+                    first += len(src)
+        return streamed, int(source.relation_edge_count(r))
+    src, dst = checked_relation_edges(source, schema, r)
+    return partial(sliced_edges, src, dst, RELATION_CHUNK_EDGES), len(src)
 
 
 def _check_fits(source: TypedSource, needed: int, memory_limit: int, what: str) -> None:
@@ -146,8 +168,9 @@ def typed_csc_to_files(source: TypedSource, notify: Notify, bucket_edges: int | 
     to the .npy files `indices_path` and `etypes_path` and returned mapped. `scratch` holds
     each relation's CSC (recorded once complete, so a killed build resumes at the relation,
     inside one at its bucket) and is removed at the end. `bucket_edges` as external_csc's.
-    One relation's edges are in memory at a time, as the source gives them (TypedSource
-    loads a relation whole); its sort and the interleave are out of core."""
+    A relation's edges are streamed from the source when it streams them
+    (relation_edge_chunks: a chunk in memory at a time), else loaded one relation at a
+    time; its sort and the interleave are out of core."""
     schema = source.schema
     n, num_rel = schema.num_nodes, len(schema.relations)
     dtype = index_dtype(n)
@@ -155,11 +178,11 @@ def typed_csc_to_files(source: TypedSource, notify: Notify, bucket_edges: int | 
     scratch.mkdir(parents=True, exist_ok=True)
     done = _typed_state(scratch)
     for r in range(done, num_rel):
-        src, dst = checked_relation_edges(source, schema, r)
-        chunks = partial(_relation_chunks, src, dst, n, link, store_id)
+        edges, count = _relation_stream(source, schema, r)
+        chunks = partial(_relation_chunks, edges, n, link, store_id)
         indptr, _ = external_csc(chunks, n, False, bucket_edges, scratch / f"relation-{r}",
-                                 scratch / f"indices-{r}.npy", expected_edges=len(src), progress=notify)
-        del src, dst, chunks
+                                 scratch / f"indices-{r}.npy", expected_edges=count, progress=notify)
+        del edges, chunks
         np.save(scratch / f"indptr-{r}.npy", indptr)
         del indptr
         _typed_record(scratch, r + 1)
@@ -170,12 +193,12 @@ def typed_csc_to_files(source: TypedSource, notify: Notify, bucket_edges: int | 
     return indptr, np.load(indices_path, mmap_mode="r"), np.load(etypes_path, mmap_mode="r")
 
 
-def _relation_chunks(src: np.ndarray, dst: np.ndarray, n: int, link: LinkSplit | None,
+def _relation_chunks(edges: Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]], n: int, link: LinkSplit | None,
                      store_id: np.ndarray | None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """A relation's edges in chunks of RELATION_CHUNK_EDGES, the link split's held-out
-    pairs left out and, with `store_id`, relabelled."""
-    for lo in range(0, len(src), RELATION_CHUNK_EDGES):
-        s, d = _kept((src[lo:lo + RELATION_CHUNK_EDGES], dst[lo:lo + RELATION_CHUNK_EDGES]), n, link)
+    """A relation's checked edge chunks with the link split's held-out pairs left out
+    and, with `store_id`, relabelled."""
+    for chunk in edges():
+        s, d = _kept(chunk, n, link)
         yield (s, d) if store_id is None else (store_id[s], store_id[d])
 
 

@@ -300,7 +300,7 @@ def build_parser() -> argparse.ArgumentParser:
     synthetic.add_argument("--seed", type=int)
     hetero = sources.add_parser("hetero-synthetic", help="generated MAG240M-like heterogeneous graph "
                                 "(papers, authors, institutions)")
-    hetero.add_argument("--preset", default="mag-small", help="mag-small, mag or mag240m (datasets/README.md)")
+    hetero.add_argument("--preset", default="mag-small", help="mag-small, mag, mag240m or mag240m-half (datasets/README.md)")
     hetero.add_argument("--papers", type=int, help="papers (default: the preset's)")
     hetero.add_argument("--seed", type=int)
     hetero.add_argument("--no-reverse", action="store_true",

@@ -18,7 +18,7 @@ from gnnssd.datasets.synthetic import PRESET_DTYPES
 from tests.conftest import REPO
 
 CONFIGS = REPO / "datasets" / "configs"
-SHIPPED = ["papers", "papers-mini", "mag", "mag240m"]
+SHIPPED = ["papers", "papers-mini", "mag", "mag240m", "mag240m-half"]
 
 
 def _preprocess_command(path):

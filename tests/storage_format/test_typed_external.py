@@ -85,3 +85,49 @@ def test_the_out_of_core_typed_build_resumes_after_a_kill_in_any_step(tmp_path, 
     assert not out.exists()
     write_store(out, _source(), **kwargs)
     assert _files(out) == _files(reference)
+
+
+class _LoadedWhole:
+    """A source that loads each relation whole (no relation_edge_chunks stream)."""
+
+    def __init__(self, source):
+        self._source = source
+
+    def __getattr__(self, name):
+        if name in ("relation_edge_chunks", "relation_edge_count"):
+            raise AttributeError(name)
+        return getattr(self._source, name)
+
+
+class _BadSecondChunk(_LoadedWhole):
+    """A streamed relation whose second chunk has a source outside its type."""
+
+    def relation_edge_count(self, r):
+        return self._source.relation_edge_count(r)
+
+    def relation_edge_chunks(self, r):
+        for i, (src, dst) in enumerate(self._source.relation_edge_chunks(r)):
+            if i == 1:
+                src = src.copy()
+                src[5] = self.schema.offsets[-1]  # one past the last node
+            yield src, dst
+
+
+def _build(source, folder):
+    return typed_csc_to_files(source, lambda *a: None, 700, folder / "scratch", folder / "indices.npy",
+                              folder / "etypes.npy")
+
+
+def test_a_relation_loaded_whole_builds_what_the_stream_builds(tmp_path, small_chunks):
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    for a, b in zip(_build(_source(), tmp_path / "a"), _build(_LoadedWhole(_source()), tmp_path / "b")):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_bad_edge_in_a_streamed_chunk_is_named_by_its_place_in_the_relation(tmp_path, monkeypatch):
+    from gnnssd.datasets import hetero_synthetic
+    from gnnssd.storage_format import DatasetError
+    monkeypatch.setattr(hetero_synthetic, "NODE_BLOCK", 600)  # cites: 1500 papers x 10 in blocks of 4096
+    monkeypatch.setattr(hetero_synthetic, "EDGE_BLOCK", 4096)
+    with pytest.raises(DatasetError, match=r"relation 'cites' edge 4101 has source \d+, not a 'paper' node"):
+        _build(_BadSecondChunk(_source()), tmp_path)
