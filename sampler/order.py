@@ -7,12 +7,15 @@ mega-batch's rows dense on disk.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numba as nb
 import numpy as np
 
 from gnnssd.storage_format import release_pages
+
+if TYPE_CHECKING:
+    import scipy.sparse
 
 
 @nb.njit(cache=True)
@@ -203,7 +206,7 @@ def locality_order(
     return order
 
 
-def _symmetric(indptr: np.ndarray, indices: np.ndarray) -> "scipy.sparse.csr_matrix":
+def _symmetric(indptr: np.ndarray, indices: np.ndarray) -> scipy.sparse.csr_matrix:
     """The undirected graph (A + A^T) as a boolean scipy CSR matrix."""
     import scipy.sparse as sp
 
