@@ -12,7 +12,11 @@ from .atomic import crc32_of_file
 from .disk_space import _writing
 from . import features
 from .manifest import FEATURES, PAGE, PAGE_CHECKSUMS
+from .mapping import npy_header
 from .page_crc import page_crc32c
+
+#: Entries widened at a time when a narrow array is saved in a wider dtype.
+WIDEN_CHUNK = 1 << 22
 
 
 def _maps(array: np.ndarray, path: Path) -> bool:
@@ -20,13 +24,22 @@ def _maps(array: np.ndarray, path: Path) -> bool:
     return isinstance(array, np.memmap) and Path(array.filename or "").resolve() == path.resolve()
 
 
-def _save_array(path: Path, array: np.ndarray) -> dict[str, int]:
+def _save_array(path: Path, array: np.ndarray, dtype: np.dtype | None = None) -> dict[str, int]:
+    """`array` as the .npy file `path` (fsynced; its size and CRC32), in `dtype` when
+    given: a 1-D array held narrow is widened a chunk at a time, not whole."""
     if _maps(array, path):
         with open(path, "rb") as f:  # written out of core by an earlier step: already a .npy
             os.fsync(f.fileno())
         return {"size": path.stat().st_size, "crc32": crc32_of_file(path)}
     with _writing(path, f"the array {path.stem}"), open(path, "wb") as f:
-        np.save(f, np.ascontiguousarray(array))
+        if dtype is None or array.dtype == dtype:
+            np.save(f, np.ascontiguousarray(array))
+        elif array.ndim != 1:  # a link split's negatives: small
+            np.save(f, array.astype(dtype))
+        else:
+            f.write(npy_header(np.dtype(dtype), array.shape[0]))
+            for lo in range(0, array.shape[0], WIDEN_CHUNK):
+                f.write(array[lo:lo + WIDEN_CHUNK].astype(dtype).data)
         f.flush()
         os.fsync(f.fileno())
     return {"size": path.stat().st_size, "crc32": crc32_of_file(path)}

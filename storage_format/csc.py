@@ -6,6 +6,8 @@ what DGL's in-edge sampler samples from.
 """
 from __future__ import annotations
 
+import contextlib
+
 import os
 from pathlib import Path
 from typing import Callable
@@ -131,20 +133,22 @@ def bucket_bounds(indptr: np.ndarray, bucket_edges: int) -> np.ndarray:
 
 
 @numba.njit(cache=True, nogil=True)
-def _group_by_window(indptr, indices, first, last, window, inv, out, starts):
-    """The renumbered sources of old rows first..last-1, grouped by the window of each
-    row's new position (window[k] for row first + k), rows in old order inside a group;
-    `starts` (windows + 1) receives each group's offset in `out`."""
+def _group_by_window(indptr, values, first, last, window, out, starts):
+    """The values of old rows first..last-1's edges (values[e - indptr[first]] is edge
+    e's), grouped by the window of each row's new position (window[k] for row first + k),
+    rows in old order inside a group; `starts` (windows + 1) receives each group's offset
+    in `out`."""
     starts[:] = 0
     for v in range(first, last):
         starts[window[v - first] + 1] += indptr[v + 1] - indptr[v]
     for w in range(starts.shape[0] - 1):
         starts[w + 1] += starts[w]
     cursor = starts[:-1].copy()
+    base = indptr[first]
     for v in range(first, last):
         w = window[v - first]
         for e in range(indptr[v], indptr[v + 1]):
-            out[cursor[w]] = inv[indices[e]]
+            out[cursor[w]] = values[e - base]
             cursor[w] += 1
 
 
@@ -164,14 +168,20 @@ def _place_rows(rows, indptr, new_start, data, out):
 
 def renumber_csc_to_file(indptr: np.ndarray, indices: np.ndarray, perm: np.ndarray,
                          inv: np.ndarray, out: Path, chunk_edges: int,
-                         progress: Callable[[int, int], None]) -> tuple[np.ndarray, np.ndarray]:
+                         progress: Callable[[int, int], None], etypes: np.ndarray | None = None,
+                         etypes_out: Path | None = None) -> tuple[np.ndarray, np.ndarray]:
     """`renumber_csc` with the new indices written to the .npy file `out` (returned
     mapped), in two sequential passes, as the feature rows are reordered: the new rows are
     cut into windows of about `chunk_edges` edges; pass 1 reads the old indices in order
     and appends each row, renumbered, to its window's file (beside `out`); pass 2 sorts
     each window's rows into place and appends the window to `out`. Memory: indptr, inv and
     a chunk; the old indices' mapped pages are released after every chunk (random reads of
-    old rows would keep the whole file resident). `inv` in the indices' dtype costs no copy."""
+    old rows would keep the whole file resident). `inv` in the indices' dtype costs no copy.
+
+    With `etypes` (a typed graph's relation of every edge) each row is sorted by
+    (relation, new source), as the typed topology keeps it, and the relations are written
+    to `etypes_out`: the window files then hold relation * N + source as int64."""
+    n = indptr.shape[0] - 1
     new_indptr = _renumbered_indptr(indptr, perm)
     total = int(new_indptr[-1])
     chunk_edges = max(chunk_edges, -(-total // MAX_WINDOWS), 1)
@@ -181,35 +191,54 @@ def renumber_csc_to_file(indptr: np.ndarray, indices: np.ndarray, perm: np.ndarr
         stale.unlink()
     paths = [out.with_name(f"{out.name}.window-{w}") for w in range(windows)]
     small_inv = inv if inv.dtype == indices.dtype else inv.astype(indices.dtype)
+    key_dtype = indices.dtype if etypes is None else np.dtype(np.int64)
     old_bounds = bucket_bounds(np.asarray(indptr), chunk_edges)
     steps = len(old_bounds) - 1 + windows
     files = [open(path, "wb") for path in paths]
     try:
         starts = np.empty(windows + 1, np.int64)
         for k, (lo, hi) in enumerate(zip(old_bounds[:-1].tolist(), old_bounds[1:].tolist())):
+            a, b = int(indptr[lo]), int(indptr[hi])
+            values = small_inv[np.asarray(indices[a:b])]
+            if etypes is not None:
+                values = np.asarray(etypes[a:b]).astype(np.int64) * n + values
             window = np.searchsorted(bounds, small_inv[lo:hi], side="right") - 1
-            grouped = np.empty(int(indptr[hi] - indptr[lo]), dtype=indices.dtype)
-            _group_by_window(indptr, indices, lo, hi, window, small_inv, grouped, starts)
+            grouped = np.empty(b - a, dtype=key_dtype)
+            _group_by_window(indptr, values, lo, hi, window, grouped, starts)
+            del values
             for w in np.flatnonzero(np.diff(starts)).tolist():
                 files[w].write(grouped[starts[w]:starts[w + 1]].data)
             release_pages(indices)
+            if etypes is not None:
+                release_pages(etypes)
             progress(k + 1, steps)
     finally:
         for f in files:
             f.close()
-    with open(out, "wb") as f:
+    with contextlib.ExitStack() as stack:
+        f = stack.enter_context(open(out, "wb"))
         f.write(npy_header(indices.dtype, total))
+        g = None
+        if etypes is not None:
+            g = stack.enter_context(open(etypes_out, "wb"))
+            g.write(npy_header(etypes.dtype, total))
         for w, path in enumerate(paths):
             lo, hi = int(bounds[w]), int(bounds[w + 1])
             # the window's old rows ascending (the order of its file) and their new positions
             by_old = np.argsort(perm[lo:hi], kind="stable")
             rows = np.asarray(perm[lo:hi])[by_old]
-            part = np.empty(int(new_indptr[hi] - new_indptr[lo]), dtype=indices.dtype)
+            part = np.empty(int(new_indptr[hi] - new_indptr[lo]), dtype=key_dtype)
             _place_rows(rows, np.asarray(indptr), new_indptr[lo + by_old] - new_indptr[lo],
-                        np.fromfile(path, dtype=indices.dtype), part)
-            f.write(part.data)
+                        np.fromfile(path, dtype=key_dtype), part)
+            if g is None:
+                f.write(part.data)
+            else:
+                f.write((part % n).astype(indices.dtype).data)
+                g.write((part // n).astype(etypes.dtype).data)
             path.unlink()
             progress(len(old_bounds) - 1 + w + 1, steps)
-        f.flush()
-        os.fsync(f.fileno())
+        for written in (f, g):
+            if written is not None:
+                written.flush()
+                os.fsync(written.fileno())
     return new_indptr, np.load(out, mmap_mode="r")

@@ -36,7 +36,8 @@ def _checked_labels(source: DatasetSource) -> np.ndarray:
         labels = np.where(np.isnan(labels), -1, labels)
     elif labels.dtype.kind not in "iub":
         raise DatasetError(f"{source.name}: labels have dtype {labels.dtype}, expected integers")
-    labels = labels.astype(np.int64)
+    if labels.dtype.kind != "i":  # signed labels are checked as given (int16: no int64 copy)
+        labels = labels.astype(np.int64)
     bad = np.flatnonzero(labels < -1)
     if bad.size:
         raise DatasetError(f"{source.name}: label {labels[bad[0]]} of node {bad[0]} is out of "

@@ -32,9 +32,9 @@ CHUNK_EDGES = 1 << 20
 #: The smallest bucket of the out-of-core topology build, whatever the memory limit.
 MIN_BUCKET_EDGES = 1 << 16
 #: Topology files of unfinished steps, in the partial folder (gone from a finished store).
-CSC_INDPTR, CSC_INDICES = "csc.indptr.npy", "csc.indices.npy"
+CSC_INDPTR, CSC_INDICES, CSC_ETYPES = "csc.indptr.npy", "csc.indices.npy", "csc.etypes.npy"
 ORDER_PERM, STORE_INDPTR = "order.perm.npy", "topology.indptr.npy"
-TOPOLOGY_STAGING = (CSC_INDPTR, CSC_INDICES, ORDER_PERM, STORE_INDPTR)
+TOPOLOGY_STAGING = (CSC_INDPTR, CSC_INDICES, CSC_ETYPES, ORDER_PERM, STORE_INDPTR)
 #: Edges renumbered per chunk when the topology is laid out in the store's order.
 RENUMBER_CHUNK_EDGES = 1 << 26
 
@@ -55,16 +55,14 @@ def _store_topology(partial: Path, source: DatasetSource, order: str | Permutati
         with _step(steps, "order"):
             perm = _resumable_order(partial, order, indptr, indices, train_idx,
                                     None if schema.is_homogeneous else schema.offsets)
-        if schema.is_homogeneous or name == "original":
-            with _step(steps, "renumber"):
-                _renumber(partial, name, indptr, indices, perm, _inverse(perm, indices.dtype), limit, notify)
-            del indptr, indices
-        else:
-            del indptr, indices, perm  # the typed topology is rebuilt from the edges, in memory
-            with _step(steps, "renumber"):
-                _renumber_typed(partial, source, link, limit, notify)
-    perm = np.arange(source.num_nodes, dtype=np.int64) if name == "original" else np.load(partial / ORDER_PERM)
-    return (name, perm, _inverse(perm), np.load(partial / STORE_INDPTR),
+        etypes = None if schema.is_homogeneous else np.load(partial / CSC_ETYPES, mmap_mode="r")
+        with _step(steps, "renumber"):
+            _renumber(partial, name, indptr, indices, etypes, perm, _inverse(perm, indices.dtype), limit, notify)
+        del indptr, indices, etypes
+    dtype = index_dtype(source.num_nodes)
+    perm = np.arange(source.num_nodes, dtype=dtype) if name == "original" else np.load(partial / ORDER_PERM)
+    perm = perm.astype(dtype, copy=False)
+    return (name, perm, _inverse(perm, dtype), np.load(partial / STORE_INDPTR),
             np.load(partial / "indices.npy", mmap_mode="r"))
 
 
@@ -80,7 +78,8 @@ def _resumable_csc(partial: Path, source: DatasetSource, link: LinkSplit | None,
     if not state_of(partial, "csc")["done"]:
         if not schema_of(source).is_homogeneous:
             indptr, indices, etypes = _typed_topology(partial, source, limit, notify, link, partial / CSC_INDICES)
-            _save_array(partial / f"{ETYPES}.npy", etypes)
+            if not _maps(etypes, partial / CSC_ETYPES):
+                _save_array(partial / CSC_ETYPES, etypes)
             del etypes
         elif link is None:
             indptr, indices = _checked_csc(source, limit, partial, notify)
@@ -105,59 +104,47 @@ def _resumable_order(partial: Path, order: str | Permutation, indptr: np.ndarray
     return np.load(partial / ORDER_PERM)
 
 
-def _renumber(partial: Path, order: str, indptr: np.ndarray, indices: np.ndarray,
+def _renumber(partial: Path, order: str, indptr: np.ndarray, indices: np.ndarray, etypes: np.ndarray | None,
               perm: np.ndarray, inv: np.ndarray, limit: int,
               notify: Callable[[str, int, int], None]) -> None:
-    """Write the topology in store order: indices.npy in the partial folder (renumbered
-    out of core, or the source-order file linked when the order is the original)."""
-    final = partial / "indices.npy"
-    final.unlink(missing_ok=True)  # from an earlier attempt at this step
+    """Write the topology in store order: indices.npy (and a typed graph's etypes.npy) in
+    the partial folder, renumbered out of core (each row sorted by relation, then source),
+    or the source-order files linked when the order is the original."""
+    final, final_etypes = partial / "indices.npy", partial / f"{ETYPES}.npy"
+    for path in (final, final_etypes):
+        path.unlink(missing_ok=True)  # from an earlier attempt at this step
     if order == "original":
         new_indptr = indptr
         os.link(partial / CSC_INDICES, final)
+        if etypes is not None:
+            os.link(partial / CSC_ETYPES, final_etypes)
     else:
-        # pass 1 holds a chunk and the old indices' pages it mapped; pass 2 a window and its
-        # file; beside them the new indptr (node-sized, made inside) is counted here
+        # pass 1 holds a chunk (its values and their grouping) and the old pages it mapped;
+        # pass 2 a window and its file; beside them the new indptr (node-sized, made
+        # inside) is counted here. A typed graph's values are int64 keys (relation, source).
         spare = spare_memory(limit) - indptr.nbytes
-        chunk = min(RENUMBER_CHUNK_EDGES, max(1 << 16, spare // (4 * indices.dtype.itemsize)))
+        value_bytes = indices.dtype.itemsize if etypes is None else 8
+        chunk = min(RENUMBER_CHUNK_EDGES, max(1 << 16, spare // (5 * value_bytes)))
         new_indptr, _ = renumber_csc_to_file(indptr, indices, perm, inv, final, chunk,
-                                             lambda done, total: notify("renumber", done, total))
+                                             lambda done, total: notify("renumber", done, total),
+                                             etypes, final_etypes)
     _save_array(partial / STORE_INDPTR, new_indptr)
     record(partial, "renumber", {"done": 1})
-    (partial / CSC_INDICES).unlink()
-
-
-def _renumber_typed(partial: Path, source: DatasetSource, link: LinkSplit | None, limit: int,
-                    notify: Callable[[str, int, int], None]) -> None:
-    """The typed topology in store order: built again from the source's edges with each
-    end relabelled (its relation runs and their source order hold in the new IDs; the link
-    split's held-out pairs left out as in the source-order build), as
-    indices.npy and etypes.npy (the source-order ones replaced) of the partial folder.
-    Peak memory: the source-order build's, the relabelling being dropped before the
-    interleave (typed_csc)."""
-    dtype = index_dtype(schema_of(source).num_nodes)
-    # no name here holds the relabelling: typed_csc takes it out of the list and drops it
-    indptr, indices, etypes = _typed_topology(partial, source, limit, notify, link, partial / "indices.npy",
-                                              relabel=[_inverse(np.load(partial / ORDER_PERM), dtype)])
-    for path, array in ((partial / "indices.npy", indices), (partial / f"{ETYPES}.npy", etypes),
-                        (partial / STORE_INDPTR, indptr)):
-        _save_array(path, array)
-    record(partial, "renumber", {"done": 1})
-    (partial / CSC_INDICES).unlink()
+    for staged in (CSC_INDICES, CSC_ETYPES):
+        (partial / staged).unlink(missing_ok=True)
 
 
 def _typed_topology(partial: Path, source: DatasetSource, limit: int, notify: Callable[[str, int, int], None],
-                    link: LinkSplit | None, indices_path: Path,
-                    relabel: list[np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                    link: LinkSplit | None, indices_path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """typed_csc in memory when its arrays fit `limit` (or the source does not say how
     many edges it has), else built out of core relation by relation (typed_csc_to_files:
-    the same arrays, indices written to `indices_path` and etypes to etypes.npy)."""
+    the same arrays, indices written to `indices_path` and etypes to CSC_ETYPES)."""
     schema = schema_of(source)
     n, edges = schema.num_nodes, edge_count(source)
     in_memory = (len(schema.relations) * (n + 1) * 8 + RUNTIME_BYTES
                  + (edges or 0) * (2 * index_dtype(n).itemsize + schema.etype_dtype().itemsize))
     if edges is None or in_memory <= limit:
-        return typed_csc(source, notify, limit, relabel=relabel, link=link)
+        return typed_csc(source, notify, limit, link=link)
     log.info("%s: %d edges exceed the memory limit of %d bytes: sorting each relation out of core",
              source.name, edges, limit)
 
@@ -167,7 +154,7 @@ def _typed_topology(partial: Path, source: DatasetSource, limit: int, notify: Ca
         return max(MIN_BUCKET_EDGES, spare // (BUCKET_IDS_PER_EDGE * index_dtype(n).itemsize))
 
     return typed_csc_to_files(source, notify, bucket_edges, partial / "relation-buckets", indices_path,
-                              partial / f"{ETYPES}.npy", relabel=relabel, link=link)
+                              partial / CSC_ETYPES, link=link)
 
 
 def _link_split(source: DatasetSource, edge_split: tuple[float, float, float] | None,

@@ -5,12 +5,13 @@ Each relation's edges become a CSC of their own (the homogeneous builder), check
 the relation's source and destination types; the per-relation CSCs are then interleaved
 node by node, so each node's in-edges are grouped by relation (in the schema's order) and
 sorted by source within a relation: the sampler finds a relation's neighbours of a node
-as one contiguous run. A store in another node order is built the same way from the
-relabelled endpoints, so the grouping and sorting hold in the store's IDs.
+as one contiguous run. A store in another node order renumbers this CSC through window
+files (csc.renumber_csc_to_file with the relations), each row sorted again by (relation,
+source) in the store's IDs.
 
 Beyond memory (`typed_csc_to_files`) each relation goes through the homogeneous
 out-of-core build (csc_external: a bucketed external sort of its edges, streamed in
-chunks, relabelled and filtered chunk by chunk) into files of its own, and the
+chunks, filtered chunk by chunk) into files of its own, and the
 interleave runs a range of nodes at a time over those files, mapped: memory is one
 relation's offsets, a bucket and a node range's edges, and the result is byte-identical.
 """
@@ -113,33 +114,25 @@ def _kept(edges: tuple[np.ndarray, np.ndarray], n: int, link: LinkSplit | None) 
 
 
 def typed_csc(source: TypedSource, notify: Notify, memory_limit: int | None = None,
-              relabel: list[np.ndarray] | None = None,
               link: LinkSplit | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(indptr, indices, etypes) of the source's graph in its own node IDs, or with
-    `relabel` ([store_id], store_id[v] of every source ID v, in the index dtype) in
-    those; repeated edges of one relation are kept once, the same pair in two relations
-    once per relation; the valid and test pairs of `link` (source IDs) are left out of
-    every relation, both directions. Built in memory: refused (before the step that would
-    pass it) when it needs more than `memory_limit` bytes. The relabelling is taken out of
-    its list once the relations are read, so it is gone before the interleave's peak."""
+    """(indptr, indices, etypes) of the source's graph in its own node IDs; repeated
+    edges of one relation are kept once, the same pair in two relations once per
+    relation; the valid and test pairs of `link` (source IDs) are left out of every
+    relation, both directions. Built in memory: refused (before the step that would pass
+    it) when it needs more than `memory_limit` bytes."""
     schema = source.schema
     n = schema.num_nodes
     limit = memory_limit or np.iinfo(np.int64).max
-    store_id = relabel.pop() if relabel else None
-    relabel_bytes = 0 if store_id is None else store_id.nbytes
-    _check_fits(source, len(schema.relations) * (n + 1) * 8 + relabel_bytes, limit, "the relations' offsets")
+    _check_fits(source, len(schema.relations) * (n + 1) * 8, limit, "the relations' offsets")
     indptrs = np.zeros((len(schema.relations), n + 1), np.int64)
     parts = []
     for r in range(len(schema.relations)):
         src, dst = _kept(checked_relation_edges(source, schema, r), n, link)
-        if store_id is not None:
-            src, dst = store_id[src], store_id[dst]
         indptr, indices = csc_from_edges(src, dst, n)
         del src, dst
         indptrs[r] = indptr
         parts.append(indices)
         notify("relations", r + 1, len(schema.relations))
-    del store_id
     edges = sum(len(p) for p in parts)
     index_bytes = index_dtype(n).itemsize
     _check_fits(source, indptrs.nbytes + edges * (2 * index_bytes + schema.etype_dtype().itemsize), limit,
@@ -162,7 +155,7 @@ _STATE = "typed-state.json"
 
 
 def typed_csc_to_files(source: TypedSource, notify: Notify, bucket_edges: int | Callable[[], int], scratch: Path,
-                       indices_path: Path, etypes_path: Path, relabel: list[np.ndarray] | None = None,
+                       indices_path: Path, etypes_path: Path,
                        link: LinkSplit | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """typed_csc's (indptr, indices, etypes), built out of core: indices and etypes written
     to the .npy files `indices_path` and `etypes_path` and returned mapped. `scratch` holds
@@ -174,12 +167,11 @@ def typed_csc_to_files(source: TypedSource, notify: Notify, bucket_edges: int | 
     schema = source.schema
     n, num_rel = schema.num_nodes, len(schema.relations)
     dtype = index_dtype(n)
-    store_id = relabel.pop() if relabel else None
     scratch.mkdir(parents=True, exist_ok=True)
     done = _typed_state(scratch)
     for r in range(done, num_rel):
         edges, count = _relation_stream(source, schema, r)
-        chunks = partial(_relation_chunks, edges, n, link, store_id)
+        chunks = partial(_relation_chunks, edges, n, link)
         indptr, _ = external_csc(chunks, n, False, bucket_edges, scratch / f"relation-{r}",
                                  scratch / f"indices-{r}.npy", expected_edges=count, progress=notify)
         del edges, chunks
@@ -187,19 +179,16 @@ def typed_csc_to_files(source: TypedSource, notify: Notify, bucket_edges: int | 
         del indptr
         _typed_record(scratch, r + 1)
         notify("relations", r + 1, num_rel)
-    del store_id
     indptr = _interleave_files(scratch, num_rel, n, dtype, schema.etype_dtype(), indices_path, etypes_path, notify)
     shutil.rmtree(scratch, ignore_errors=True)
     return indptr, np.load(indices_path, mmap_mode="r"), np.load(etypes_path, mmap_mode="r")
 
 
-def _relation_chunks(edges: Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]], n: int, link: LinkSplit | None,
-                     store_id: np.ndarray | None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """A relation's checked edge chunks with the link split's held-out pairs left out
-    and, with `store_id`, relabelled."""
+def _relation_chunks(edges: Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]], n: int,
+                     link: LinkSplit | None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """A relation's checked edge chunks with the link split's held-out pairs left out."""
     for chunk in edges():
-        s, d = _kept(chunk, n, link)
-        yield (s, d) if store_id is None else (store_id[s], store_id[d])
+        yield _kept(chunk, n, link)
 
 
 def _typed_state(scratch: Path) -> int:

@@ -10,6 +10,7 @@ import pytest
 from gnnssd.datasets import hetero_synthetic_source
 from gnnssd.sampler import node_order
 from gnnssd.storage_format import Store, typed_csc, write_store
+from gnnssd.storage_format.csc import renumber_csc_to_file
 from gnnssd.storage_format.link_split import relation_link_split
 from gnnssd.storage_format.typed_csc import checked_relation_edges, typed_csc_to_files
 
@@ -36,22 +37,50 @@ def _link(source):
                                schema.relations[r][1])
 
 
-@pytest.mark.parametrize("relabelled", [False, True])
 @pytest.mark.parametrize("with_link", [False, True])
-def test_out_of_core_build_equals_the_in_memory_one(tmp_path, small_chunks, relabelled, with_link):
+def test_out_of_core_build_equals_the_in_memory_one(tmp_path, small_chunks, with_link):
     source = _source()
-    n = source.num_nodes
     link = _link(source) if with_link else None
-    store_id = np.random.default_rng(1).permutation(n).astype(np.int32) if relabelled else None
-    expected = typed_csc.typed_csc(source, lambda *a: None, relabel=None if store_id is None else [store_id.copy()],
-                                   link=link)
+    expected = typed_csc.typed_csc(source, lambda *a: None, link=link)
     got = typed_csc_to_files(source, lambda *a: None, 700, tmp_path / "scratch", tmp_path / "indices.npy",
-                             tmp_path / "etypes.npy", relabel=None if store_id is None else [store_id.copy()],
-                             link=link)
+                             tmp_path / "etypes.npy", link=link)
     for a, b in zip(got, expected):
         assert a.dtype == b.dtype
         np.testing.assert_array_equal(a, b)
     assert not (tmp_path / "scratch").exists()
+
+
+def test_a_typed_csc_renumbered_through_window_files_equals_one_built_from_relabelled_edges(tmp_path):
+    """Renumbering keeps each row's relation runs in schema order and sorts each run by
+    the new source: the CSC built from the relabelled edges, whatever the window size."""
+    source = _source()
+    n = source.num_nodes
+    indptr, indices, etypes = typed_csc.typed_csc(source, lambda *a: None)
+    offsets = source.schema.offsets  # a typed order keeps each type's IDs
+    perm = np.concatenate([lo + np.random.default_rng(t).permutation(hi - lo)
+                           for t, (lo, hi) in enumerate(zip(offsets[:-1], offsets[1:]))])
+    inv = np.empty(n, np.int64)
+    inv[perm] = np.arange(n)
+    relabelled = [(inv[s], inv[d]) for s, d in (checked_relation_edges(source, source.schema, r)
+                                                for r in range(len(source.schema.relations)))]
+
+    class Relabelled:
+        name, schema, num_nodes = "relabelled", source.schema, n
+
+        def load_relation_edges(self, r):
+            return relabelled[r]
+
+    expected = typed_csc.typed_csc(Relabelled(), lambda *a: None)
+    for chunk in (500, 1 << 20):
+        new_indptr, new_indices = renumber_csc_to_file(indptr, indices, perm, inv.astype(indices.dtype),
+                                                       tmp_path / "indices.npy", chunk, lambda *a: None,
+                                                       etypes, tmp_path / "etypes.npy")
+        np.testing.assert_array_equal(new_indptr, expected[0])
+        np.testing.assert_array_equal(new_indices, expected[1])
+        new_etypes = np.load(tmp_path / "etypes.npy")
+        assert new_etypes.dtype == etypes.dtype
+        np.testing.assert_array_equal(new_etypes, expected[2])
+        assert not list(tmp_path.glob("indices.npy.window-*"))
 
 
 def _files(store) -> dict[str, bytes]:
@@ -72,11 +101,11 @@ def test_a_store_over_the_memory_limit_equals_one_within_it(tmp_path, small_chun
 
 
 @pytest.mark.parametrize("stage, count", [("merge buckets", 3), ("relations", 2), ("interleave", 2),
-                                          ("relations", 8)])
+                                          ("renumber", 1)])
 def test_the_out_of_core_typed_build_resumes_after_a_kill_in_any_step(tmp_path, small_chunks, stage, count):
     """Stopped in a relation's buckets, between relations, in the interleave or in the
-    rebuild in store order (the 8th relation heard: six in source order, then the second
-    of the rebuild); rerun, every file equals an uninterrupted run's."""
+    renumbering into store order (after its first pass); rerun, every file equals an
+    uninterrupted run's."""
     kwargs = dict(order=node_order("degree"), memory_limit=1)
     reference = write_store(tmp_path / "reference", _source(), **kwargs)
     out = tmp_path / "store"
