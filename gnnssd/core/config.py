@@ -246,6 +246,9 @@ class TrainConfig:
     weight_decay: float = field(default=0.0, metadata=_check(_finite_non_negative,
                                                              "a finite non-negative number"))
     eval_every: int = field(default=1, metadata=_check(_positive, "a positive integer"))
+    #: At most this many mini-batches an epoch (on each rank), the first of the epoch's
+    #: shuffled order: a measured part of an epoch of a graph too large for whole ones.
+    max_batches: int | None = field(default=None, metadata=_check(_positive, "a positive integer or null"))
     progress: bool = True
 
 

@@ -242,7 +242,7 @@ class TaskTrainer(abc.ABC):
         sums = [torch.zeros((), dtype=torch.float64, device=self.device) for _ in range(3)]
         unchecked: tuple[torch.Tensor, int] | None = None
         self.loader.set_epoch(epoch)
-        n_batches = len(self.loader)
+        n_batches = min(len(self.loader), cfg.train.max_batches or len(self.loader))
         batches = iter(self.loader)
         progress = tqdm(total=n_batches, desc=f"epoch {epoch}", leave=False,
                         disable=not (cfg.train.progress and self.ranks.is_main), mininterval=1.0)
@@ -267,6 +267,8 @@ class TaskTrainer(abc.ABC):
                     total += value
                 progress.update()
                 del batch, loss
+                if i == n_batches:  # train.max_batches: the rest of the epoch is not loaded
+                    break
             if unchecked is not None:
                 self._check_finite(*unchecked, epoch, n_batches)
         finally:
@@ -278,7 +280,7 @@ class TaskTrainer(abc.ABC):
         if self.CLASSIFIES:
             record["train_acc"] = correct / max(seen, 1)
         record.update({"epoch_s": round(time.perf_counter() - start, 4), "stages_s": self.loader.stage_times(),
-                       "batches": len(self.loader)})
+                       "batches": i})
         if self.source.out_of_core:
             record["io"] = self.loader.io_stats()
         return record

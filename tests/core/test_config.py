@@ -29,6 +29,7 @@ def test_yaml_and_toml_agree(tmp_path):
     ({**BASE, "model": {"name": "gin"}}, "model.name: 'gin' is invalid; expected one of"),
     ({**BASE, "model": {"dropout": 1.5}}, r"model.dropout: 1.5 is invalid; expected in \[0, 1\)"),
     ({**BASE, "train": {"lr": True}}, "train.lr: True is invalid; expected a number"),
+    ({**BASE, "train": {"max_batches": 0}}, "train.max_batches: 0 is invalid; expected a positive integer or null"),
     ({**BASE, "sampler": {"fanouts": [10, 0]}}, "sampler.fanouts: .* expected a non-empty list"),
     ({**BASE, "sampler": {"fanouts": [10, "x"]}}, r"sampler.fanouts\[1\]: 'x' is invalid"),
     ({**BASE, "sampler": {"fanouts": [10, 10, 10]}}, "sampler.fanouts: 3 fanouts for model.layers = 2"),

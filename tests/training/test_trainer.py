@@ -152,3 +152,28 @@ def test_trainer_builds_the_tasks_trainer_and_a_task_trainer_subclass_runs(tiny_
             pass
     with pytest.raises(ConfigError, match="task: 'graph'"):
         Trainer(_config(tiny_store, tmp_path / "x", task="graph"))
+
+
+@pytest.mark.parametrize("features", ["memory", "ssd"])
+def test_max_batches_trains_the_first_part_of_each_epoch(tiny_store, tmp_path, features):
+    """train.max_batches: each epoch takes that many steps (a whole epoch takes more),
+    then evaluates, in memory and out of core."""
+    from gnnssd.training.node_task import NodeTrainer
+
+    class Counting(NodeTrainer):
+        def _batch_loss(self, batch):
+            self.steps = getattr(self, "steps", 0) + 1
+            return super()._batch_loss(batch)
+
+    whole = Counting(_config(tiny_store, tmp_path / "whole", features=features, train={"epochs": 1}))
+    part = Counting(_config(tiny_store, tmp_path / "part", features=features,
+                            train={"epochs": 2, "max_batches": 2}))
+    try:
+        full = whole.fit()[0]["batches"]
+        history = part.fit()
+    finally:
+        whole.close()
+        part.close()
+    assert full > 2
+    assert [r["batches"] for r in history] == [2, 2] and part.steps == 4
+    assert all("valid_acc" in r for r in history)
