@@ -212,8 +212,9 @@ def _interleave_files(scratch: Path, num_rel: int, n: int, dtype: np.dtype, etyp
     indptrs = [np.load(scratch / f"indptr-{r}.npy", mmap_mode="r") for r in range(num_rel)]
     parts = [np.load(scratch / f"indices-{r}.npy", mmap_mode="r") for r in range(num_rel)]
     out_indptr = np.zeros(n + 1, np.int64)
-    for indptr in indptrs:
+    for indptr in indptrs:  # each relation's offsets leave the RSS once added (node-sized each)
         out_indptr += indptr
+        release_pages(indptr)
     total = int(out_indptr[-1])
     indices = np.lib.format.open_memmap(indices_path, mode="w+", dtype=dtype, shape=(total,))
     etypes = np.lib.format.open_memmap(etypes_path, mode="w+", dtype=etype_dtype, shape=(total,))
