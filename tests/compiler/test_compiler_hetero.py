@@ -229,3 +229,30 @@ def test_each_relational_layer_on_the_gpu_equals_hetero_graph_conv_on_the_cpu(na
     got = run_with_grads(compiled.cuda(), TypedCSCBlock.from_dgl(block).to("cuda"),
                          {t: x.cuda() for t, x in h.items()}, {t: g.cuda() for t, g in grads.items()})
     assert_same([{k: v.cpu() for k, v in part.items()} for part in got], expected)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="torch sees no CUDA device")
+@pytest.mark.parametrize("name,features", [("rgcn", "memory"), ("rgcn", "ssd"), ("rgat", "memory")])
+def test_relational_models_train_on_the_gpu_without_dgls_cuda_build(tmp_path, name, features):
+    """`device: cuda`: the trainer keeps the GPU (with PyPI's DGL: the compiled relational
+    layers on the mini-batches' TypedCSCBlocks) and learns."""
+    from gnnssd.core.config import config_from_dict
+    from gnnssd.storage_format import write_store
+    from gnnssd.training.tasks import Trainer
+    from tests.hetero_graph import ToyHeteroSource
+
+    store = write_store(tmp_path / "store", ToyHeteroSource(papers=2000, authors=1500, institutions=40, feat_dim=64))
+    config = config_from_dict({"store": str(store), "run_dir": str(tmp_path / "run"), "seed": 0, "device": "cuda",
+                               "features": features, "model": {"name": name, "hidden": 16, "layers": 2},
+                               "sampler": {"fanouts": [5, 5], "batch_size": 256},
+                               "train": {"epochs": 3, "lr": 0.01, "progress": False},
+                               "ssd": {"memory_budget": "16MiB", "hot_fraction": 0.2}})
+    trainer = Trainer(config)
+    try:
+        assert trainer.device.type == "cuda"  # with PyPI's DGL only TypedCSCBlocks can carry the graph there
+        history = trainer.fit()
+        assert all(np.isfinite(r["train_loss"]) for r in history)
+        assert history[-1]["train_loss"] < history[0]["train_loss"]
+    finally:
+        trainer.close()
