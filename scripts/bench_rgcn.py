@@ -11,7 +11,10 @@ from other work on the machine hits them alike:
 On `--device cuda` only compiled/csc can run (PyPI's DGL is CPU-only), with its torch-ops
 twin (`compiled/csc torch ops`: the fused aggregation kernel off). Building the CSC of a
 mini-batch's blocks (TypedCSCBlock.from_dgl) is timed on its own (the loader does it once
-per mini-batch). Every variant's logits are checked against dgl.nn's first.
+per mini-batch). Every variant's logits are checked against dgl.nn's first. Each repeat is
+timed as wall time and as the process's CPU time (time.process_time: on a machine shared
+with other work the CPU time moves far less than the wall time; with --threads 1 it is the
+work done).
 
     python scripts/bench_rgcn.py --store STORE [--quick] [--device cpu|cuda] [--json PATH]
 
@@ -85,15 +88,17 @@ def bench_model(store: Store, name: str, batches: list, device: torch.device, hi
             F.cross_entropy(model(blocks, x), y, ignore_index=-1).backward()
 
     times: dict[str, list[float]] = {v: [] for v in variants}
+    cpu_times: dict[str, list[float]] = {v: [] for v in variants}
     for rep in range(reps + 1):  # the first round warms up (compiles each program)
         for variant, (model, data, fused) in variants.items():
             csc_kernels.FUSED_ON_CUDA = fused
             sync(device)
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             step(model, data)
             sync(device)
             if rep:
                 times[variant].append((time.perf_counter() - start) / len(data) * 1e3)
+                cpu_times[variant].append((time.process_time() - cpu_start) / len(data) * 1e3)
     csc_kernels.FUSED_ON_CUDA = True
     build = []
     for _ in range(reps):
@@ -102,16 +107,20 @@ def bench_model(store: Store, name: str, batches: list, device: torch.device, hi
             [TypedCSCBlock.from_dgl(b) for b in blocks]
         build.append((time.perf_counter() - start) / len(inputs) * 1e3)
 
-    base = statistics.median(times["dgl.nn"]) if "dgl.nn" in times else None
+    def ratio(series: dict[str, list[float]], variant: str) -> float | None:
+        return statistics.median(series["dgl.nn"]) / statistics.median(series[variant]) if "dgl.nn" in series else None
+
     edges = sum(b.num_edges() for b in batches[0].blocks)
     rows = []
     for variant, ms in times.items():
-        median = statistics.median(ms)
-        rows.append({"model": name, "variant": variant, "device": device.type, "ms per mini-batch": median,
-                     "dgl.nn / this": base / median if base else None, "max |logit diff|": errors[variant],
-                     "edges per mini-batch (1st)": edges, "reps": ms})
+        rows.append({"model": name, "variant": variant, "device": device.type,
+                     "CPU ms per mini-batch": statistics.median(cpu_times[variant]),
+                     "dgl.nn / this (CPU)": ratio(cpu_times, variant),
+                     "wall ms per mini-batch": statistics.median(ms), "dgl.nn / this (wall)": ratio(times, variant),
+                     "max |logit diff|": errors[variant], "edges per mini-batch": edges,
+                     "reps": ms, "cpu_reps": cpu_times[variant]})
     rows.append({"model": name, "variant": "TypedCSCBlock.from_dgl (per mini-batch, both blocks)", "device": "cpu",
-                 "ms per mini-batch": statistics.median(build), "reps": build})
+                 "wall ms per mini-batch": statistics.median(build), "reps": build})
     return rows
 
 
@@ -142,18 +151,19 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.batches, args.reps = 4, 3
-    if args.threads:
-        torch.set_num_threads(args.threads)
     store = Store.open(args.store)
     device = torch.device(args.device)
     batches = sample_batches(store, args.batches, [int(f) for f in args.fanouts.split(",")], args.batch_size)
+    if args.threads:  # after sampling: the loader sets its own
+        torch.set_num_threads(args.threads)
     rows: list[dict[str, Any]] = []
     for name in args.models.split(","):
         rows += bench_model(store, name, batches, device, args.hidden, args.reps)
     print(f"forward + backward of the whole model, {len(batches)} mini-batches of {args.batch_size} seeds, "
           f"fanouts {args.fanouts}, hidden {args.hidden}, torch threads {torch.get_num_threads()}; "
           f"median of {args.reps} repeats")
-    table(rows, ["model", "variant", "device", "ms per mini-batch", "dgl.nn / this", "max |logit diff|"])
+    table(rows, ["model", "variant", "device", "CPU ms per mini-batch", "dgl.nn / this (CPU)", "wall ms per mini-batch",
+                 "dgl.nn / this (wall)", "max |logit diff|"])
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"rows": rows, "args": vars(args), "torch_threads": torch.get_num_threads()}, f, indent=1)
