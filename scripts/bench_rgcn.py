@@ -117,7 +117,7 @@ def bench_model(store: Store, name: str, batches: list, device: torch.device, hi
                      "CPU ms per mini-batch": statistics.median(cpu_times[variant]),
                      "dgl.nn / this (CPU)": ratio(cpu_times, variant),
                      "wall ms per mini-batch": statistics.median(ms), "dgl.nn / this (wall)": ratio(times, variant),
-                     "max |logit diff|": errors[variant], "edges per mini-batch": edges,
+                     "max |logit diff|": errors[variant], "edges of the first mini-batch": edges,
                      "reps": ms, "cpu_reps": cpu_times[variant]})
     rows.append({"model": name, "variant": "TypedCSCBlock.from_dgl (per mini-batch, both blocks)", "device": "cpu",
                  "wall ms per mini-batch": statistics.median(build), "reps": build})
