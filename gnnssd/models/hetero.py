@@ -41,8 +41,8 @@ def _relation_conv(name: str, d_in: int | tuple[int, int], d_out: int, heads: in
         if compiled:
             return compile_layer(GraphConvUDF(d_src, d_out, norm="right", bias=False))
         return dglnn.GraphConv(d_src, d_out, norm="right", bias=False, allow_zero_in_degree=True)
-    if compiled:  # without the numba attention kernel: on a relation's small blocks its backward cost
-        # more than DGL's ops (docs/BENCHMARKS.md, issue 31: R-GCN and R-GAT compiled)
+    if compiled:  # without the numba attention kernel: on a relation's small blocks it cost more
+        # than DGL's ops on the CPU (docs/BENCHMARKS.md, "Issue 31: R-GCN and R-GAT compiled")
         return compile_layer(GATConvUDF(d_in, d_out, heads, bias=False), kernels=False)
     return dglnn.GATConv(d_in, d_out, heads, bias=False, allow_zero_in_degree=True)
 
