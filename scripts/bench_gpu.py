@@ -5,7 +5,11 @@ plain torch ops, end to end against compute-only and memory mode, loader threads
     block of sampled mini-batches of a store, on one card: gnnssd's compiled layer on CSC
     blocks (Triton aggregation), the same layer with the aggregation as plain torch ops
     (index_select + index_add), and PyG's layer on the same edges (SAGEConv, GCNConv with
-    the same symmetric edge norm, GATConv). Median of triton.testing.do_bench.
+    the same symmetric edge norm, GATConv). Median of triton.testing.do_bench. With
+    --typed-store (a heterogeneous store, e.g. mag-small) also R-GCN's and R-GAT's first
+    relational layer (gnnssd.compiler.hetero: per-relation compiled layers summed) on its
+    first typed block, compiled vs the same with the aggregation as torch ops (no PyG row:
+    PyG's relational layers take one node set, not a typed block).
 (b) end to end: a 3-layer GraphSAGE trained on N mini-batches: gnnssd ssd mode (budget a
     fraction of the features), memory mode (DGL's sampler, rows in RAM), and compute-only
     (the same mini-batches sampled beforehand and held on the GPU). Mini-batches/s, the
@@ -13,7 +17,8 @@ plain torch ops, end to end against compute-only and memory mode, loader threads
     its next mini-batch (copy not hidden, or loader too slow).
 (c) loader-only: ssd mode without a model, with 1, 2, 4, 8, 16 numba threads (one process each).
 
-    python scripts/bench_gpu.py --store STORE [--quick] [--json out.json] [--parts layers,e2e,threads]
+    python scripts/bench_gpu.py --store STORE [--typed-store STORE] [--quick] [--json out.json]
+                                [--parts layers,e2e,threads]
 
 Prints a table per part and writes every figure to --json. Needs CUDA for (a) and (b).
 """
@@ -33,9 +38,11 @@ import torch
 import torch.nn.functional as F
 
 from gnnssd import NodeLoader
-from gnnssd.compiler import CSCBlock, GATConvUDF, GraphConvUDF, SAGEConvUDF, compile as compile_layer
+from gnnssd.compiler import CSCBlock, GATConvUDF, GraphConvUDF, SAGEConvUDF, TypedCSCBlock, compile as compile_layer
 from gnnssd.compiler.kernels import csc as csc_kernels
+from gnnssd.core import ModelConfig
 from gnnssd.models.builtin import BlockGNN
+from gnnssd.models.hetero import build_hetero_model
 from gnnssd.storage_format import Store
 
 FANOUTS = [15, 10, 5]
@@ -107,7 +114,42 @@ def _gnnssd_layer(name: str, d_in: int, d_out: int, heads: int) -> torch.nn.Modu
     return compile_layer(udf).cuda()
 
 
-def bench_layers(store: Store, quick: bool) -> list[dict[str, Any]]:
+def _relational_rows(store: Store, quick: bool) -> list[dict[str, Any]]:
+    """R-GCN's and R-GAT's first relational layer on the first typed block of `store`:
+    compiled (fused aggregation) and the same as torch ops, forward + backward."""
+    from triton.testing import do_bench
+
+    block = TypedCSCBlock.from_dgl(sample_batches(store, 1)[0].blocks[0]).to(DEVICE)
+    widths = {t.name: t.dim or store.feat_dim for t in store.schema.node_types}
+    h = {t: torch.randn(block.num_src_nodes(t), widths[t], device=DEVICE) for t in block.srctypes}
+    rows = []
+    for name in ("rgcn", "rgat"):
+        heads = 4 if name == "rgat" else 1
+        model = build_hetero_model(ModelConfig(name=name, hidden=HIDDEN, layers=2, heads=heads), store.schema,
+                                   store.feat_dim, store.num_classes).to(DEVICE)
+        layer, times = model.convs[0], {}
+        for variant in ("gnnssd", "torch ops"):
+            csc_kernels.FUSED_ON_CUDA = variant == "gnnssd"
+            leaves = {t: x.clone().requires_grad_(True) for t, x in h.items()}
+
+            def step() -> None:
+                sum(out.sum() for out in layer(block, leaves).values()).backward()
+
+            step()
+            times[variant] = do_bench(step, warmup=25 if quick else 100, rep=100 if quick else 500,
+                                      return_mode="median")
+        csc_kernels.FUSED_ON_CUDA = True
+        row = {"layer": f"{name} ({len(block.canonical_etypes)} relations)",
+               "edges": sum(block.num_edges(r) for r in block.canonical_etypes),
+               "dst": sum(block.num_dst.values()), "src": sum(block.num_src.values()), "in": store.feat_dim,
+               "out": HIDDEN}
+        row.update({f"{k} ms": v for k, v in times.items()})
+        row["torch ops / gnnssd"] = times["torch ops"] / times["gnnssd"]
+        rows.append(row)
+    return rows
+
+
+def bench_layers(store: Store, quick: bool, typed_store: Store | None = None) -> list[dict[str, Any]]:
     from triton.testing import do_bench
 
     mb = sample_batches(store, 1)[0]
@@ -144,6 +186,8 @@ def bench_layers(store: Store, quick: bool) -> list[dict[str, Any]]:
             row["PyG / gnnssd"] = times["PyG"] / times["gnnssd"]
         row["torch ops / gnnssd"] = times["torch ops"] / times["gnnssd"]
         rows.append(row)
+    if typed_store is not None:
+        rows += _relational_rows(typed_store, quick)
     table("(a) one layer, forward + backward, first block (median ms)", rows)
     return rows
 
@@ -244,6 +288,7 @@ def bench_threads(store_path: str, quick: bool, budget_share: float) -> list[dic
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--store", required=True)
+    parser.add_argument("--typed-store", help="a heterogeneous store: (a) also times rgcn's and rgat's layers on it")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--json")
     parser.add_argument("--parts", default="layers,e2e,threads")
@@ -266,7 +311,8 @@ def main() -> None:
         figures["card"] = torch.cuda.get_device_name()
     print(json.dumps(figures))
     parts = args.parts.split(",")
-    runs = {"layers": lambda: bench_layers(store, args.quick), "e2e": lambda: bench_e2e(store, args.quick, args.budget_share, args.e2e_batches),
+    typed = Store.open(args.typed_store) if args.typed_store else None
+    runs = {"layers": lambda: bench_layers(store, args.quick, typed), "e2e": lambda: bench_e2e(store, args.quick, args.budget_share, args.e2e_batches),
             "threads": lambda: bench_threads(args.store, args.quick, args.budget_share)}
     for part in parts:
         try:

@@ -67,6 +67,23 @@ def test_bench_train_runs_a_heterogeneous_store_with_rgcn(tmp_path):
         assert rows[system]["useful_bytes"] > 0
 
 
+def test_bench_rgcn_times_every_variant_and_checks_their_logits(tmp_path):
+    store = write_store(tmp_path / "store", ToyHeteroSource(papers=600, authors=400, institutions=20))
+    out = tmp_path / "bench.json"
+    result = subprocess.run(
+        [sys.executable, "scripts/bench_rgcn.py", "--store", str(store), "--batches", "1", "--reps", "1",
+         "--batch-size", "64", "--hidden", "8", "--json", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = json.loads(out.read_text())["rows"]
+    timed = {(r["model"], r["variant"]): r for r in rows if "max |logit diff|" in r}
+    assert set(timed) == {(m, v) for m in ("rgcn", "rgat") for v in ("dgl.nn", "compiled/dgl", "compiled/csc")}
+    for row in timed.values():
+        assert row["max |logit diff|"] < 1e-4, row
+        assert row["wall ms per mini-batch"] > 0 and row["CPU ms per mini-batch"] > 0, row
+    assert sum("TypedCSCBlock.from_dgl" in r["variant"] for r in rows) == 2
+
+
 @pytest.mark.timeout(1200)  # four CLI runs, each importing DGL: minutes on a busy machine
 def test_bench_scale_runs_the_cli_path_and_keeps_its_json_across_runs(tmp_path):
     """Preprocess (a tiny synthetic preset), two epochs in two runs (the second resumes),

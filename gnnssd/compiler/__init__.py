@@ -4,8 +4,10 @@
 >>> out = layer(block, feat); layer.explain()
 """
 from gnnssd.compiler.api import CompiledLayer, compile
-from gnnssd.compiler.block import CSCBlock
+from gnnssd.compiler.block import CSCBlock, TypedCSCBlock
 from gnnssd.compiler.errors import LoweringError
+from gnnssd.compiler.hetero import HeteroGraphConvCompiled
 from gnnssd.compiler.layers import GATConvUDF, GraphConvUDF, SAGEConvUDF
 
-__all__ = ["compile", "CompiledLayer", "CSCBlock", "LoweringError", "SAGEConvUDF", "GraphConvUDF", "GATConvUDF"]
+__all__ = ["compile", "CompiledLayer", "CSCBlock", "TypedCSCBlock", "HeteroGraphConvCompiled", "LoweringError",
+           "SAGEConvUDF", "GraphConvUDF", "GATConvUDF"]

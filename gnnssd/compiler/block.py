@@ -4,10 +4,13 @@ DGL's wheels on the package index are CPU-only, so a DGL block cannot live on a 
 `CSCBlock` holds what message passing needs (the destination pointers, each in-edge's
 source, the node counts, the edge IDs for users) as torch tensors on any device; the
 compiler's primitives (gnnssd.compiler.ops) dispatch on it to torch ops and Triton kernels
-(gnnssd.compiler.kernels.csc). Destination node i is source node i, as in a DGL block.
+(gnnssd.compiler.kernels.csc). Destination node i is source node i, as in a DGL block,
+except in one relation of a `TypedCSCBlock` (a typed block's per-relation CSC slices), whose
+sources and destinations may be of different node types.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import dgl
@@ -22,6 +25,8 @@ class CSCBlock:
     destination): edge k runs from `indices[k]` to the destination whose range holds k.
     `edge_ids` are the edges' IDs in the graph they were sampled from (None if unknown).
     `srcdata`/`dstdata`/`edata` mirror a DGL block's frames (edata in CSC edge order).
+    `dst_in_src`: destination i is source i (a block); False for one relation of a typed
+    block, whose two ends are node types of their own (layers then take a (src, dst) pair).
     """
 
     indptr: torch.Tensor
@@ -29,6 +34,7 @@ class CSCBlock:
     num_src: int
     num_dst: int
     edge_ids: torch.Tensor | None = None
+    dst_in_src: bool = True
     srcdata: dict[str, torch.Tensor] = field(default_factory=dict)
     dstdata: dict[str, torch.Tensor] = field(default_factory=dict)
     edata: dict[str, torch.Tensor] = field(default_factory=dict)
@@ -43,7 +49,7 @@ class CSCBlock:
         if self.indptr.dim() != 1 or self.indptr.numel() != self.num_dst + 1:
             raise ValueError(f"CSCBlock: indptr has {self.indptr.numel()} entries for {self.num_dst} "
                              "destinations (expected num_dst + 1)")
-        if self.num_dst > self.num_src:
+        if self.dst_in_src and self.num_dst > self.num_src:
             raise ValueError(f"CSCBlock: {self.num_dst} destinations but {self.num_src} sources "
                              "(a block's destinations are its first sources)")
 
@@ -78,17 +84,19 @@ class CSCBlock:
 
     number_of_dst_nodes = num_dst_nodes
 
-    def to(self, device: torch.device | str, non_blocking: bool = False) -> CSCBlock:
-        """This block's tensors on `device` (frames and derived indices are not carried)."""
-        def move(t: torch.Tensor | None) -> torch.Tensor | None:
-            return None if t is None else t.to(device, non_blocking=non_blocking)
+    def map(self, move: Callable[[torch.Tensor], torch.Tensor]) -> CSCBlock:
+        """The same block with `move` applied to each of its tensors (frames and derived
+        indices are not carried): a copy to a device, to pinned memory."""
+        edge_ids = None if self.edge_ids is None else move(self.edge_ids)
+        return CSCBlock(move(self.indptr), move(self.indices), self.num_src, self.num_dst, edge_ids, self.dst_in_src)
 
-        return CSCBlock(move(self.indptr), move(self.indices), self.num_src, self.num_dst, move(self.edge_ids))
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> CSCBlock:
+        """This block's tensors on `device`."""
+        return self.map(lambda t: t.to(device, non_blocking=non_blocking))
 
     def pin_memory(self) -> CSCBlock:
         """The block in page-locked host memory, so that a copy to the GPU can run asynchronously."""
-        edge_ids = None if self.edge_ids is None else self.edge_ids.pin_memory()
-        return CSCBlock(self.indptr.pin_memory(), self.indices.pin_memory(), self.num_src, self.num_dst, edge_ids)
+        return self.map(torch.Tensor.pin_memory)
 
     def _cached(self, key: str, make) -> torch.Tensor:
         if key not in self._cache:
@@ -118,3 +126,81 @@ class CSCBlock:
             indptr[1:] = torch.cumsum(counts, 0)
             self._cache.update(csr_indptr=indptr, csr_dst=self.dst_index()[order], csr_edge=order)
         return self._cache["csr_indptr"], self._cache["csr_dst"], self._cache["csr_edge"]
+
+
+Relation = tuple[str, str, str]
+
+
+@dataclass(eq=False)
+class TypedCSCBlock:
+    """A heterogeneous block (one layer of a typed mini-batch) as one CSCBlock per relation:
+    what compiled relational layers (gnnssd.compiler.hetero) run on where DGL cannot.
+
+    `relations` maps each canonical relation (source type, name, destination type) to its
+    CSC slice, whose sources are the source type's source nodes and destinations the
+    destination type's destination nodes, each in the block's per-type order (as DGL's
+    `block[relation]`); `num_src`/`num_dst` count each type's sources and destinations;
+    `src_ids` are each type's source node IDs (a DGL block's dgl.NID), which an embedding
+    of a featureless type looks up. Indexing by relation and the node-count methods read as
+    a DGL heterogeneous block's do.
+    """
+
+    relations: dict[Relation, CSCBlock]
+    num_src: dict[str, int]
+    num_dst: dict[str, int]
+    src_ids: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    is_block = True
+
+    @classmethod
+    def from_dgl(cls, block: dgl.DGLGraph) -> TypedCSCBlock:
+        """The per-relation CSC of a DGL heterogeneous block (edge and node IDs kept where DGL has them)."""
+        relations = {}
+        for relation in block.canonical_etypes:
+            indptr, indices, eids = block.adj_tensors("csc", etype=relation)
+            data = block.edges[relation].data
+            edge_ids = data[dgl.EID][eids] if dgl.EID in data else None
+            relations[relation] = CSCBlock(indptr.long(), indices.long(), block.num_src_nodes(relation[0]),
+                                           block.num_dst_nodes(relation[2]), edge_ids, dst_in_src=False)
+        src_ids = {t: block.srcnodes[t].data[dgl.NID] for t in block.srctypes if dgl.NID in block.srcnodes[t].data}
+        return cls(relations, {t: block.num_src_nodes(t) for t in block.srctypes},
+                   {t: block.num_dst_nodes(t) for t in block.dsttypes}, src_ids)
+
+    def map(self, move: Callable[[torch.Tensor], torch.Tensor]) -> TypedCSCBlock:
+        """The same block with `move` applied to each of its tensors (see CSCBlock.map)."""
+        return TypedCSCBlock({r: g.map(move) for r, g in self.relations.items()}, self.num_src, self.num_dst,
+                             {t: move(ids) for t, ids in self.src_ids.items()})
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> TypedCSCBlock:
+        return self.map(lambda t: t.to(device, non_blocking=non_blocking))
+
+    def pin_memory(self) -> TypedCSCBlock:
+        return self.map(torch.Tensor.pin_memory)
+
+    def __getitem__(self, relation: Relation) -> CSCBlock:
+        return self.relations[relation]
+
+    @property
+    def canonical_etypes(self) -> list[Relation]:
+        return list(self.relations)
+
+    @property
+    def srctypes(self) -> list[str]:
+        return list(self.num_src)
+
+    @property
+    def dsttypes(self) -> list[str]:
+        return list(self.num_dst)
+
+    @property
+    def device(self) -> torch.device:
+        return next(iter(self.relations.values())).device
+
+    def num_src_nodes(self, ntype: str) -> int:
+        return self.num_src[ntype]
+
+    def num_dst_nodes(self, ntype: str) -> int:
+        return self.num_dst[ntype]
+
+    def num_edges(self, relation: Relation) -> int:
+        return self.relations[relation].num_edges

@@ -65,14 +65,16 @@ class SAGEConvUDF(_FromDGL, nn.Module):
 
 
 class GraphConvUDF(_FromDGL, nn.Module):
-    """GCN with symmetric normalisation (``dgl.nn.GraphConv(..., norm='both')``)."""
+    """GCN (``dgl.nn.GraphConv(..., norm='both')``), or with ``norm='right'`` the mean of the
+    in-neighbours' rows times the weight (R-GCN's per-relation layer)."""
 
     def __init__(self, in_feats: int, out_feats: int, norm: str = "both",
                  weight: bool = True, bias: bool = True,
                  activation: Callable | None = None, allow_zero_in_degree: bool = True):
         super().__init__()
-        if norm != "both" or not weight:
-            raise ValueError("GraphConvUDF implements norm='both' with a weight only")
+        if norm not in ("both", "right") or not weight:
+            raise ValueError("GraphConvUDF implements norm='both' or 'right' with a weight only")
+        self._norm = norm
         self.weight = nn.Parameter(torch.empty(in_feats, out_feats))
         nn.init.xavier_uniform_(self.weight)
         self.bias = nn.Parameter(torch.zeros(out_feats)) if bias else None
@@ -80,10 +82,12 @@ class GraphConvUDF(_FromDGL, nn.Module):
 
     @classmethod
     def _ctor_args(cls, conv) -> dict:
-        return dict(in_feats=conv._in_feats, out_feats=conv._out_feats,
+        return dict(in_feats=conv._in_feats, out_feats=conv._out_feats, norm=conv._norm,
                     bias=conv.bias is not None, activation=conv._activation)
 
     def message(self, edges):
+        if self._norm == "right":
+            return {"m": edges.src["h"]}
         return {"m": edges.src["h"] * edges.src["norm"]}
 
     def reduce(self, nodes):
@@ -94,25 +98,32 @@ class GraphConvUDF(_FromDGL, nn.Module):
             h_src, _ = expand_as_pair(feat, graph)
             dtype = h_src.dtype
             graph.srcdata["h"] = h_src
-            graph.srcdata["norm"] = graph.out_degrees().to(dtype).clamp(min=1).pow(-0.5) \
-                .unsqueeze(-1)
+            if self._norm == "both":
+                graph.srcdata["norm"] = graph.out_degrees().to(dtype).clamp(min=1).pow(-0.5) \
+                    .unsqueeze(-1)
             graph.update_all(self.message, self.reduce)
             rst = torch.matmul(graph.dstdata["h"], self.weight)
-            rst = rst * graph.in_degrees().to(dtype).clamp(min=1).pow(-0.5).unsqueeze(-1)
+            power = -0.5 if self._norm == "both" else -1.0
+            rst = rst * graph.in_degrees().to(dtype).clamp(min=1).pow(power).unsqueeze(-1)
             if self.bias is not None:
                 rst = rst + self.bias
             return self.activation(rst) if self.activation else rst
 
 
 class GATConvUDF(_FromDGL, nn.Module):
-    """Multi-head graph attention (``dgl.nn.GATConv`` without dropout or residual)."""
+    """Multi-head graph attention (``dgl.nn.GATConv`` without dropout or residual); with
+    ``in_feats`` a (source, destination) pair, a map of each side (``fc_src``, ``fc_dst``)."""
 
-    def __init__(self, in_feats: int, out_feats: int, num_heads: int,
+    def __init__(self, in_feats: int | tuple[int, int], out_feats: int, num_heads: int,
                  negative_slope: float = 0.2, activation: Callable | None = None,
                  allow_zero_in_degree: bool = True, bias: bool = True):
         super().__init__()
         self._num_heads, self._out_feats = num_heads, out_feats
-        self.fc = nn.Linear(in_feats, out_feats * num_heads, bias=False)
+        if isinstance(in_feats, tuple):
+            self.fc_src = nn.Linear(in_feats[0], out_feats * num_heads, bias=False)
+            self.fc_dst = nn.Linear(in_feats[1], out_feats * num_heads, bias=False)
+        else:
+            self.fc = nn.Linear(in_feats, out_feats * num_heads, bias=False)
         self.attn_l = nn.Parameter(torch.randn(1, num_heads, out_feats) * 0.1)
         self.attn_r = nn.Parameter(torch.randn(1, num_heads, out_feats) * 0.1)
         self.bias = nn.Parameter(torch.zeros(num_heads * out_feats)) if bias else None
@@ -121,17 +132,20 @@ class GATConvUDF(_FromDGL, nn.Module):
 
     @classmethod
     def _ctor_args(cls, conv) -> dict:
-        if conv.res_fc is not None or not hasattr(conv, "fc"):
-            raise ValueError("GATConvUDF mirrors GATConv without residual and with one fc")
-        return dict(in_feats=conv._in_src_feats, out_feats=conv._out_feats,
+        if conv.res_fc is not None:
+            raise ValueError("GATConvUDF mirrors GATConv without residual")
+        pair = hasattr(conv, "fc_src")
+        return dict(in_feats=(conv._in_src_feats, conv._in_dst_feats) if pair else conv._in_src_feats,
+                    out_feats=conv._out_feats,
                     num_heads=conv._num_heads,
                     negative_slope=conv.leaky_relu.negative_slope,
                     activation=conv.activation, bias=conv.bias is not None)
 
     def message(self, edges):
         heads, feats = self._num_heads, self._out_feats
-        z_src = self.fc(edges.src["h"]).view(-1, heads, feats)
-        z_dst = self.fc(edges.dst["h"]).view(-1, heads, feats)
+        fc_src, fc_dst = (self.fc_src, self.fc_dst) if hasattr(self, "fc_src") else (self.fc, self.fc)
+        z_src = fc_src(edges.src["h"]).view(-1, heads, feats)
+        z_dst = fc_dst(edges.dst["h"]).view(-1, heads, feats)
         el = (z_src * self.attn_l).sum(-1, keepdim=True)
         er = (z_dst * self.attn_r).sum(-1, keepdim=True)
         return {"z": z_src, "e": self.leaky_relu(el + er)}

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from gnnssd.compiler import CSCBlock
+from gnnssd.compiler import CSCBlock, TypedCSCBlock
 
 _STREAMS: dict[torch.device, torch.cuda.Stream] = {}
 _LAST_COPY: dict[torch.device, torch.cuda.Event] = {}
@@ -54,9 +54,8 @@ class DeviceCopy:
             return {k: self.move(v, widen) for k, v in value.items()}
         if isinstance(value, list):
             return [self.move(v, widen) for v in value]
-        if isinstance(value, CSCBlock):
-            edge_ids = None if value.edge_ids is None else self.move(value.edge_ids)
-            return CSCBlock(self.move(value.indptr), self.move(value.indices), value.num_src, value.num_dst, edge_ids)
+        if isinstance(value, (CSCBlock, TypedCSCBlock)):
+            return value.map(self.move)
         moved = _pinned(value).to(self.device, non_blocking=True)
         if widen and moved.dtype == torch.float16:
             moved = moved.float()

@@ -18,7 +18,7 @@ import numpy as np
 import psutil
 import torch
 
-from gnnssd.compiler import CSCBlock
+from gnnssd.compiler import CSCBlock, TypedCSCBlock
 from gnnssd.core import ConfigError, dgl_has_cuda, format_bytes
 from gnnssd.storage_format import Store, check_indptr_monotone, check_range, mapped_take
 
@@ -44,7 +44,7 @@ class MiniBatch:
     x: torch.Tensor | dict[str, torch.Tensor]
     y: torch.Tensor
     #: The blocks as CSC tensors on y's device, made on first use (see `csc_blocks`).
-    csc: list[CSCBlock] | None = field(default=None, kw_only=True)
+    csc: list[CSCBlock] | list[TypedCSCBlock] | None = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
         if not self.blocks or self.blocks[0].device != self.y.device:  # CPU blocks of a GPU batch
@@ -69,18 +69,23 @@ class MiniBatch:
         return self.y >= 0
 
     @property
-    def csc_blocks(self) -> list[CSCBlock]:
-        """The blocks as CSCBlocks on this mini-batch's device: what compiled layers run on
-        where DGL cannot hold a graph (a GPU with PyPI's CPU-only DGL)."""
+    def csc_blocks(self) -> list[CSCBlock] | list[TypedCSCBlock]:
+        """The blocks as CSCBlocks (TypedCSCBlocks on a heterogeneous store) on this
+        mini-batch's device: what compiled layers run on where DGL cannot hold a graph (a
+        GPU with PyPI's CPU-only DGL)."""
         if self.csc is None:
-            if isinstance(self.x, dict):
-                raise TypeError("a heterogeneous mini-batch has no CSC blocks: its relational model needs "
-                                "DGL's blocks (on a GPU, DGL's CUDA build)")
-            self.csc = [CSCBlock.from_dgl(block).to(self.y.device) for block in self.blocks]
+            self.csc = [block.to(self.y.device) for block in self._host_csc()]
         return self.csc
 
+    def _host_csc(self) -> list[CSCBlock] | list[TypedCSCBlock]:
+        """The blocks in CSC form on the host: `csc` once made, else built from the DGL blocks."""
+        if self.csc is not None:
+            return self.csc
+        kind = TypedCSCBlock if isinstance(self.x, dict) else CSCBlock
+        return [kind.from_dgl(block) for block in self.blocks]
+
     @property
-    def model_blocks(self) -> list[dgl.DGLGraph] | list[CSCBlock]:
+    def model_blocks(self) -> list[dgl.DGLGraph] | list[CSCBlock] | list[TypedCSCBlock]:
         """The blocks a model runs on, on this mini-batch's device: DGL's where DGL holds
         them there (the CPU, or DGL's CUDA build), else `csc_blocks`."""
         if not self.blocks or self.blocks[0].device == self.y.device:
@@ -101,8 +106,7 @@ class MiniBatch:
         from .device import DeviceCopy
 
         host = {f.name: getattr(self, f.name) for f in fields(self)}
-        if not isinstance(self.x, dict):
-            host["csc"] = self.csc or [CSCBlock.from_dgl(b) for b in self.blocks]
+        host["csc"] = self._host_csc()
         blocks = host.pop("blocks")
         with DeviceCopy(target) as copy:
             moved = {name: value if value is None or isinstance(value, tuple) else copy.move(value, widen=name == "x")

@@ -14,7 +14,7 @@ from gnnssd.core import ConfigError, dgl_has_cuda
 log = logging.getLogger("gnnssd")
 
 WAYS_OUT = ("write it as a DGL-style message/reduce layer that gnnssd.compile lowers (the built-in "
-            "sage, gcn, gat and mlp with model.compile: true are), install DGL's CUDA build, or set device: cpu")
+            "sage, gcn, gat, rgcn, rgat and mlp with model.compile: true are), install DGL's CUDA build, or set device: cpu")
 
 
 def check_device(model: nn.Module, device: torch.device) -> None:

@@ -12,6 +12,11 @@ and institutions) enter as a learnable embedding per node, xavier-initialised as
 HeteroEmbedding (`model.featureless: embedding`, the default, counted in the model's
 memory), or as zeros (`featureless: zeros`: nothing node-sized is held; their
 information comes from their neighbours).
+
+With `model.compile: true` (the default) each relation's convolution is its UDF twin
+compiled by the MP-DFG compiler (gnnssd.compiler.hetero): same parameters and checkpoint
+keys, same outputs, and it runs on a typed block's per-relation CSC tensors, so on a GPU
+without DGL's CUDA build too; `compile: false` keeps dgl.nn's HeteroGraphConv.
 """
 from __future__ import annotations
 
@@ -20,18 +25,31 @@ import dgl.nn as dglnn
 import torch
 from torch import nn
 
+from gnnssd.compiler import GATConvUDF, GraphConvUDF, HeteroGraphConvCompiled, TypedCSCBlock
+from gnnssd.compiler import compile as compile_layer
 from gnnssd.core import ConfigError, ModelConfig
 from gnnssd.storage_format import GraphSchema
 
 
-def _relation_conv(name: str, d_in: int | tuple[int, int], d_out: int, heads: int) -> nn.Module:
+def _relation_conv(name: str, d_in: int | tuple[int, int], d_out: int, heads: int, compiled: bool) -> nn.Module:
     """One relation's convolution, a mean over the relation's in-neighbours (no bias: the
     self-loop map has it); d_in a (source, destination) pair when the two types' inputs
-    differ in width (featured types of different dims, layer 0)."""
+    differ in width (featured types of different dims, layer 0). `compiled`: the UDF twin
+    compiled by gnnssd.compiler (same parameter names and shapes)."""
     if name == "rgcn":
         d_src = d_in[0] if isinstance(d_in, tuple) else d_in
+        if compiled:
+            return compile_layer(GraphConvUDF(d_src, d_out, norm="right", bias=False))
         return dglnn.GraphConv(d_src, d_out, norm="right", bias=False, allow_zero_in_degree=True)
+    if compiled:  # without the numba attention kernel: on a relation's small blocks it cost more
+        # than DGL's ops on the CPU (docs/BENCHMARKS.md, "Issue 31: R-GCN and R-GAT compiled")
+        return compile_layer(GATConvUDF(d_in, d_out, heads, bias=False), kernels=False)
     return dglnn.GATConv(d_in, d_out, heads, bias=False, allow_zero_in_degree=True)
+
+
+def _hetero_conv(mods: dict[str, nn.Module], compiled: bool) -> nn.Module:
+    """The relations' convolutions summed into each destination type."""
+    return HeteroGraphConvCompiled(mods) if compiled else dglnn.HeteroGraphConv(mods, aggregate="sum")
 
 
 class RelationalGNN(nn.Module):
@@ -63,10 +81,10 @@ class RelationalGNN(nn.Module):
             last = i == cfg.layers - 1
             # hidden widths split across heads (concatenated); the last layer's heads averaged
             per_head = num_classes if last else max(1, cfg.hidden // heads)
-            self.convs.append(dglnn.HeteroGraphConv(
-                {rel: _relation_conv(cfg.name, d_in[s] if d_in[s] == d_in[d] else (d_in[s], d_in[d]), per_head, heads)
-                 for s, rel, d in schema.relations},
-                aggregate="sum"))
+            self.convs.append(_hetero_conv(
+                {rel: _relation_conv(cfg.name, d_in[s] if d_in[s] == d_in[d] else (d_in[s], d_in[d]), per_head,
+                                     heads, cfg.compile)
+                 for s, rel, d in schema.relations}, cfg.compile))
             width = per_head if last else per_head * heads
             self.loops.append(nn.ModuleDict({name: nn.Linear(d, width) for name, d in d_in.items()}))
             d_in = dict.fromkeys(d_in, width)
@@ -77,19 +95,20 @@ class RelationalGNN(nn.Module):
     def num_layers(self) -> int:
         return len(self.convs)
 
-    def inputs(self, block: dgl.DGLGraph, x: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def inputs(self, block: dgl.DGLGraph | TypedCSCBlock, x: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The first block's source rows of every type: x for featured types, the embedding
         of each node (by its dataset ID, dgl.NID) or zeros for featureless ones."""
         h = dict(x)
         for name in self.featureless:
             count = block.num_src_nodes(name)
             if name in self.embeddings:
-                h[name] = self.embeddings[name](block.srcnodes[name].data[dgl.NID])
+                ids = block.src_ids[name] if isinstance(block, TypedCSCBlock) else block.srcnodes[name].data[dgl.NID]
+                h[name] = self.embeddings[name](ids)
             else:
                 h[name] = torch.zeros(count, self.feat_dim, device=block.device)
         return h
 
-    def layer(self, i: int, block: dgl.DGLGraph, h: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def layer(self, i: int, block: dgl.DGLGraph | TypedCSCBlock, h: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         out = self.convs[i](block, h)
         last = i == self.num_layers - 1
         result = {}
@@ -105,7 +124,7 @@ class RelationalGNN(nn.Module):
             result[name] = value if last else self.dropout(torch.relu(value))
         return result
 
-    def forward(self, blocks: list[dgl.DGLGraph],
+    def forward(self, blocks: list[dgl.DGLGraph] | list[TypedCSCBlock],
                 x: dict[str, torch.Tensor]) -> torch.Tensor | dict[str, torch.Tensor]:
         h = self.inputs(blocks[0], x)
         for i, block in enumerate(blocks):
@@ -124,7 +143,7 @@ class TargetLinear(nn.Module):
 
     num_layers = 1
 
-    def layer(self, i: int, block: dgl.DGLGraph, h: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def layer(self, i: int, block: dgl.DGLGraph | TypedCSCBlock, h: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The per-layer protocol of RelationalGNN (layer-wise inference): its one layer."""
         return {self.target: self.linear(h[self.target][: block.num_dst_nodes(self.target)])}
 
