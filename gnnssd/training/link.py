@@ -131,11 +131,6 @@ class LinkTrainer(TaskTrainer):
         encoder = model if model is not None else store_model(cfg.model, self.store, cfg.model.hidden, every_type=True)
         return LinkModel(encoder, EdgeDecoder(cfg.link.decoder, cfg.model.hidden))
 
-    def _unused_parameters(self) -> bool:
-        """On a heterogeneous store the encoder embeds every node type, the loss uses the
-        relation's two ends: the other types' last-layer parameters get no gradient."""
-        return not self.store.schema.is_homogeneous
-
     @property
     def encoder(self) -> nn.Module:
         return self.model.encoder

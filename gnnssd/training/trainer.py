@@ -128,8 +128,10 @@ class TaskTrainer(abc.ABC):
 
     def _unused_parameters(self) -> bool:
         """Whether a training step may leave some of the model's parameters without a
-        gradient (data-parallel training must then look for them every step)."""
-        return False
+        gradient (data-parallel training must then look for them every step): on a
+        heterogeneous store, the relations into a type a mini-batch's layer has no node of
+        (the last layer's non-target types, the other types of a link task's relation)."""
+        return not self.store.schema.is_homogeneous
 
     def _output_dim(self) -> int:
         return self.output_dim(self.config, self.store)
