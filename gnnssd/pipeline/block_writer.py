@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numba as nb
 import numpy as np
+from numba.core import cgutils, types
+from numba.extending import intrinsic
 from numba.typed import List
 
 from gnnssd.storage_format import PAGE
@@ -35,45 +37,65 @@ DONE, NEED_CHUNK, FULL, LIST_END, NOT_FOUND = 0, 1, 2, 3, 4
 NO_KEYS = np.empty(0, np.int64)
 
 
+@intrinsic
+def _move(typingctx, dst, to, src, at, n):
+    """dst[to:to + n] = src[at:at + n] for uint8 arrays, as one memcpy (LLVM's intrinsic;
+    a loop of loads and stores is several times slower on rows not in cache). Unchecked:
+    the callers keep the ranges inside both arrays."""
+    sig = types.void(dst, types.intp, src, types.intp, types.intp)
+
+    def codegen(context, builder, signature, args):
+        dst_arr = context.make_array(signature.args[0])(context, builder, args[0])
+        src_arr = context.make_array(signature.args[2])(context, builder, args[2])
+        cgutils.raw_memcpy(builder, builder.gep(dst_arr.data, [args[1]]), builder.gep(src_arr.data, [args[3]]),
+                           args[4], 1)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
 @nb.njit(cache=True, nogil=True)
-def _fill(src, keys, pos, rows, cursor, ids, i, top, pool, buf, fill, carry, row_bytes):
+def _fill(src, keys, pos, rows, cursor, ids, i, top, pool, chunk, buf, fill, carry, row_bytes):
     """Copy rows into the blocks' chunks, list by list from list i: list j is
     rows[j][cursor[j]:] for block ids[j], copied while its rows are <= top. A row's
     bytes are src[pos[searchsorted(keys, row)]:+row_bytes], or src[row:+row_bytes] when
-    keys is empty. Block k appends to chunk pool[buf[k]] from byte fill[k]; carry[k] bytes
-    of its next row are in a previous chunk already (a row straddling two chunks).
-    Returns (list, what it stopped for) at the first thing only the caller can do."""
-    chunk = pool.shape[1]
+    keys is empty. Block k appends to pool[buf[k] * chunk + fill[k]:] (its chunk);
+    carry[k] bytes of its next row are in a previous chunk already (a row straddling two
+    chunks). Returns (list, what it stopped for) at the first thing only the caller can do."""
     while i < cursor.shape[0]:
-        k = ids[i]
-        c = cursor[i]
-        end = rows[i].shape[0]
-        while c < end and rows[i][c] <= top:
-            b = buf[k]
-            if b < 0 or fill[k] == chunk:  # (full: its last append ended a list at the chunk's end)
-                cursor[i] = c
-                return i, NEED_CHUNK if b < 0 else FULL
-            at = rows[i][c]
+        k, c, r = ids[i], cursor[i], rows[i]
+        b, f, done = buf[k], fill[k], carry[k]
+        why = DONE
+        j = 0  # the list's rows and the keys are both sorted: one merge walk per list
+        if keys.shape[0] and c < r.shape[0]:
+            j = np.searchsorted(keys, r[c])
+        while c < r.shape[0] and r[c] <= top:
+            if b < 0 or f == chunk:  # (full: its last append ended a list at the chunk's end)
+                why = NEED_CHUNK if b < 0 else FULL
+                break
+            at = r[c]
             if keys.shape[0]:
-                j = np.searchsorted(keys, at)
+                while j < keys.shape[0] and keys[j] < at:
+                    j += 1
                 if j == keys.shape[0] or keys[j] != at:
-                    cursor[i] = c
-                    return i, NOT_FOUND
+                    why = NOT_FOUND
+                    break
                 at = pos[j]
-            done, f = carry[k], fill[k]
             n = min(row_bytes - done, chunk - f)
-            pool[b, f:f + n] = src[at + done:at + done + n]
-            fill[k] = f + n
-            carry[k] = 0 if done + n == row_bytes else done + n
-            if carry[k] == 0:
+            _move(pool, b * chunk + f, src, at + done, n)
+            f += n
+            done = 0 if done + n == row_bytes else done + n
+            if done == 0:
                 c += 1
-                if c == end:
-                    cursor[i] = c
-                    return i, LIST_END
-            if fill[k] == chunk:
-                cursor[i] = c
-                return i, FULL
-        cursor[i] = c
+                if c == r.shape[0]:
+                    why = LIST_END
+                    break
+            if f == chunk:
+                why = FULL
+                break
+        cursor[i], fill[k], carry[k] = c, f, done
+        if why != DONE:
+            return i, why
         i += 1
     return i, DONE
 
@@ -105,11 +127,11 @@ class BlockWriter:
                 os.close(fd)
             raise
         self.offsets = [0] * len(paths)
-        # chunks: rows of one page-aligned pool, handed out by number
+        # chunks: pieces of one page-aligned pool, handed out by number
         count = at_once + SPARE_CHUNKS
-        self.pool = alloc(count * self.chunk)[: count * self.chunk].reshape(count, self.chunk)
+        self.pool = alloc(count * self.chunk)[: count * self.chunk]
         self._free: queue.Queue = queue.Queue()
-        for b in range(len(self.pool)):
+        for b in range(count):
             self._free.put(b)
         self.buf = np.full(len(paths), -1, np.int64)  # block k's chunk (-1: none yet)
         self.fill = np.zeros(len(paths), np.int64)  # bytes in it
@@ -155,7 +177,7 @@ class BlockWriter:
         blocks closed (with `close_ends`)."""
         i = 0
         while True:
-            i, why = _fill(src, keys, pos, rows, cursor, ids, i, top, self.pool, self.buf, self.fill,
+            i, why = _fill(src, keys, pos, rows, cursor, ids, i, top, self.pool, self.chunk, self.buf, self.fill,
                            self.carry, self.row_bytes)
             if why == DONE:
                 return
@@ -188,7 +210,7 @@ class BlockWriter:
             fd, offset, buf, nbytes = item
             try:
                 if self._error is None:
-                    view = memoryview(self.pool[buf])[:nbytes]
+                    view = memoryview(self.pool)[buf * self.chunk : buf * self.chunk + nbytes]
                     while len(view):
                         done = os.pwrite(fd, view, offset)
                         view, offset = view[done:], offset + done
@@ -206,7 +228,8 @@ class BlockWriter:
         fill = int(self.fill[block])
         if fill:
             padded = -(-fill // PAGE) * PAGE
-            self.pool[self.buf[block], fill:padded] = 0
+            start = int(self.buf[block]) * self.chunk
+            self.pool[start + fill : start + padded] = 0
             self._submit(block, padded)
         elif self.buf[block] >= 0:
             self._free.put(int(self.buf[block]))
