@@ -184,8 +184,9 @@ class BlockWriter:
             k = int(ids[i])
             if why == NEED_CHUNK:
                 self.buf[k] = self._free.get()
-            elif why == FULL:
+            elif why == FULL:  # (its next row is still to come: a list's end stops before)
                 self._submit(k, self.chunk)
+                self.buf[k] = self._free.get()
             elif why == LIST_END:
                 if close_ends:
                     self.close(k)
