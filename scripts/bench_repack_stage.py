@@ -109,7 +109,9 @@ def main() -> int:
             spec = {"store": str(args.store), "tree": tree, "label": label, "repeats": args.repeats,
                     "batch_size": args.batch_size, "seed": args.seed, "scratch": str(args.work.resolve())}
             out = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)], stdout=subprocess.PIPE,
-                                 text=True, env=env, check=True)
+                                 text=True, env=env)
+            if out.returncode:
+                raise SystemExit(f"{label}: its run failed (exit {out.returncode}; see its stderr above)")
             r = json.loads(out.stdout.strip().splitlines()[-1])
             row = rows.setdefault(label, {**r, "thread_cpu_s": [], "process_cpu_s": []})
             row["thread_cpu_s"] += r["thread_cpu_s"]
