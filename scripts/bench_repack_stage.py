@@ -3,8 +3,8 @@
 
 bench_feed times the whole loader, whose per-thread figures move by about ±10% between runs
 on a shared machine; this measures one repack window's work with nothing else running.
-Per tree, in a fresh process: the ssd loader (budget 1/8 of the features, as bench_feed
---quick) runs until its first repack window is planned; the loader is then closed and that
+Per tree, in a fresh process: the ssd loader (budget --budget, default 1/8 of the features as
+bench_feed --quick) runs until its first repack window with a compact block is planned; the loader is then closed and that
 window repacked --repeats times by the tree's `repack` (the first run is not measured: it
 fills numba's caches). Prints and writes (--json) the repack thread's CPU-seconds and the
 process's (the block writer and I/O engine threads included) per window, the scan's and the
@@ -43,7 +43,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     window: list[tuple] = []
 
     def first_window(*args: Any) -> int:
-        if not window:
+        if not window and any(p.read.strategy.value == "block" for p in args[3]):
             window.append(args)
         return repack(*args)
 
@@ -52,13 +52,14 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     seeds = np.asarray(store.train_store_ids)
     with NodeLoader(store, store.original_ids(seeds), fanouts=FANOUTS, batch_size=spec["batch_size"], features="ssd",
                     shuffle=True, seed=spec["seed"], device=torch.device("cpu"), eval_fanouts=FANOUTS,
-                    eval_batch_size=spec["batch_size"], memory_budget=store.feature_bytes // 8) as loader:
+                    eval_batch_size=spec["batch_size"], memory_budget=spec["budget"] or store.feature_bytes // 8) as loader:
         loader.set_epoch(1)
         batches = iter(loader)
-        next(batches)
+        while not window and next(batches, None) is not None:
+            pass
         batches.close()
         if not window:
-            raise SystemExit(f"{spec['store']}: the loader planned no repack window (no compact blocks)")
+            raise SystemExit(f"{spec['store']}: epoch 1 has no repack window with a compact block")
         args = list(window[0])
         io, plans, scan = args[0], args[3], args[4]
         thread_s, process_s = [], []
@@ -89,6 +90,7 @@ def main() -> int:
     p.add_argument("--baseline", nargs="+", default=[], help="commits to run beside this tree")
     p.add_argument("--repeats", type=int, default=3, help="measured repacks of the window per tree and round")
     p.add_argument("--rounds", type=int, default=2, help="every tree once per round, in turn")
+    p.add_argument("--budget", help="the ssd loader's memory budget (default: 1/8 of the features)")
     p.add_argument("--batch-size", type=int, default=BATCH_SIZE, help="seeds per mini-batch (default %(default)s)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--work", type=Path, default=Path("bench_out/work"), help="where baseline trees go")
@@ -106,7 +108,7 @@ def main() -> int:
     rows: dict[str, dict[str, Any]] = {}
     for _ in range(args.rounds):
         for label, tree in trees:
-            spec = {"store": str(args.store), "tree": tree, "label": label, "repeats": args.repeats,
+            spec = {"store": str(args.store), "tree": tree, "label": label, "repeats": args.repeats, "budget": args.budget,
                     "batch_size": args.batch_size, "seed": args.seed, "scratch": str(args.work.resolve())}
             out = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)], stdout=subprocess.PIPE,
                                  text=True, env=env)
