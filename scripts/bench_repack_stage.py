@@ -3,10 +3,10 @@
 
 bench_feed times the whole loader, whose per-thread figures move by about ±10% between runs
 on a shared machine; this measures one repack window's work with nothing else running.
-Per tree, in a fresh process: the ssd loader (budget --budget, default 1/8 of the features as
-bench_feed --quick) runs until its first repack window with a compact block is planned; the loader is then closed and that
-window repacked --repeats times by the tree's `repack` (the first run is not measured: it
-fills numba's caches). Prints and writes (--json) the repack thread's CPU-seconds and the
+Per tree, in a fresh process: the ssd loader (--budget, default 1/8 of the features as
+bench_feed --quick) runs until its first repack window with a compact block is planned; the
+loader is then closed and that window repacked --repeats times by the tree's `repack` (the
+first run is not measured: it fills numba's caches). Prints and writes (--json) the repack thread's CPU-seconds and the
 process's (the block writer and I/O engine threads included) per window, the scan's and the
 blocks' bytes, and checks every block file against the store's rows read with NumPy.
 
@@ -52,7 +52,8 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     seeds = np.asarray(store.train_store_ids)
     with NodeLoader(store, store.original_ids(seeds), fanouts=FANOUTS, batch_size=spec["batch_size"], features="ssd",
                     shuffle=True, seed=spec["seed"], device=torch.device("cpu"), eval_fanouts=FANOUTS,
-                    eval_batch_size=spec["batch_size"], memory_budget=spec["budget"] or store.feature_bytes // 8) as loader:
+                    eval_batch_size=spec["batch_size"],
+                    memory_budget=spec["budget"] or store.feature_bytes // 8) as loader:
         loader.set_epoch(1)
         batches = iter(loader)
         while not window and next(batches, None) is not None:
@@ -108,8 +109,8 @@ def main() -> int:
     rows: dict[str, dict[str, Any]] = {}
     for _ in range(args.rounds):
         for label, tree in trees:
-            spec = {"store": str(args.store), "tree": tree, "label": label, "repeats": args.repeats, "budget": args.budget,
-                    "batch_size": args.batch_size, "seed": args.seed, "scratch": str(args.work.resolve())}
+            spec = {"store": str(args.store), "tree": tree, "label": label, "repeats": args.repeats,
+                    "budget": args.budget, "batch_size": args.batch_size, "seed": args.seed, "scratch": str(args.work.resolve())}
             out = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)], stdout=subprocess.PIPE,
                                  text=True, env=env)
             if out.returncode:
@@ -124,7 +125,8 @@ def main() -> int:
     for label, row in rows.items():
         row["thread_cpu_s_median"] = float(sorted(row["thread_cpu_s"])[len(row["thread_cpu_s"]) // 2])
         row["process_cpu_s_median"] = float(sorted(row["process_cpu_s"])[len(row["process_cpu_s"]) // 2])
-        print(f"{label:<16} {row['thread_cpu_s_median']:.3f} {row['thread_cpu_s']!s:<44} {row['process_cpu_s_median']:.3f}")
+        print(f"{label:<16} {row['thread_cpu_s_median']:.3f} {row['thread_cpu_s']!s:<44} "
+              f"{row['process_cpu_s_median']:.3f}")
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({"rows": list(rows.values()), "store": str(args.store)}, indent=2))
     return 0
