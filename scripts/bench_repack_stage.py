@@ -110,7 +110,8 @@ def main() -> int:
     for _ in range(args.rounds):
         for label, tree in trees:
             spec = {"store": str(args.store), "tree": tree, "label": label, "repeats": args.repeats,
-                    "budget": args.budget, "batch_size": args.batch_size, "seed": args.seed, "scratch": str(args.work.resolve())}
+                    "budget": args.budget, "batch_size": args.batch_size, "seed": args.seed,
+                    "scratch": str(args.work.resolve())}
             out = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)], stdout=subprocess.PIPE,
                                  text=True, env=env)
             if out.returncode:
