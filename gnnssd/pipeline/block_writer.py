@@ -5,6 +5,9 @@ writer threads (os.pwrite releases the GIL), so copying the next rows overlaps t
 writes. O_DIRECT keeps the blocks out of the page cache (the loader reads them back with
 O_DIRECT anyway) and leaves nothing to flush at the end but metadata. Where the
 filesystem refuses O_DIRECT, files are written through the page cache, synced and dropped.
+
+The copies run in one numba kernel per call (`_fill`): for the repack scan that is one call
+per scan chunk for all its blocks, not Python and NumPy per (scan chunk, block) pair.
 """
 from __future__ import annotations
 
@@ -14,14 +17,87 @@ import queue
 import threading
 from pathlib import Path
 
+import numba as nb
 import numpy as np
+from numba.core import cgutils, types
+from numba.extending import intrinsic
+from numba.typed import List
 
-from gnnssd.io_engine import copy_rows
 from gnnssd.storage_format import PAGE
 
 MAX_CHUNK = 1 << 20  # one write request
 SPARE_CHUNKS = 4  # chunks queued for the writers beyond one per open block
 WRITERS = 3  # threads: single 1 MiB O_DIRECT writes are latency-bound
+
+
+#: What `_fill` stopped for: every list copied as far as `top`; list i's block needs a
+#: chunk; its chunk is full; list i's last row was just copied; a row of list i is not
+#: among the keys.
+DONE, NEED_CHUNK, FULL, LIST_END, NOT_FOUND = 0, 1, 2, 3, 4
+NO_KEYS = np.empty(0, np.int64)
+
+
+@intrinsic
+def _move(typingctx, dst, to, src, at, n):
+    """dst[to:to + n] = src[at:at + n] for uint8 arrays, as one memcpy (LLVM's intrinsic;
+    a loop of loads and stores is several times slower on rows not in cache). Unchecked:
+    the callers keep the ranges inside both arrays."""
+    sig = types.void(dst, types.intp, src, types.intp, types.intp)
+
+    def codegen(context, builder, signature, args):
+        dst_arr = context.make_array(signature.args[0])(context, builder, args[0])
+        src_arr = context.make_array(signature.args[2])(context, builder, args[2])
+        cgutils.raw_memcpy(builder, builder.gep(dst_arr.data, [args[1]]), builder.gep(src_arr.data, [args[3]]),
+                           args[4], 1)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@nb.njit(cache=True, nogil=True)
+def _fill(src, keys, pos, rows, cursor, ids, i, top, pool, chunk, buf, fill, carry, row_bytes):
+    """Copy rows into the blocks' chunks, list by list from list i: list j is
+    rows[j][cursor[j]:] for block ids[j], copied while its rows are <= top. A row's
+    bytes are src[pos[searchsorted(keys, row)]:+row_bytes], or src[row:+row_bytes] when
+    keys is empty. Block k appends to pool[buf[k] * chunk + fill[k]:] (its chunk);
+    carry[k] bytes of its next row are in a previous chunk already (a row straddling two
+    chunks). Returns (list, what it stopped for) at the first thing only the caller can do."""
+    while i < cursor.shape[0]:
+        k, c, r = ids[i], cursor[i], rows[i]
+        b, f, done = buf[k], fill[k], carry[k]
+        why = DONE
+        j = 0  # the list's rows and the keys are both sorted: one merge walk per list
+        if keys.shape[0] and c < r.shape[0]:
+            j = np.searchsorted(keys, r[c])
+        while c < r.shape[0] and r[c] <= top:
+            if b < 0 or f == chunk:  # (full: its last append ended a list at the chunk's end)
+                why = NEED_CHUNK if b < 0 else FULL
+                break
+            at = r[c]
+            if keys.shape[0]:
+                while j < keys.shape[0] and keys[j] < at:
+                    j += 1
+                if j == keys.shape[0] or keys[j] != at:
+                    why = NOT_FOUND
+                    break
+                at = pos[j]
+            n = min(row_bytes - done, chunk - f)
+            _move(pool, b * chunk + f, src, at + done, n)
+            f += n
+            done = 0 if done + n == row_bytes else done + n
+            if done == 0:
+                c += 1
+                if c == r.shape[0]:
+                    why = LIST_END
+                    break
+            if f == chunk:
+                why = FULL
+                break
+        cursor[i], fill[k], carry[k] = c, f, done
+        if why != DONE:
+            return i, why
+        i += 1
+    return i, DONE
 
 
 class BlockWriter:
@@ -51,11 +127,15 @@ class BlockWriter:
                 os.close(fd)
             raise
         self.offsets = [0] * len(paths)
-        self.fill = [0] * len(paths)
+        # chunks: pieces of one page-aligned pool, handed out by number
+        count = at_once + SPARE_CHUNKS
+        self.pool = alloc(count * self.chunk)[: count * self.chunk]
         self._free: queue.Queue = queue.Queue()
-        for _ in range(at_once + SPARE_CHUNKS):
-            self._free.put(alloc(self.chunk))
-        self.bufs: list[np.ndarray | None] = [None] * len(paths)  # a chunk once appended to
+        for b in range(count):
+            self._free.put(b)
+        self.buf = np.full(len(paths), -1, np.int64)  # block k's chunk (-1: none yet)
+        self.fill = np.zeros(len(paths), np.int64)  # bytes in it
+        self.carry = np.zeros(len(paths), np.int64)  # bytes of its next row in the previous chunk
         self._todo: queue.Queue = queue.Queue()
         self._error: BaseException | None = None
         self._threads = [threading.Thread(target=self._write_loop, daemon=True, name="gnnssd-block-writer")
@@ -76,38 +156,51 @@ class BlockWriter:
         return os.open(path, flags, 0o644)
 
     def append(self, block: int, src: np.ndarray, pos: np.ndarray) -> None:
-        """Append the rows at staging positions `pos` of `src` to block number `block`."""
-        rb = self.row_bytes
-        while len(pos):
-            if self.bufs[block] is None:
-                self.bufs[block] = self._free.get()
-            buf, fill = self.bufs[block], self.fill[block]
-            whole = min((self.chunk - fill) // rb, len(pos))
-            copy_rows(src, pos[:whole], rb, buf[fill : fill + whole * rb].reshape(whole, rb))
-            fill += whole * rb
-            pos = pos[whole:]
-            if len(pos) and fill < self.chunk:  # a row straddles the chunk's end
-                row = np.empty((1, rb), np.uint8)
-                copy_rows(src, pos[:1], rb, row)
-                head = self.chunk - fill
-                buf[fill:] = row[0, :head]
-                self._submit(block, self.chunk)
-                self.bufs[block] = self._free.get()
-                self.bufs[block][: rb - head] = row[0, head:]
-                self.fill[block] = rb - head
-                pos = pos[1:]
-            elif fill == self.chunk:
-                self._submit(block, self.chunk)
+        """Append the rows at byte positions `pos` of `src` (1-D uint8) to block number `block`."""
+        pos = np.ascontiguousarray(pos, dtype=np.int64)
+        if len(pos) and (pos.min() < 0 or pos.max() + self.row_bytes > len(src)):
+            raise ValueError(f"a row position lies outside the {len(src)}-byte source")
+        self._copy(src, NO_KEYS, NO_KEYS, List([pos]), np.zeros(1, np.int64), np.array([block], np.int64),
+                   np.iinfo(np.int64).max, close_ends=False)
+
+    def append_sorted(self, src: np.ndarray, keys: np.ndarray, pos: np.ndarray, rows: List,
+                      cursor: np.ndarray, top: int) -> None:
+        """For every block k, append its rows rows[k][cursor[k]:] (sorted int64) up to
+        `top`, row r at src[pos[searchsorted(keys, r)]:] (keys sorted int64, holding every
+        such row), advancing cursor[k]; a block whose last row is appended is closed. A
+        kernel call per block that needs a chunk or is closed; none per (call, block)."""
+        self._copy(src, keys, pos, rows, cursor, np.arange(len(cursor), dtype=np.int64), top, close_ends=True)
+
+    def _copy(self, src: np.ndarray, keys: np.ndarray, pos: np.ndarray, rows: List, cursor: np.ndarray,
+              ids: np.ndarray, top: int, close_ends: bool) -> None:
+        """Run _fill, doing what it stops for: chunks taken and handed to the writers,
+        blocks closed (with `close_ends`)."""
+        i = 0
+        while True:
+            i, why = _fill(src, keys, pos, rows, cursor, ids, i, top, self.pool, self.chunk, self.buf, self.fill,
+                           self.carry, self.row_bytes)
+            if why == DONE:
+                return
+            k = int(ids[i])
+            if why == NEED_CHUNK:
+                self.buf[k] = self._free.get()
+            elif why == FULL:  # (its next row is still to come: a list's end stops before)
+                self._submit(k, self.chunk)
+                self.buf[k] = self._free.get()
+            elif why == LIST_END:
+                if close_ends:
+                    self.close(k)
+                i += 1
             else:
-                self.fill[block] = fill
+                raise ValueError(f"row {rows[i][cursor[i]]} of block {k} is not among the rows read for it")
 
     def _submit(self, block: int, nbytes: int) -> None:
         if self._error is not None:
             raise self._error
-        self._todo.put((self.fds[block], self.offsets[block], self.bufs[block], nbytes))
+        self._todo.put((self.fds[block], self.offsets[block], int(self.buf[block]), nbytes))
         self.offsets[block] += nbytes
         self.bytes_written += nbytes
-        self.bufs[block] = None
+        self.buf[block] = -1
         self.fill[block] = 0
 
     def _write_loop(self) -> None:
@@ -118,7 +211,7 @@ class BlockWriter:
             fd, offset, buf, nbytes = item
             try:
                 if self._error is None:
-                    view = memoryview(buf)[:nbytes]
+                    view = memoryview(self.pool)[buf * self.chunk : buf * self.chunk + nbytes]
                     while len(view):
                         done = os.pwrite(fd, view, offset)
                         view, offset = view[done:], offset + done
@@ -133,14 +226,15 @@ class BlockWriter:
     def close(self, block: int) -> None:
         """No more rows for `block`: its last chunk, padded with zeros to a page, goes to
         the writers, and the chunk to the next block."""
-        fill = self.fill[block]
+        fill = int(self.fill[block])
         if fill:
             padded = -(-fill // PAGE) * PAGE
-            self.bufs[block][fill:padded] = 0
+            start = int(self.buf[block]) * self.chunk
+            self.pool[start + fill : start + padded] = 0
             self._submit(block, padded)
-        elif self.bufs[block] is not None:
-            self._free.put(self.bufs[block])
-            self.bufs[block] = None
+        elif self.buf[block] >= 0:
+            self._free.put(int(self.buf[block]))
+            self.buf[block] = -1
 
     def _finish(self) -> None:
         """Close every block, then wait."""

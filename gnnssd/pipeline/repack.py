@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 import numpy as np
+from numba.typed import List
 
 from gnnssd.pipeline.block_writer import BlockWriter
 from gnnssd.pipeline.direct_io import DirectIO
@@ -47,24 +48,12 @@ def repack(
     try:
         with BlockWriter([block_dir / p.read.block for p in blocks], row_bytes, io.alloc,
                          writer_bytes, open_at_once=overlap(blocks)) as writer:
-            firsts = [int(p.read_rows[0]) if p.num_read else -1 for p in blocks]
-            closed = 0  # blocks[:closed] have all their rows (a prefix: sorted by last row)
+            rows = List([np.ascontiguousarray(p.read_rows, dtype=np.int64) for p in blocks])
+            cursor = np.zeros(len(blocks), np.int64)  # the rows of each block appended so far
             for lo, hi, pos in io.iter_rows(f, union, row_bytes, scan.offsets, scan.lengths, staging):
                 check_stop()  # a closing worker stops here, not at the window's end
-                if hi == lo:
-                    continue
-                bottom, top = int(union[lo]), int(union[hi - 1])
-                for k in range(closed, len(blocks)):
-                    rows = blocks[k].read_rows
-                    if firsts[k] > top or not len(rows):
-                        continue  # begins after this chunk
-                    a, b = np.searchsorted(rows, [bottom, top + 1])
-                    if b > a:
-                        writer.append(k, staging, pos[np.searchsorted(union[lo:hi], rows[a:b])])
-                        if b == len(rows):
-                            writer.close(k)
-                while closed < len(blocks) and (not blocks[closed].num_read or blocks[closed].read_rows[-1] <= top):
-                    closed += 1
+                if hi > lo:  # every block's rows up to the chunk's last, in one kernel call
+                    writer.append_sorted(staging, union[lo:hi], pos, rows, cursor, int(union[hi - 1]))
     finally:
         io.close(f)
     return writer.bytes_written

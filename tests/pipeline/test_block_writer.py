@@ -7,6 +7,7 @@ import pytest
 from gnnssd.io_engine.engine import alloc
 from gnnssd.pipeline.block_writer import BlockWriter
 from gnnssd.io_engine.rows import copy_rows
+from numba.typed import List
 
 
 @pytest.mark.parametrize("row_bytes", [6, 96, 512, 5000])
@@ -48,3 +49,66 @@ def test_copy_rows_matches_slicing(row_bytes, aligned):
     out = np.empty((len(pos), row_bytes), np.uint8)
     copy_rows(src, pos, row_bytes, out)
     assert np.array_equal(out, np.stack([src[p : p + row_bytes] for p in pos]))
+
+
+def _scan_into_blocks(tmp_path, row_bytes, blocks, scan_chunk_rows, max_chunk, num_rows=3000, missing=None):
+    """What the repack scan does: the union of the blocks' rows, in order, chunk by chunk
+    through a staging area in shuffled places, each chunk's rows appended to every block
+    with append_sorted; returns the files and what NumPy says they should hold."""
+    rng = np.random.default_rng(row_bytes + len(blocks))
+    table = rng.integers(0, 256, (num_rows, row_bytes), dtype=np.uint8)  # row r's bytes
+    union = np.unique(np.concatenate([np.empty(0, np.int64), *blocks]))
+    if missing is not None:
+        union = union[union != missing]
+    paths = [tmp_path / f"b{k}.bin" for k in range(len(blocks))]
+    staging = alloc(scan_chunk_rows * row_bytes)
+    rows = List([np.asarray(b, np.int64) for b in blocks])
+    cursor = np.zeros(len(blocks), np.int64)
+    with BlockWriter(paths, row_bytes, alloc, max_chunk=max_chunk) as writer:
+        for lo in range(0, len(union), scan_chunk_rows):
+            chunk = union[lo:lo + scan_chunk_rows]
+            pos = rng.permutation(scan_chunk_rows)[: len(chunk)] * row_bytes  # places in staging
+            for r, p in zip(chunk, pos):
+                staging[p:p + row_bytes] = table[r]
+            writer.append_sorted(staging, chunk, pos, rows, cursor, int(chunk[-1]))
+    return paths, [table[b].tobytes() for b in blocks]
+
+
+@pytest.mark.parametrize("row_bytes", [6, 96, 512, 5000])
+def test_scan_chunks_appended_to_every_block_in_one_call_hold_their_rows(tmp_path, row_bytes):
+    """append_sorted (the repack's one kernel call per scan chunk) against NumPy: blocks
+    overlapping, disjoint, inside one scan chunk, spanning many, empty, and rows straddling
+    one-page chunks; every file holds its rows in order, zero-padded to a page."""
+    rng = np.random.default_rng(7)
+    blocks = [np.sort(rng.choice(3000, 400, replace=False)),  # spread over the whole scan
+              np.arange(100, 160),  # a run inside a few scan chunks
+              np.empty(0, np.int64),  # a block with no rows
+              np.array([2999]),  # only the scan's last row
+              np.sort(rng.choice(np.arange(1500, 3000), 700, replace=False))]
+    paths, want = _scan_into_blocks(tmp_path, row_bytes, blocks, scan_chunk_rows=37, max_chunk=4096)
+    for path, expected in zip(paths, want):
+        data = path.read_bytes()
+        assert len(data) == -(-len(expected) // 4096) * 4096
+        assert data[: len(expected)] == expected and not any(data[len(expected):])
+
+
+def test_a_block_ending_where_its_chunk_fills_then_gets_more_rows(tmp_path):
+    """128-byte rows: 32 fill a one-page chunk exactly. A block's rows ending a call exactly
+    at its chunk's end, the next call's rows go to a fresh chunk (none skipped)."""
+    staging = alloc(1 << 16)
+    staging[:] = np.random.default_rng(3).integers(0, 256, len(staging), dtype=np.uint8)
+    pos = np.arange(0, 64 * 128, 128)
+    with BlockWriter([tmp_path / "b.bin"], 128, alloc, max_chunk=4096) as writer:
+        writer.append(0, staging, pos[:32])  # exactly one chunk
+        writer.append(0, staging, pos[32:40])
+    assert (tmp_path / "b.bin").read_bytes()[: 40 * 128] == staging[: 40 * 128].tobytes()
+
+
+def test_a_block_row_the_scan_did_not_read_is_an_error(tmp_path):
+    with pytest.raises(ValueError, match="row 50 of block 0 is not among the rows read"):
+        _scan_into_blocks(tmp_path, 64, [np.arange(40, 60)], scan_chunk_rows=8, max_chunk=4096, missing=50)
+
+
+def test_rows_outside_the_source_are_refused(tmp_path):
+    with BlockWriter([tmp_path / "b.bin"], 64, alloc) as writer, pytest.raises(ValueError, match="outside"):
+        writer.append(0, alloc(4096), np.array([0, 4096 - 32]))
