@@ -4,7 +4,7 @@ prediction and embedding of a store larger than memory (the `papers` synthetic p
 
 Every phase runs the real CLI (`gnnssd preprocess | train | eval | predict | embed`) as a
 child process, sampled every second for its resident memory (the process tree's RSS, and
-how much of it is the memory-mapped topology: the `Rss` of indptr.npy / indices.npy in
+how much of it is the memory-mapped topology: the `Rss` of indptr.npy / indices.npy / etypes.npy in
 /proc/PID/smaps). Results go to --json after every phase, so a run stopped by a time limit
 keeps what it measured, and a phase already in the JSON is skipped when the script is run
 again (training resumes from its checkpoint with --resume).
@@ -63,7 +63,7 @@ PHASES = ("preprocess", "train", "eval", "predict", "embed", "compare", "interru
 SYSTEMS = ("compute-only", "gnnssd", "per-row", "mmap")
 #: Rows of the compute-only table (float32): what the gather indexes instead of the file.
 TABLE_ROWS = 1 << 20
-TOPOLOGY_FILES = ("indptr.npy", "indices.npy")
+TOPOLOGY_FILES = ("indptr.npy", "indices.npy", "etypes.npy")  # etypes: a typed store's relations
 GiB = 1 << 30
 
 
