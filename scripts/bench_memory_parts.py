@@ -6,7 +6,7 @@ The real Trainer of `--config` runs in this process; a thread looks at it every
 `--interval` seconds: the process's RSS (/proc/self/status), the resident bytes of each
 memory-mapped store file (/proc/self/smaps: the topology, perm.npy, inv.npy, labels.npy,
 the rest), and the live objects of the ssd loader, each part's bytes: the labels held in
-RAM, the planner's row-sized slot map and the hot-row masks (every RowUnion and HotRows
+RAM, the planner's union (its slot map or hash table and unique rows) and the hot-row masks (every RowUnion and HotRows
 alive), the mega-batch plans alive with their mini-batches (every MegaBatchPlan whose
 blocks are in memory, arrays counted once; instances are tracked from their __init__), and the recycled x arrays. `runtime` is the
 RSS after importing torch, DGL and gnnssd and running numba's kernels once, before the
@@ -127,8 +127,8 @@ def live_parts(source, made: dict[str, Instances]) -> dict[str, int]:
     if pool is not None:
         parts["x_pool"] = sum(a.nbytes for a in list(pool._arrays))
     seen: set[int] = set()
-    for union in made["RowUnion"].alive():
-        parts["slot_maps"] += _arrays(union.slot, seen)
+    for union in made["RowUnion"].alive():  # its slot map (or hash table), unique rows and indices
+        parts["slot_maps"] += _arrays([v for k, v in vars(union).items() if k not in ("hot", "members")], seen)
     for hot in made["HotRows"].alive():
         parts["hot_masks"] += _arrays(hot.bits if hasattr(hot, "bits") else hot.mask, seen)
     for plan in made["MegaBatchPlan"].alive():
@@ -248,7 +248,7 @@ def main() -> int:
             ("  inv.npy, mapped (resident)", peak.get("inv", 0)),
             ("  labels.npy, mapped (resident)", peak.get("labels_mapped", 0)),
             ("  labels held in RAM", peak["labels_held"]),
-            ("  planner slot maps (row-sized)", peak["slot_maps"]),
+            ("  planner union (slot map or hash table, unique rows)", peak["slot_maps"]),
             ("  hot-row masks (row-sized)", peak["hot_masks"]),
             (f"  mega-batch plans alive ({peak['plans_alive_count']})", peak["plans_alive"]),
             ("  x pool (recycled x arrays)", peak["x_pool"])]
