@@ -11,7 +11,10 @@ alive), the mega-batch plans alive with their mini-batches (every MegaBatchPlan 
 blocks are in memory, arrays counted once; instances are tracked from their __init__), and the recycled x arrays. `runtime` is the
 RSS after importing torch, DGL and gnnssd and running numba's kernels once, before the
 store is opened. The table is the look at the peak RSS, and each part's largest value
-over the run; `beyond` = RSS - memory_budget - topology (the issue's measure).
+over the run; `beyond` = RSS - memory_budget - topology (the issue's measure). A look
+every second can miss a training step's peak (a step's RSS rises by its activations and
+gradients), so the run's VmHWM is reported too, and in training each step's rise (see
+StepMemory).
 
     python scripts/bench_memory_parts.py --config datasets/configs/papers-mini.yaml \
         --set store=STORE --set run_dir=RUN [--epochs 1] [--loader-batches N]
@@ -138,6 +141,78 @@ def live_parts(source, made: dict[str, Instances]) -> dict[str, int]:
     return parts
 
 
+def block_bytes(blocks) -> int:
+    """Bytes of the index arrays of DGL blocks, every sparse format each has made (a block
+    made from COO may add CSC for the forward and CSR for the backward)."""
+    total = 0
+    for block in blocks:
+        formats = block.formats()
+        for name in formats.get("created", []):
+            arrays = block.adj_tensors(name)
+            total += sum(a.numel() * a.element_size() for a in arrays if hasattr(a, "numel"))
+    return total
+
+
+class StepMemory:
+    """What a training step adds, step by step: the RSS before the model runs (the loader's
+    share and the mini-batch), the step's high-water mark above it (VmHWM, reset before each
+    step through /proc/self/clear_refs), and at the step with the largest rise: the bytes
+    of the tensors autograd saved for the backward pass (distinct storages, counted by a
+    saved_tensors_hooks pack hook; x's own storage apart), of the mini-batch's x and of its
+    DGL blocks' sparse formats after the forward and after the backward. `peak()`: the
+    process's VmHWM over the run (each reset reads it first)."""
+
+    def __init__(self, trainer) -> None:
+        import torch
+
+        self.largest: dict[str, int] = {}
+        self.steps = 0
+        self.saved: dict[int, int] = {}
+        self.now: dict[str, int] = {}
+        self.blocks = None
+        self.hwm = 0
+        loss_of, step = trainer._batch_loss, trainer.optimizer.step
+
+        def pack(tensor):
+            storage = tensor.untyped_storage()
+            self.saved[storage.data_ptr()] = storage.nbytes()
+            return tensor
+
+        def batch_loss(batch):
+            self.saved = {}
+            self.hwm = max(self.hwm, status("VmHWM:"))  # the peak since the last reset
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")  # VmHWM := VmRSS
+            before = status("VmRSS:")
+            with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+                out = loss_of(batch)
+            x = batch.x.values() if isinstance(batch.x, dict) else [batch.x]
+            x_ptrs = {t.untyped_storage().data_ptr() for t in x}
+            self.now = {"rss_before": before, "forward_rise": status("VmRSS:") - before,
+                        "x": sum(t.untyped_storage().nbytes() for t in x),
+                        "saved_for_backward": sum(n for ptr, n in self.saved.items() if ptr not in x_ptrs),
+                        "x_saved_for_backward": int(any(ptr in x_ptrs for ptr in self.saved)),
+                        "blocks_after_forward": block_bytes(batch.blocks)}
+            self.blocks = batch.blocks  # until the step (the trainer holds the batch till then)
+            return out
+
+        def optimizer_step(*args, **kwargs):
+            done = step(*args, **kwargs)
+            rise = status("VmHWM:") - self.now["rss_before"]
+            self.now.update(rise=rise, blocks_after_backward=block_bytes(self.blocks))
+            self.blocks = None
+            self.steps += 1
+            if rise > self.largest.get("rise", -1):
+                self.largest = dict(self.now)
+            return done
+
+        trainer._batch_loss = batch_loss
+        trainer.optimizer.step = optimizer_step
+
+    def peak(self) -> int:
+        return max(self.hwm, status("VmHWM:"))
+
+
 class Watcher:
     """Looks at the process every `interval` seconds; keeps the look at the peak RSS and
     each part's largest value."""
@@ -231,6 +306,7 @@ def main() -> int:
     else:
         trainer = Trainer(config)
         store = trainer.store
+        steps = StepMemory(trainer)
         watcher = Watcher(trainer.source, made, args.interval)
         try:
             io = trainer.fit()[-1].get("io", {})
@@ -240,6 +316,9 @@ def main() -> int:
     seconds = time.perf_counter() - start
     peak = watcher.peak
     beyond = peak["rss"] - budget - peak.get("topology", 0)
+    # the peak between looks: VmHWM (the topology at its largest resident share)
+    hwm = status("VmHWM:") if args.loader_batches else steps.peak()
+    hwm_beyond = hwm - budget - watcher.largest.get("topology", 0)
     rows = [("RSS at the peak look", peak["rss"]), ("ssd.memory_budget", budget),
             ("topology, mapped (resident)", peak.get("topology", 0)),
             ("beyond budget + topology", beyond),
@@ -262,6 +341,15 @@ def main() -> int:
     for (name, value), key in zip(rows, keys):
         largest = "" if key is None else f"{watcher.largest.get(key, 0) / MiB:,.1f}"
         print(f"| {name} | {value / MiB:,.1f} | {largest} |")
+    print(f"peak RSS over the run (VmHWM) {hwm / MiB:,.1f} MiB: beyond budget + topology {hwm_beyond / MiB:,.1f} MiB")
+    step_memory = {} if args.loader_batches else {"steps": steps.steps, **steps.largest}
+    if step_memory:
+        print(f"the training step of the largest rise over its start ({steps.steps} steps; MiB):")
+        print("| | MiB |\n|---|---|")
+        for key in ("rss_before", "rise", "forward_rise", "saved_for_backward", "x", "blocks_after_forward",
+                    "blocks_after_backward"):
+            print(f"| {key} | {step_memory[key] / MiB:,.1f} |")
+        print(f"x's own storage saved for the backward pass: {bool(step_memory['x_saved_for_backward'])}")
     print(f"bytes read {io.get('bytes_read', 0) / MiB:,.1f} MiB, useful {io.get('useful_bytes', 0) / MiB:,.1f} MiB "
           f"(the last epoch's training mini-batches, or the loader's)")
     if args.json:
@@ -269,7 +357,9 @@ def main() -> int:
         Path(args.json).write_text(json.dumps({
             "config": args.config, "set": args.set, "epochs": args.epochs, "seconds": seconds,
             "num_nodes": store.num_nodes, "budget": budget, "runtime": runtime, "beyond": beyond,
-            "peak": peak, "largest": watcher.largest, "looks": watcher.looks, "io": io}, indent=2))
+            "vmhwm": hwm, "vmhwm_beyond": hwm_beyond,
+            "peak": peak, "largest": watcher.largest, "looks": watcher.looks, "io": io,
+            "step_memory": step_memory}, indent=2))
     return 0
 
 
