@@ -111,3 +111,9 @@ def test_recycler_reuses_an_x_only_once_nothing_references_it():
     f = recycler.take(3000, 4, np.float32)  # the free kept array is too small: replaced
     assert np.shares_memory(f, recycler._arrays[0]) and recycler._arrays[0].nbytes >= f.nbytes
     assert not np.shares_memory(f, b)
+    del f
+    g = recycler.take(1600, 4, np.float32)  # over half the free array's size: reused
+    assert np.shares_memory(g, recycler._arrays[0])
+    del g
+    h = recycler.take(1000, 4, np.float32)  # under half (training after an evaluation): replaced, smaller
+    assert np.shares_memory(h, recycler._arrays[0]) and recycler._arrays[0].nbytes == h.nbytes + h.nbytes // 8
