@@ -159,8 +159,9 @@ class StepMemory:
     step through /proc/self/clear_refs), and at the step with the largest rise: the bytes
     of the tensors autograd saved for the backward pass (distinct storages, counted by a
     saved_tensors_hooks pack hook; x's own storage apart), of the mini-batch's x and of its
-    DGL blocks' sparse formats after the forward and after the backward. `peak()`: the
-    process's VmHWM over the run (each reset reads it first)."""
+    DGL blocks' sparse formats after the forward and after the backward; per epoch, the
+    largest RSS inside a training step (`step_peaks`). `peak()`: the process's VmHWM over
+    the run (each reset reads it first)."""
 
     def __init__(self, trainer) -> None:
         import torch
@@ -171,7 +172,8 @@ class StepMemory:
         self.now: dict[str, int] = {}
         self.blocks = None
         self.hwm = 0
-        loss_of, step = trainer._batch_loss, trainer.optimizer.step
+        self.step_peaks = [0]  # per epoch: the largest RSS inside a training step
+        loss_of, step, evaluate = trainer._batch_loss, trainer.optimizer.step, trainer._evaluate_epoch
 
         def pack(tensor):
             storage = tensor.untyped_storage()
@@ -198,6 +200,7 @@ class StepMemory:
 
         def optimizer_step(*args, **kwargs):
             done = step(*args, **kwargs)
+            self.step_peaks[-1] = max(self.step_peaks[-1], status("VmHWM:"))
             rise = status("VmHWM:") - self.now["rss_before"]
             self.now.update(rise=rise, blocks_after_backward=block_bytes(self.blocks))
             self.blocks = None
@@ -206,8 +209,14 @@ class StepMemory:
                 self.largest = dict(self.now)
             return done
 
+        def evaluate_epoch(*args, **kwargs):
+            done = evaluate(*args, **kwargs)
+            self.step_peaks.append(0)  # the next epoch's steps
+            return done
+
         trainer._batch_loss = batch_loss
         trainer.optimizer.step = optimizer_step
+        trainer._evaluate_epoch = evaluate_epoch
 
     def peak(self) -> int:
         return max(self.hwm, status("VmHWM:"))
@@ -342,7 +351,8 @@ def main() -> int:
         largest = "" if key is None else f"{watcher.largest.get(key, 0) / MiB:,.1f}"
         print(f"| {name} | {value / MiB:,.1f} | {largest} |")
     print(f"peak RSS over the run (VmHWM) {hwm / MiB:,.1f} MiB: beyond budget + topology {hwm_beyond / MiB:,.1f} MiB")
-    step_memory = {} if args.loader_batches else {"steps": steps.steps, **steps.largest}
+    step_memory = {} if args.loader_batches else {"steps": steps.steps, **steps.largest,
+                                                  "step_peaks": [p for p in steps.step_peaks if p]}
     if step_memory:
         print(f"the training step of the largest rise over its start ({steps.steps} steps; MiB):")
         print("| | MiB |\n|---|---|")
@@ -350,6 +360,9 @@ def main() -> int:
                     "blocks_after_backward"):
             print(f"| {key} | {step_memory[key] / MiB:,.1f} |")
         print(f"x's own storage saved for the backward pass: {bool(step_memory['x_saved_for_backward'])}")
+        print("largest RSS inside a training step, by epoch (beyond budget + topology), MiB: " + ", ".join(
+            f"{p / MiB:,.1f} ({(p - budget - watcher.largest.get('topology', 0)) / MiB:,.1f})"
+            for p in step_memory["step_peaks"]))
     print(f"bytes read {io.get('bytes_read', 0) / MiB:,.1f} MiB, useful {io.get('useful_bytes', 0) / MiB:,.1f} MiB "
           f"(the last epoch's training mini-batches, or the loader's)")
     if args.json:
