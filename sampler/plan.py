@@ -128,24 +128,71 @@ class MegaBatchPlan:
         return same and (self.read is None or self.read.equals(other.read))
 
 
+# The union's rows -> their index in first-seen order, as a hash table sized by the union
+# (not a slot a row of the graph, which took 0.42 GiB at 10^8 rows for the process's life):
+# open addressing with linear probing, each entry packed as row << 32 | index (-1 empty), so
+# a probe touches one int64; the table is a power of two at most MAX_LOAD full.
+_FIBONACCI = np.uint64(0x9E3779B97F4A7C15)
+_LOW = np.int64(0xFFFFFFFF)
+MAX_LOAD = 0.5
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _home(row, shift):
+    """The table position a row's probe starts at: the row itself in a table with a place
+    for every row (shift < 0), else Fibonacci hashing (the top bits of row * 2^64/phi)."""
+    if shift < 0:
+        return row
+    return np.int64((np.uint64(row) * _FIBONACCI) >> np.uint64(shift))
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _find(table, shift, row):
+    """The table position holding `row`, or the empty one where it would go."""
+    mask = table.shape[0] - 1
+    h = _home(row, shift)
+    while table[h] >= 0 and (table[h] >> 32) != row:
+        h = (h + 1) & mask
+    return h
+
+
 @nb.njit(cache=True, nogil=True)
-def _add_rows(nodes, slot, hot_bits, uniq, state, limit):
+def _unset(rows, table, shift):
+    """Take out `rows`, the last rows put in the table, in that order: last first, which
+    leaves the table exactly as before they came (no probe run is cut)."""
+    for k in range(rows.shape[0] - 1, -1, -1):
+        table[_find(table, shift, rows[k])] = -1
+
+
+@nb.njit(cache=True, nogil=True)
+def _add_rows(nodes, table, shift, hot_bits, uniq, index, state, limit):
     """Add the rows of `nodes` missing from the union: uniq[state[0]:] in first-seen order,
-    slot[row] = their index. state = [unique rows, cold unique rows]. When the cold rows
-    would exceed `limit`, the union is left as it was and False is returned."""
-    count, cold = state[0], state[1]
+    the table maps each to its index there, and index[state[2]:] gets each of `nodes`' index
+    in uniq. state = [unique rows, cold unique rows, input rows]. When the cold rows would
+    exceed `limit`, the union is left as it was and False is returned. The table must have
+    room for every row of `nodes`."""
+    count, cold, at = state[0], state[1], state[2]
     for x in nodes:
-        if slot[x] < 0:
-            slot[x] = count
+        h = _find(table, shift, x)
+        if table[h] < 0:
+            table[h] = (x << 32) | count
             uniq[count] = x
             count += 1
             cold += not _bit(hot_bits, x)
+        index[at] = table[h] & _LOW
+        at += 1
     if cold > limit:
-        for k in range(state[0], count):
-            slot[uniq[k]] = -1
+        _unset(uniq[state[0] : count], table, shift)
         return False
-    state[0], state[1] = count, cold
+    state[0], state[1], state[2] = count, cold, at
     return True
+
+
+@nb.njit(cache=True, nogil=True)
+def _insert_all(rows, table, shift):
+    """Put distinct `rows` in an empty table, rows[k] at index k."""
+    for k in range(rows.shape[0]):
+        table[_find(table, shift, rows[k])] = (rows[k] << 32) | k
 
 
 @nb.njit(cache=True, nogil=True)
@@ -161,28 +208,56 @@ def _carried(cold, prev, lo, hi, carried, carry_slot):
 
 
 @nb.njit(cache=True, nogil=True)
-def _scan_rows(slot, hot_bits, value, cold_at):
-    """Walk every row in ascending order: a hot row r of the union (slot[r] >= 0) gets
-    value[slot[r]] = its cache slot (the hot rows before it); the slots of the union's
-    cold rows go to cold_at in row order. Returns how many are cold."""
+def _split_sorted(rows, order, hot_bits, hot_rows, value, cold_at):
+    """For distinct `rows` and `order` the positions of rows in ascending row order: value[k]
+    = the cache slot of a hot rows[k] (the hot rows before it); the positions of the cold
+    ones go to cold_at in row order. Returns how many are cold."""
+    count = 0
+    j = 0
+    for k in order:
+        r = rows[k]
+        if _bit(hot_bits, r):
+            while hot_rows[j] < r:  # the hot rows met come in ascending order
+                j += 1
+            value[k] = j
+        else:
+            cold_at[count] = k
+            count += 1
+    return count
+
+
+@nb.njit(cache=True, nogil=True)
+def _scan_rows(table, hot_bits, value, cold_at):
+    """Walk a table with a place a row (see RowUnion._reserve) in row order: a hot row of
+    the union gets value[its index] = its cache slot (the hot rows before it); the indices
+    of the union's cold rows go to cold_at in row order. Returns how many are cold."""
     rank = 0
     count = 0
-    for r in range(slot.shape[0]):
-        s = slot[r]
+    for r in range(table.shape[0]):
+        entry = table[r]
         if _bit(hot_bits, r):
-            if s >= 0:
-                value[s] = rank
+            if entry >= 0:
+                value[entry & _LOW] = rank
             rank += 1
-        elif s >= 0:
-            cold_at[count] = s
+        elif entry >= 0:
+            cold_at[count] = entry & _LOW
             count += 1
     return count
 
 
 @nb.njit(parallel=True, cache=True, nogil=True)
-def _gather_index(nodes, slot, value, out):
-    for i in nb.prange(nodes.shape[0]):
-        out[i] = value[slot[nodes[i]]]
+def _gather_index(index, value, out):
+    for i in nb.prange(index.shape[0]):
+        out[i] = value[index[i]]
+
+
+def _row_order(rows: np.ndarray) -> np.ndarray:
+    """Positions of distinct non-negative `rows` (below 2^31) in ascending row order: one
+    sort of row << 32 | position (NumPy's sort of int64 is several times its argsort)."""
+    packed = (rows << 32) | np.arange(len(rows), dtype=np.int64)
+    packed.sort()
+    packed &= _LOW
+    return packed
 
 
 def plan_bytes(mfgs: MFGs) -> int:
@@ -191,24 +266,51 @@ def plan_bytes(mfgs: MFGs) -> int:
     return mfgs.nbytes + 8 * len(mfgs.input_rows)
 
 
-# A union holding at least 1/SCAN_SHARE of the graph's rows is put in row order by one walk
-# over the row-sized maps (linear in the rows, no allocation); a smaller one is sorted.
-SCAN_SHARE = 64
+def _room(array: np.ndarray, used: int, more: int) -> np.ndarray:
+    """`array` (its first `used` entries kept), grown if it has no room for `more`."""
+    if len(array) >= used + more:
+        return array
+    grown = np.empty(max(2 * len(array), used + more), array.dtype)
+    grown[:used] = array[:used]
+    return grown
 
 
 class RowUnion:
     """The union of the input rows of a growing group of mini-batches, in time linear in
-    the inputs: a row-sized slot map (4 bytes a row) instead of sorting every input row."""
+    the inputs: a hash table sized by the union (row -> index in first-seen order) instead
+    of sorting every input row; between groups it keeps only the table."""
+
+    #: rows are packed in a table entry as row << 32 | index
+    MAX_ROWS = 1 << 31
 
     def __init__(self, num_rows: int, hot: HotRows):
         if hot.num_rows != num_rows:
             raise ValueError(f"the hot-row bitset covers {hot.num_rows} rows, the graph has {num_rows}")
+        if num_rows > self.MAX_ROWS:
+            raise ValueError(f"the planner takes at most {self.MAX_ROWS:,} rows, the graph has {num_rows:,}")
         self.hot = hot
-        self.slot = np.full(num_rows, -1, np.int32)
+        self.num_rows = num_rows
+        self.table = np.full(16, -1, np.int64)
+        self.shift = 64 - 4  # 64 - log2(len(table))
         self.uniq = np.empty(0, np.int64)
-        self.state = np.zeros(2, np.int64)
+        self.index = np.empty(0, np.int32)  # each input row's index in uniq, members in order
+        self.state = np.zeros(3, np.int64)  # unique rows, cold unique rows, input rows
         self.members: list[MFGs] = []
         self.bytes = 0  # plan_bytes of the members
+
+    def _reserve(self, rows: int) -> None:
+        """Room in the table for `rows` rows in all (rehashed into a larger table if not).
+        A table that would hold as many places as the graph has rows gets one a row instead,
+        indexed by the row (no probing: as fast as a slot map, and never larger than the
+        hash table it replaces)."""
+        if self.shift < 0 or rows <= MAX_LOAD * len(self.table):
+            return
+        bits = max(4, int(np.ceil(np.log2(rows / MAX_LOAD))))
+        if 1 << bits >= self.num_rows:
+            self.table, self.shift = np.full(self.num_rows, -1, np.int64), -1
+        else:
+            self.table, self.shift = np.full(1 << bits, -1, np.int64), 64 - bits
+        _insert_all(self.uniq[: self.state[0]], self.table, self.shift)
 
     def add(self, mfgs: MFGs, limit: int, max_bytes: int | None = None) -> bool:
         """Add a mini-batch unless the cold rows would exceed `limit`, or its members'
@@ -217,11 +319,10 @@ class RowUnion:
         if max_bytes is not None and self.members and self.bytes + size > max_bytes:
             return False
         nodes = np.asarray(mfgs.input_rows, np.int64)
-        if len(self.uniq) < self.state[0] + len(nodes):
-            grown = np.empty(max(2 * len(self.uniq), self.state[0] + len(nodes)), np.int64)
-            grown[: self.state[0]] = self.uniq[: self.state[0]]
-            self.uniq = grown
-        if not _add_rows(nodes, self.slot, self.hot.bits, self.uniq, self.state, limit):
+        self.uniq = _room(self.uniq, int(self.state[0]), len(nodes))
+        self.index = _room(self.index, int(self.state[2]), len(nodes))
+        self._reserve(int(self.state[0]) + len(nodes))
+        if not _add_rows(nodes, self.table, self.shift, self.hot.bits, self.uniq, self.index, self.state, limit):
             return False
         self.members.append(mfgs)
         self.bytes += size
@@ -231,30 +332,37 @@ class RowUnion:
         return int(self.state[1])
 
     def clear(self) -> None:
-        self.slot[self.uniq[: self.state[0]]] = -1
+        if self.state[0] * 16 >= len(self.table):  # a sequential fill beats the probes
+            self.table.fill(-1)
+        else:
+            _unset(self.uniq[: self.state[0]], self.table, self.shift)
+        # the table stays (sized by the largest union); these go with the group (the plan's
+        # gather index replaces the input rows' indices)
+        self.uniq, self.index = np.empty(0, np.int64), np.empty(0, np.int32)
         self.state[:] = 0
         self.members = []
         self.bytes = 0
 
     def _split(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """For distinct `rows` whose slot map entries are their positions (slot[rows[k]] ==
-        k): the cache slot of each hot one (value[k]; the cold ones' entries are unset) and
-        the positions of the cold ones in ascending row order."""
+        """For distinct `rows`, which the table maps to their positions (rows[k] -> k): the
+        cache slot of each hot one (value[k]; the cold ones' entries are unset) and the
+        positions of the cold ones in ascending row order. A table with a place a row is
+        walked in row order (linear in the rows, no allocation); rows in a hash table are
+        sorted."""
         value = np.empty(len(rows), np.int64)
-        if len(rows) * SCAN_SHARE >= len(self.slot):
-            cold_at = np.empty(len(rows), np.int64)
-            return value, cold_at[: _scan_rows(self.slot, self.hot.bits, value, cold_at)]
-        hot = self.hot.contains(rows)
-        value[hot] = self.hot.slots(rows[hot])
-        cold_at = np.flatnonzero(~hot)
-        return value, cold_at[np.argsort(rows[cold_at])]
+        cold_at = np.empty(len(rows), np.int64)
+        if self.shift < 0:
+            count = _scan_rows(self.table, self.hot.bits, value, cold_at)
+        else:
+            count = _split_sorted(rows, _row_order(rows), self.hot.bits, self.hot.rows, value, cold_at)
+        return value, cold_at[:count]
 
     def take(self, prev_rows: np.ndarray | None, prev_num_read: int, epoch: int, index: int) -> "MegaBatchPlan":
         """The plan of the current group; the union is emptied for the next one.
 
         prev_rows: the previous mega-batch's buffer rows in slot order, two sorted runs
         split at prev_num_read (or None)."""
-        mfgs, inputs = self.members, [np.asarray(m.input_rows, np.int64) for m in self.members]
+        mfgs = self.members
         uniq = self.uniq[: self.state[0]]
         # each unique row's index in [hot cache | buffer], in uniq order (hot rows here,
         # cold rows below once the carried ones are known)
@@ -269,29 +377,28 @@ class RowUnion:
         num_hot = len(self.hot.rows)
         value[cold_at[~carried]] = num_hot + np.arange(len(read_rows))
         value[cold_at[carried]] = num_hot + len(read_rows) + np.arange(len(carry_rows))
-        allin = np.concatenate(inputs)
-        gather_all = np.empty(len(allin), np.int64)
-        _gather_index(allin, self.slot, value, gather_all)
+        gather_all = np.empty(int(self.state[2]), np.int64)
+        _gather_index(self.index[: len(gather_all)], value, gather_all)
         self.clear()
         is_hot_input = gather_all < num_hot
         hot_hits = int(is_hot_input.sum())
         stats = {
             "minibatches": len(mfgs),
-            "input_rows": int(len(allin)),
+            "input_rows": len(gather_all),
             "unique_rows": int(len(uniq)),
-            "sharing": float(len(allin) / max(len(uniq), 1)),
+            "sharing": float(len(gather_all) / max(len(uniq), 1)),
             "hot_hits": hot_hits,
             "cold_unique_rows": int(len(cold)),
             "carried_rows": int(len(carry_rows)),
             "read_rows": int(len(read_rows)),
             # rows a per-mini-batch loader with the same hot cache would fetch (no mega-batch dedup)
-            "minibatch_cold_rows": int(len(allin) - hot_hits),
+            "minibatch_cold_rows": len(gather_all) - hot_hits,
         }
         return MegaBatchPlan(
             epoch=epoch,
             index=index,
             minibatches=mfgs,
-            gather=np.split(gather_all, np.cumsum([len(x) for x in inputs])[:-1]),
+            gather=np.split(gather_all, np.cumsum([len(m.input_rows) for m in mfgs])[:-1]),
             rows=np.concatenate([read_rows, carry_rows]),
             num_read=int(len(read_rows)),
             carry_src=carry_slot[carried],
@@ -302,7 +409,7 @@ class RowUnion:
     def pieces(self, mfgs: MFGs, max_rows: int, epoch: int, index: int) -> Iterator[MegaBatchPlan]:
         """One mini-batch too large for a buffer as plans of at most `max_rows` cold rows
         each (its sorted cold rows cut in order), numbered from `index`, made one at a time;
-        the union must be empty (its slot map serves as scratch). Piece k lists only the
+        the union must be empty (its table serves as scratch). Piece k lists only the
         input rows it supplies (the hot rows in piece 0, cold rows in the piece that reads
         them): their positions in the mini-batch's x (`positions`) and their slots in [hot
         cache | buffer] (gather[0]), so k pieces cost one mini-batch's index in all, not k;
@@ -311,11 +418,12 @@ class RowUnion:
         if self.members:
             raise ValueError("pieces are planned from an empty union")
         nodes = np.asarray(mfgs.input_rows, np.int64)  # distinct within a mini-batch
-        self.slot[nodes] = np.arange(len(nodes), dtype=np.int32)
+        self._reserve(len(nodes))
+        _insert_all(nodes, self.table, self.shift)
         try:
             value, cold_pos = self._split(nodes)
         finally:
-            self.slot[nodes] = -1
+            _unset(nodes, self.table, self.shift)
         hot_pos = np.flatnonzero(self.hot.contains(nodes))
         cold = nodes[cold_pos]
         num_hot = len(self.hot.rows)

@@ -6,12 +6,15 @@ The real Trainer of `--config` runs in this process; a thread looks at it every
 `--interval` seconds: the process's RSS (/proc/self/status), the resident bytes of each
 memory-mapped store file (/proc/self/smaps: the topology, perm.npy, inv.npy, labels.npy,
 the rest), and the live objects of the ssd loader, each part's bytes: the labels held in
-RAM, the planner's row-sized slot map and the hot-row masks (every RowUnion and HotRows
+RAM, the planner's union (its slot map or hash table and unique rows) and the hot-row masks (every RowUnion and HotRows
 alive), the mega-batch plans alive with their mini-batches (every MegaBatchPlan whose
 blocks are in memory, arrays counted once; instances are tracked from their __init__), and the recycled x arrays. `runtime` is the
 RSS after importing torch, DGL and gnnssd and running numba's kernels once, before the
 store is opened. The table is the look at the peak RSS, and each part's largest value
-over the run; `beyond` = RSS - memory_budget - topology (the issue's measure).
+over the run; `beyond` = RSS - memory_budget - topology (the issue's measure). A look
+every second can miss a training step's peak (a step's RSS rises by its activations and
+gradients), so the run's VmHWM is reported too, and in training each step's rise (see
+StepMemory).
 
     python scripts/bench_memory_parts.py --config datasets/configs/papers-mini.yaml \
         --set store=STORE --set run_dir=RUN [--epochs 1] [--loader-batches N]
@@ -127,8 +130,8 @@ def live_parts(source, made: dict[str, Instances]) -> dict[str, int]:
     if pool is not None:
         parts["x_pool"] = sum(a.nbytes for a in list(pool._arrays))
     seen: set[int] = set()
-    for union in made["RowUnion"].alive():
-        parts["slot_maps"] += _arrays(union.slot, seen)
+    for union in made["RowUnion"].alive():  # its slot map (or hash table), unique rows and indices
+        parts["slot_maps"] += _arrays([v for k, v in vars(union).items() if k not in ("hot", "members")], seen)
     for hot in made["HotRows"].alive():
         parts["hot_masks"] += _arrays(hot.bits if hasattr(hot, "bits") else hot.mask, seen)
     for plan in made["MegaBatchPlan"].alive():
@@ -136,6 +139,87 @@ def live_parts(source, made: dict[str, Instances]) -> dict[str, int]:
             parts["plans_alive"] += _arrays([plan.minibatches, plan.gather, plan.rows, plan.carry_src], seen)
             parts["plans_alive_count"] += 1
     return parts
+
+
+def block_bytes(blocks) -> int:
+    """Bytes of the index arrays of DGL blocks, every sparse format each has made (a block
+    made from COO may add CSC for the forward and CSR for the backward)."""
+    total = 0
+    for block in blocks:
+        formats = block.formats()
+        for name in formats.get("created", []):
+            arrays = block.adj_tensors(name)
+            total += sum(a.numel() * a.element_size() for a in arrays if hasattr(a, "numel"))
+    return total
+
+
+class StepMemory:
+    """What a training step adds, step by step: the RSS before the model runs (the loader's
+    share and the mini-batch), the step's high-water mark above it (VmHWM, reset before each
+    step through /proc/self/clear_refs), and at the step with the largest rise: the bytes
+    of the tensors autograd saved for the backward pass (distinct storages, counted by a
+    saved_tensors_hooks pack hook; x's own storage apart), of the mini-batch's x and of its
+    DGL blocks' sparse formats after the forward and after the backward; per epoch, the
+    largest RSS inside a training step (`step_peaks`). `peak()`: the process's VmHWM over
+    the run (each reset reads it first)."""
+
+    def __init__(self, trainer) -> None:
+        import torch
+
+        self.largest: dict[str, int] = {}
+        self.steps = 0
+        self.saved: dict[int, int] = {}
+        self.now: dict[str, int] = {}
+        self.blocks = None
+        self.hwm = 0
+        self.step_peaks = [0]  # per epoch: the largest RSS inside a training step
+        loss_of, step, evaluate = trainer._batch_loss, trainer.optimizer.step, trainer._evaluate_epoch
+
+        def pack(tensor):
+            storage = tensor.untyped_storage()
+            self.saved[storage.data_ptr()] = storage.nbytes()
+            return tensor
+
+        def batch_loss(batch):
+            self.saved = {}
+            self.hwm = max(self.hwm, status("VmHWM:"))  # the peak since the last reset
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")  # VmHWM := VmRSS
+            before = status("VmRSS:")
+            with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+                out = loss_of(batch)
+            x = batch.x.values() if isinstance(batch.x, dict) else [batch.x]
+            x_ptrs = {t.untyped_storage().data_ptr() for t in x}
+            self.now = {"rss_before": before, "forward_rise": status("VmRSS:") - before,
+                        "x": sum(t.untyped_storage().nbytes() for t in x),
+                        "saved_for_backward": sum(n for ptr, n in self.saved.items() if ptr not in x_ptrs),
+                        "x_saved_for_backward": int(any(ptr in x_ptrs for ptr in self.saved)),
+                        "blocks_after_forward": block_bytes(batch.blocks)}
+            self.blocks = batch.blocks  # until the step (the trainer holds the batch till then)
+            return out
+
+        def optimizer_step(*args, **kwargs):
+            done = step(*args, **kwargs)
+            self.step_peaks[-1] = max(self.step_peaks[-1], status("VmHWM:"))
+            rise = status("VmHWM:") - self.now["rss_before"]
+            self.now.update(rise=rise, blocks_after_backward=block_bytes(self.blocks))
+            self.blocks = None
+            self.steps += 1
+            if rise > self.largest.get("rise", -1):
+                self.largest = dict(self.now)
+            return done
+
+        def evaluate_epoch(*args, **kwargs):
+            done = evaluate(*args, **kwargs)
+            self.step_peaks.append(0)  # the next epoch's steps
+            return done
+
+        trainer._batch_loss = batch_loss
+        trainer.optimizer.step = optimizer_step
+        trainer._evaluate_epoch = evaluate_epoch
+
+    def peak(self) -> int:
+        return max(self.hwm, status("VmHWM:"))
 
 
 class Watcher:
@@ -231,6 +315,7 @@ def main() -> int:
     else:
         trainer = Trainer(config)
         store = trainer.store
+        steps = StepMemory(trainer)
         watcher = Watcher(trainer.source, made, args.interval)
         try:
             io = trainer.fit()[-1].get("io", {})
@@ -240,6 +325,9 @@ def main() -> int:
     seconds = time.perf_counter() - start
     peak = watcher.peak
     beyond = peak["rss"] - budget - peak.get("topology", 0)
+    # the peak between looks: VmHWM (the topology at its largest resident share)
+    hwm = status("VmHWM:") if args.loader_batches else steps.peak()
+    hwm_beyond = hwm - budget - watcher.largest.get("topology", 0)
     rows = [("RSS at the peak look", peak["rss"]), ("ssd.memory_budget", budget),
             ("topology, mapped (resident)", peak.get("topology", 0)),
             ("beyond budget + topology", beyond),
@@ -248,7 +336,7 @@ def main() -> int:
             ("  inv.npy, mapped (resident)", peak.get("inv", 0)),
             ("  labels.npy, mapped (resident)", peak.get("labels_mapped", 0)),
             ("  labels held in RAM", peak["labels_held"]),
-            ("  planner slot maps (row-sized)", peak["slot_maps"]),
+            ("  planner union (slot map or hash table, unique rows)", peak["slot_maps"]),
             ("  hot-row masks (row-sized)", peak["hot_masks"]),
             (f"  mega-batch plans alive ({peak['plans_alive_count']})", peak["plans_alive"]),
             ("  x pool (recycled x arrays)", peak["x_pool"])]
@@ -262,6 +350,19 @@ def main() -> int:
     for (name, value), key in zip(rows, keys):
         largest = "" if key is None else f"{watcher.largest.get(key, 0) / MiB:,.1f}"
         print(f"| {name} | {value / MiB:,.1f} | {largest} |")
+    print(f"peak RSS over the run (VmHWM) {hwm / MiB:,.1f} MiB: beyond budget + topology {hwm_beyond / MiB:,.1f} MiB")
+    step_memory = {} if args.loader_batches else {"steps": steps.steps, **steps.largest,
+                                                  "step_peaks": [p for p in steps.step_peaks if p]}
+    if step_memory:
+        print(f"the training step of the largest rise over its start ({steps.steps} steps; MiB):")
+        print("| | MiB |\n|---|---|")
+        for key in ("rss_before", "rise", "forward_rise", "saved_for_backward", "x", "blocks_after_forward",
+                    "blocks_after_backward"):
+            print(f"| {key} | {step_memory[key] / MiB:,.1f} |")
+        print(f"x's own storage saved for the backward pass: {bool(step_memory['x_saved_for_backward'])}")
+        print("largest RSS inside a training step, by epoch (beyond budget + topology), MiB: " + ", ".join(
+            f"{p / MiB:,.1f} ({(p - budget - watcher.largest.get('topology', 0)) / MiB:,.1f})"
+            for p in step_memory["step_peaks"]))
     print(f"bytes read {io.get('bytes_read', 0) / MiB:,.1f} MiB, useful {io.get('useful_bytes', 0) / MiB:,.1f} MiB "
           f"(the last epoch's training mini-batches, or the loader's)")
     if args.json:
@@ -269,7 +370,9 @@ def main() -> int:
         Path(args.json).write_text(json.dumps({
             "config": args.config, "set": args.set, "epochs": args.epochs, "seconds": seconds,
             "num_nodes": store.num_nodes, "budget": budget, "runtime": runtime, "beyond": beyond,
-            "peak": peak, "largest": watcher.largest, "looks": watcher.looks, "io": io}, indent=2))
+            "vmhwm": hwm, "vmhwm_beyond": hwm_beyond,
+            "peak": peak, "largest": watcher.largest, "looks": watcher.looks, "io": io,
+            "step_memory": step_memory}, indent=2))
     return 0
 
 

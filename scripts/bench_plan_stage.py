@@ -10,14 +10,15 @@ pieces), every plan spilled as the loader spills it while it waits for its repac
 (a piece other than a mini-batch's last without its blocks) and restored as the read stage
 restores it. Prints and writes (--json) CPU-seconds per mini-batch of each step (thread
 time, numba on one thread), bytes spilled per mini-batch and the piece plans' gather-index
-entries per mini-batch; the plans of every tree are compared (MegaBatchPlan.equals for
-whole plans; a piece's rows and reads otherwise).
+entries per mini-batch; the plans of every tree are compared (every plan's rows, carried
+slots, gather indices, piece positions, input rows and stats, by a hash of their bytes).
 
     python scripts/bench_plan_stage.py --store DIR [--baseline 6b66535 ...] [--batches 32]
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import subprocess
@@ -72,8 +73,13 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
                 start = time.thread_time()
                 full = stub.restore()
                 seconds["restore"] += time.thread_time() - start
+                content = hashlib.sha1()
+                for a in [full.rows, full.carry_src, full.positions, *full.gather,
+                          *(m.input_rows for m in full.minibatches)]:
+                    content.update(np.ascontiguousarray(a, np.int64).tobytes())
                 digest.append([int(full.index), int(full.piece), int(full.pieces), full.rows.tolist()[:50],
-                               int(full.num_read), [m.input_rows.tolist()[:50] for m in full.minibatches]])
+                               int(full.num_read), [m.input_rows.tolist()[:50] for m in full.minibatches],
+                               json.dumps(full.stats, sort_keys=True), content.hexdigest()])
     n = len(batches)
     return {"tree": spec["label"], "minibatches": n,
             "cpu_s_per_minibatch": {k: round(v / n, 4) for k, v in seconds.items()},
@@ -116,7 +122,7 @@ def main() -> int:
               f"spilled {r['spilled_bytes_per_minibatch'] / 2**20:.1f} MiB/mb, piece index entries "
               f"{r['piece_index_entries_per_minibatch']:,}/mb", flush=True)
     same = all(r["digest"] == rows[0]["digest"] for r in rows)
-    print("same plans (rows, reads, mini-batches) in every tree:", same)
+    print("same plans (every array and stat) in every tree:", same)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({"rows": [{k: v for k, v in r.items() if k != "digest"} for r in rows],
                                      "same_plans": same, "store": str(args.store)}, indent=2))

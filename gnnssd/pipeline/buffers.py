@@ -133,7 +133,9 @@ class Recycler:
         nbytes = rows * feat_dim * np.dtype(dtype).itemsize
         for k in range(len(self._arrays)):
             if self._free(k):
-                if len(self._arrays[k]) < nbytes:  # a larger mini-batch: replace it, with room
+                # a larger mini-batch: replaced, with room; one of less than half its size
+                # (training after an evaluation's larger batches): replaced by a smaller one
+                if not nbytes <= len(self._arrays[k]) <= 2 * (nbytes + nbytes // 8):
                     self._arrays[k] = self._alloc(nbytes + nbytes // 8)
                 return self._arrays[k][:nbytes].view(dtype).reshape(rows, feat_dim)
         raw = self._alloc(nbytes + nbytes // 8)
