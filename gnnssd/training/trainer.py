@@ -245,6 +245,7 @@ class TaskTrainer(abc.ABC):
         unchecked: tuple[torch.Tensor, int] | None = None
         self.loader.set_epoch(epoch)
         n_batches = min(len(self.loader), cfg.train.max_batches or len(self.loader))
+        stop_at = n_batches if n_batches < len(self.loader) else None  # a whole epoch runs its iterator out
         batches = iter(self.loader)
         progress = tqdm(total=n_batches, desc=f"epoch {epoch}", leave=False,
                         disable=not (cfg.train.progress and self.ranks.is_main), mininterval=1.0)
@@ -269,7 +270,7 @@ class TaskTrainer(abc.ABC):
                     total += value
                 progress.update()
                 del batch, loss
-                if i == n_batches:  # train.max_batches: the rest of the epoch is not loaded
+                if i == stop_at:  # train.max_batches: the rest of the epoch is not loaded
                     break
             if unchecked is not None:
                 self._check_finite(*unchecked, epoch, n_batches)
