@@ -38,7 +38,7 @@ import tarfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 FANOUTS = [15, 10, 5]
 TYPED_FANOUTS = [10, 5]
@@ -180,6 +180,31 @@ def baseline_tree(commit: str, work: Path) -> Path:
         shutil.copy2(engine, dest / "io_engine" / engine.name)
     (dest / "READY").write_text(full + "\n")
     return dest
+
+
+def tree_arguments(p: argparse.ArgumentParser, name: str) -> None:
+    """--baseline, --work, --json (bench_out/NAME.json) and the hidden --child of a script
+    that measures this tree beside baseline commits' trees, each run in a fresh process."""
+    p.add_argument("--baseline", nargs="+", default=[], help="commits to run beside this tree")
+    p.add_argument("--work", type=Path, default=Path("bench_out/work"), help="where baseline trees go")
+    p.add_argument("--json", type=Path, default=Path(f"bench_out/{name}.json"))
+    p.add_argument("--child", help=argparse.SUPPRESS)
+
+
+def parse_or_run_child(p: argparse.ArgumentParser, child: Callable[[dict[str, Any]], Any]) -> argparse.Namespace | None:
+    """The parsed arguments, or None once --child's run has printed its JSON result (the
+    child process of a tree_arguments script)."""
+    args = p.parse_args()
+    if args.child:
+        print(json.dumps(child(json.loads(args.child))), flush=True)
+        return None
+    return args
+
+
+def compared_trees(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """(label, the tree's folder, '' for this one) of each --baseline commit, then this tree."""
+    args.work.mkdir(parents=True, exist_ok=True)
+    return [(f"@{c}", str(baseline_tree(c, args.work.resolve()))) for c in args.baseline] + [("this tree", "")]
 
 
 # --- the parent --------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_feed import BATCH_SIZE, FANOUTS, baseline_tree  # noqa: E402
+from bench_feed import BATCH_SIZE, FANOUTS, compared_trees, parse_or_run_child, tree_arguments  # noqa: E402
 
 
 def child(spec: dict[str, Any]) -> dict[str, Any]:
@@ -62,7 +62,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         if not window:
             raise SystemExit(f"{spec['store']}: epoch 1 has no repack window with a compact block")
         args = list(window[0])
-        io, plans, scan = args[0], args[3], args[4]
+        plans, scan = args[3], args[4]
         thread_s, process_s = [], []
         with tempfile.TemporaryDirectory(dir=spec["scratch"]) as scratch:
             args[5] = Path(scratch)
@@ -88,23 +88,18 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--store", type=Path)
-    p.add_argument("--baseline", nargs="+", default=[], help="commits to run beside this tree")
     p.add_argument("--repeats", type=int, default=3, help="measured repacks of the window per tree and round")
     p.add_argument("--rounds", type=int, default=2, help="every tree once per round, in turn")
     p.add_argument("--budget", help="the ssd loader's memory budget (default: 1/8 of the features)")
     p.add_argument("--batch-size", type=int, default=BATCH_SIZE, help="seeds per mini-batch (default %(default)s)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--work", type=Path, default=Path("bench_out/work"), help="where baseline trees go")
-    p.add_argument("--json", type=Path, default=Path("bench_out/bench_repack_stage.json"))
-    p.add_argument("--child", help=argparse.SUPPRESS)
-    args = p.parse_args()
-    if args.child:
-        print(json.dumps(child(json.loads(args.child))), flush=True)
+    tree_arguments(p, "bench_repack_stage")
+    args = parse_or_run_child(p, child)
+    if args is None:
         return 0
     if args.store is None:
         p.error("--store is required")
-    args.work.mkdir(parents=True, exist_ok=True)
-    trees = [(f"@{c}", str(baseline_tree(c, args.work.resolve()))) for c in args.baseline] + [("this tree", "")]
+    trees = compared_trees(args)
     env = {**os.environ, "NUMBA_NUM_THREADS": "2", "OMP_NUM_THREADS": "2"}
     rows: dict[str, dict[str, Any]] = {}
     for _ in range(args.rounds):

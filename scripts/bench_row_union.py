@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_feed import baseline_tree  # noqa: E402
+from bench_feed import compared_trees, parse_or_run_child, tree_arguments  # noqa: E402
 
 
 def child(spec: dict[str, Any]) -> dict[str, Any]:
@@ -75,17 +75,12 @@ def main() -> int:
     p.add_argument("--inputs", type=int, default=576_000, help="input rows per mini-batch")
     p.add_argument("--minibatches", type=int, default=4, help="mini-batches per group")
     p.add_argument("--groups", type=int, default=6)
-    p.add_argument("--baseline", nargs="+", default=[], help="commits to run beside this tree")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--work", type=Path, default=Path("bench_out/work"), help="where baseline trees go")
-    p.add_argument("--json", type=Path, default=Path("bench_out/bench_row_union.json"))
-    p.add_argument("--child", help=argparse.SUPPRESS)
-    args = p.parse_args()
-    if args.child:
-        print(json.dumps(child(json.loads(args.child))), flush=True)
+    tree_arguments(p, "bench_row_union")
+    args = parse_or_run_child(p, child)
+    if args is None:
         return 0
-    args.work.mkdir(parents=True, exist_ok=True)
-    trees = [(f"@{c}", str(baseline_tree(c, args.work.resolve()))) for c in args.baseline] + [("this tree", "")]
+    trees = compared_trees(args)
     env = {**os.environ, "NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
     rows = []
     print(f"{args.rows:,} rows, groups of {args.minibatches} mini-batches of {args.inputs:,} input rows")
