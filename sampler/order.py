@@ -19,15 +19,18 @@ if TYPE_CHECKING:
 
 
 @nb.njit(cache=True)
-def _spread(indptr, indices, weight, out):
-    """out[u] += weight[v] for every in-neighbour u of every node v; returns the first node
-    whose in-edges are no range of `indices` or name no node of the graph (-1: none), and
-    writes nothing outside `out` (a tampered store must not corrupt memory)."""
+def _spread(indptr, indices, frontier, fanout, out):
+    """out[u] += frontier[v] * min(1, fanout / in-degree(v)) (fanout < 0: the whole
+    frontier[v]) for every in-neighbour u of every node v; returns the first node whose
+    in-edges are no range of `indices` or name no node of the graph (-1: none), and writes
+    nothing outside `out` (a tampered store must not corrupt memory). The take is computed
+    per node here, not as node-sized float64 arrays (5.8 GiB at 122M nodes)."""
     n, m = indptr.shape[0] - 1, indices.shape[0]
     for v in range(n):
-        w = weight[v]
+        a, b = indptr[v], indptr[v + 1]
+        take = 1.0 if fanout < 0 else min(1.0, fanout / max(float(b - a), 1.0))
+        w = frontier[v] * take
         if w != 0.0:
-            a, b = indptr[v], indptr[v + 1]
             if a < 0 or b < a or b > m:
                 return v
             for e in range(a, b):
@@ -43,26 +46,26 @@ def hotness(indptr: np.ndarray, indices: np.ndarray, fanouts: Sequence[int], see
 
     Propagates the seed distribution (uniform over `seeds`, default all nodes) outwards
     layer by layer as the sampler does: every frontier node stays in the frontier, and an
-    in-neighbour of v is drawn with probability min(1, fanout / in-degree(v)).
+    in-neighbour of v is drawn with probability min(1, fanout / in-degree(v)). Memory: two
+    node-sized float64 arrays.
     """
     n = len(indptr) - 1
     indptr = np.asarray(indptr, np.int64)
-    deg = np.diff(indptr).astype(np.float64)
     frontier = np.zeros(n)
     if seeds is None:
         frontier[:] = 1.0 / n
     else:
         frontier[np.asarray(seeds)] = 1.0 / len(seeds)
+    reached = np.empty(n)
     for layer in reversed(list(fanouts)):
         # per-relation fanouts (typed graphs) count as their sum over all in-edges
         fanout = -1 if (np.asarray(layer) < 0).any() else int(np.sum(layer))
-        take = np.ones(n) if fanout < 0 else np.minimum(1.0, fanout / np.maximum(deg, 1.0))
-        reached = np.zeros(n)
-        bad = _spread(indptr, indices, frontier * take, reached)
+        reached[:] = 0.0
+        bad = _spread(indptr, indices, frontier, fanout, reached)
         if bad >= 0:
             raise IndexError(f"node {bad}: its in-edges (indptr, indices) are not valid; the topology "
                              "is invalid (`gnnssd verify` names the file)")
-        frontier = frontier + reached
+        frontier += reached
     return frontier
 
 
@@ -73,8 +76,8 @@ def hot_order(indptr: np.ndarray, indices: np.ndarray, fanouts: Sequence[Any], s
     sampler's fanouts from the training seeds; layer-wise inference, which reads every
     in-neighbour list once per layer, with fanouts [-1] (a node's rank is then how many
     lists name it)."""
-    heat = hotness(indptr, indices, fanouts, seeds)
-    return np.argsort(-heat[:rows], kind="stable")
+    heat = np.negative(hotness(indptr, indices, fanouts, seeds)[:rows])  # one node-sized copy, not two
+    return np.argsort(heat, kind="stable")
 
 
 @nb.njit(cache=True, nogil=True)
