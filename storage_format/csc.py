@@ -133,22 +133,26 @@ def bucket_bounds(indptr: np.ndarray, bucket_edges: int) -> np.ndarray:
 
 
 @numba.njit(cache=True, nogil=True)
-def _group_by_window(indptr, values, first, last, window, out, starts):
-    """The values of old rows first..last-1's edges (values[e - indptr[first]] is edge
-    e's), grouped by the window of each row's new position (window[k] for row first + k),
-    rows in old order inside a group; `starts` (windows + 1) receives each group's offset
-    in `out`."""
+def _group_by_window(indptr, indices, inv, etypes, first, last, window, out, starts):
+    """The renumbered sources of old rows first..last-1 (with `etypes` non-empty: the key
+    relation * N + source), grouped by the window of each row's new position (window[k]
+    for row first + k), rows in old order inside a group; `starts` (windows + 1) receives
+    each group's offset in `out`."""
     starts[:] = 0
     for v in range(first, last):
         starts[window[v - first] + 1] += indptr[v + 1] - indptr[v]
     for w in range(starts.shape[0] - 1):
         starts[w + 1] += starts[w]
     cursor = starts[:-1].copy()
-    base = indptr[first]
+    n = indptr.shape[0] - 1
+    typed = etypes.shape[0] > 0
     for v in range(first, last):
         w = window[v - first]
         for e in range(indptr[v], indptr[v + 1]):
-            out[cursor[w]] = values[e - base]
+            if typed:
+                out[cursor[w]] = np.int64(etypes[e]) * n + inv[indices[e]]
+            else:
+                out[cursor[w]] = inv[indices[e]]
             cursor[w] += 1
 
 
@@ -192,20 +196,17 @@ def renumber_csc_to_file(indptr: np.ndarray, indices: np.ndarray, perm: np.ndarr
     paths = [out.with_name(f"{out.name}.window-{w}") for w in range(windows)]
     small_inv = inv if inv.dtype == indices.dtype else inv.astype(indices.dtype)
     key_dtype = indices.dtype if etypes is None else np.dtype(np.int64)
+    no_etypes = np.empty(0, np.int8)
     old_bounds = bucket_bounds(np.asarray(indptr), chunk_edges)
     steps = len(old_bounds) - 1 + windows
     files = [open(path, "wb") for path in paths]
     try:
         starts = np.empty(windows + 1, np.int64)
         for k, (lo, hi) in enumerate(zip(old_bounds[:-1].tolist(), old_bounds[1:].tolist())):
-            a, b = int(indptr[lo]), int(indptr[hi])
-            values = small_inv[np.asarray(indices[a:b])]
-            if etypes is not None:
-                values = np.asarray(etypes[a:b]).astype(np.int64) * n + values
             window = np.searchsorted(bounds, small_inv[lo:hi], side="right") - 1
-            grouped = np.empty(b - a, dtype=key_dtype)
-            _group_by_window(indptr, values, lo, hi, window, grouped, starts)
-            del values
+            grouped = np.empty(int(indptr[hi] - indptr[lo]), dtype=key_dtype)
+            _group_by_window(indptr, indices, small_inv, no_etypes if etypes is None else etypes,
+                             lo, hi, window, grouped, starts)
             for w in np.flatnonzero(np.diff(starts)).tolist():
                 files[w].write(grouped[starts[w]:starts[w + 1]].data)
             release_pages(indices)

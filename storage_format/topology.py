@@ -57,7 +57,7 @@ def _store_topology(partial: Path, source: DatasetSource, order: str | Permutati
                                     None if schema.is_homogeneous else schema.offsets)
         etypes = None if schema.is_homogeneous else np.load(partial / CSC_ETYPES, mmap_mode="r")
         with _step(steps, "renumber"):
-            _renumber(partial, name, indptr, indices, etypes, perm, _inverse(perm, indices.dtype), limit, notify)
+            _renumber(partial, name, indptr, indices, etypes, perm, limit, notify)
         del indptr, indices, etypes
     dtype = index_dtype(source.num_nodes)
     perm = np.arange(source.num_nodes, dtype=dtype) if name == "original" else np.load(partial / ORDER_PERM)
@@ -105,8 +105,7 @@ def _resumable_order(partial: Path, order: str | Permutation, indptr: np.ndarray
 
 
 def _renumber(partial: Path, order: str, indptr: np.ndarray, indices: np.ndarray, etypes: np.ndarray | None,
-              perm: np.ndarray, inv: np.ndarray, limit: int,
-              notify: Callable[[str, int, int], None]) -> None:
+              perm: np.ndarray, limit: int, notify: Callable[[str, int, int], None]) -> None:
     """Write the topology in store order: indices.npy (and a typed graph's etypes.npy) in
     the partial folder, renumbered out of core (each row sorted by relation, then source),
     or the source-order files linked when the order is the original."""
@@ -119,13 +118,13 @@ def _renumber(partial: Path, order: str, indptr: np.ndarray, indices: np.ndarray
         if etypes is not None:
             os.link(partial / CSC_ETYPES, final_etypes)
     else:
-        # pass 1 holds a chunk (its values and their grouping) and the old pages it mapped;
-        # pass 2 a window and its file; beside them the new indptr (node-sized, made
-        # inside) is counted here. A typed graph's values are int64 keys (relation, source).
+        # pass 1 holds a chunk and the old pages it mapped; pass 2 a window and its file;
+        # beside them the new indptr (node-sized, made inside) is counted here. A typed
+        # graph's windows hold int64 keys (relation, source).
         spare = spare_memory(limit) - indptr.nbytes
         value_bytes = indices.dtype.itemsize if etypes is None else 8
-        chunk = min(RENUMBER_CHUNK_EDGES, max(1 << 16, spare // (5 * value_bytes)))
-        new_indptr, _ = renumber_csc_to_file(indptr, indices, perm, inv, final, chunk,
+        chunk = min(RENUMBER_CHUNK_EDGES, max(1 << 16, spare // (4 * value_bytes)))
+        new_indptr, _ = renumber_csc_to_file(indptr, indices, perm, _inverse(perm, indices.dtype), final, chunk,
                                              lambda done, total: notify("renumber", done, total),
                                              etypes, final_etypes)
     _save_array(partial / STORE_INDPTR, new_indptr)
