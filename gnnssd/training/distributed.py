@@ -210,16 +210,27 @@ def init_from_env() -> Ranks:
 def run_rank(job: Callable[..., Any], *args: Any) -> Any:
     """One rank: join the group, run `job(*args)`, leave. Rank 0 logs at INFO, the others
     only warnings. A failed job leaves the group as it is: the process exits, and
-    destroying a group whose peer (or store host) is gone can wait forever."""
+    destroying a group whose peer (or store host) is gone can wait forever. The heartbeat
+    stops either way: a daemon thread still inside a store call when the interpreter
+    exits is killed mid-C++ and aborts the process (SIGABRT instead of the job's exit code)."""
     setup_logging()
     ranks = init_from_env()
     if not ranks.is_main:
         logging.getLogger("gnnssd").setLevel(logging.WARNING)
-    result = job(*args)
-    if _heartbeat is not None:
-        _heartbeat.stop()
+    try:
+        result = job(*args)
+    finally:
+        stop_heartbeat()
     dist.destroy_process_group()  # every group
     return result
+
+
+def stop_heartbeat() -> None:
+    """Stop this rank's heartbeat thread, if it beats."""
+    global _heartbeat
+    if _heartbeat is not None:
+        _heartbeat.stop()
+        _heartbeat = None
 
 
 MAX_LOCAL_RANKS = max(8, 2 * (os.cpu_count() or 1))

@@ -258,6 +258,28 @@ def test_a_rank_stopped_inside_a_collective_it_entered_is_named_by_its_silent_he
     beats[0].stop()
 
 
+def test_a_rank_whose_job_fails_stops_its_heartbeat_before_exiting():
+    """The CI flake of a refused rank ending with SIGABRT instead of exit 2: its daemon
+    heartbeat thread was inside a store call when the interpreter exited."""
+    script = ("import threading\n"
+              "from gnnssd.training import distributed\n"
+              "def job():\n"
+              "    assert any(t.name == 'gnnssd-heartbeat' for t in threading.enumerate())\n"
+              "    raise ValueError('refused')\n"
+              "try:\n"
+              "    distributed.run_rank(job)\n"
+              "except ValueError as exc:\n"
+              "    print('job failed:', exc)\n"
+              "print('threads:', sorted(t.name for t in threading.enumerate()))\n")
+    env = {**os.environ, "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1",
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO,
+                          env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "job failed: refused" in done.stdout, done.stdout
+    assert "gnnssd-heartbeat" not in done.stdout, done.stdout
+
+
 def test_a_hung_rank_is_named_by_the_other_within_the_timeout(cora_store, tmp_path):
     config = _write_config(tmp_path / "hang" / "config.yaml", cora_store,
                            sampler={"fanouts": [10, 10], "batch_size": 70}, train={"epochs": 10_000})
