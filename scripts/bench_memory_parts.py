@@ -160,8 +160,9 @@ class StepMemory:
     of the tensors autograd saved for the backward pass (distinct storages, counted by a
     saved_tensors_hooks pack hook; x's own storage apart), of the mini-batch's x and of its
     DGL blocks' sparse formats after the forward and after the backward; per epoch, the
-    largest RSS inside a training step (`step_peaks`). `peak()`: the process's VmHWM over
-    the run (each reset reads it first)."""
+    largest RSS inside a training step (`step_peaks`) and inside its evaluation
+    (`eval_peaks`, VmHWM reset before it). `peak()`: the process's VmHWM over the run (each
+    reset reads it first)."""
 
     def __init__(self, trainer) -> None:
         import torch
@@ -173,6 +174,7 @@ class StepMemory:
         self.blocks = None
         self.hwm = 0
         self.step_peaks = [0]  # per epoch: the largest RSS inside a training step
+        self.eval_peaks: list[int] = []  # per epoch: the largest RSS inside its evaluation
         loss_of, step, evaluate = trainer._batch_loss, trainer.optimizer.step, trainer._evaluate_epoch
 
         def pack(tensor):
@@ -182,10 +184,7 @@ class StepMemory:
 
         def batch_loss(batch):
             self.saved = {}
-            self.hwm = max(self.hwm, status("VmHWM:"))  # the peak since the last reset
-            with open("/proc/self/clear_refs", "w") as f:
-                f.write("5")  # VmHWM := VmRSS
-            before = status("VmRSS:")
+            before = self.reset()
             with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
                 out = loss_of(batch)
             x = batch.x.values() if isinstance(batch.x, dict) else [batch.x]
@@ -210,13 +209,22 @@ class StepMemory:
             return done
 
         def evaluate_epoch(*args, **kwargs):
+            self.reset()
             done = evaluate(*args, **kwargs)
+            self.eval_peaks.append(status("VmHWM:"))
             self.step_peaks.append(0)  # the next epoch's steps
             return done
 
         trainer._batch_loss = batch_loss
         trainer.optimizer.step = optimizer_step
         trainer._evaluate_epoch = evaluate_epoch
+
+    def reset(self) -> int:
+        """VmHWM := VmRSS (its peak so far kept in self.hwm); returns the RSS."""
+        self.hwm = max(self.hwm, status("VmHWM:"))
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return status("VmRSS:")
 
     def peak(self) -> int:
         return max(self.hwm, status("VmHWM:"))
@@ -352,7 +360,8 @@ def main() -> int:
         print(f"| {name} | {value / MiB:,.1f} | {largest} |")
     print(f"peak RSS over the run (VmHWM) {hwm / MiB:,.1f} MiB: beyond budget + topology {hwm_beyond / MiB:,.1f} MiB")
     step_memory = {} if args.loader_batches else {"steps": steps.steps, **steps.largest,
-                                                  "step_peaks": [p for p in steps.step_peaks if p]}
+                                                  "step_peaks": [p for p in steps.step_peaks if p],
+                                                  "eval_peaks": steps.eval_peaks}
     if step_memory:
         print(f"the training step of the largest rise over its start ({steps.steps} steps; MiB):")
         print("| | MiB |\n|---|---|")
@@ -360,9 +369,10 @@ def main() -> int:
                     "blocks_after_backward"):
             print(f"| {key} | {step_memory[key] / MiB:,.1f} |")
         print(f"x's own storage saved for the backward pass: {bool(step_memory['x_saved_for_backward'])}")
-        print("largest RSS inside a training step, by epoch (beyond budget + topology), MiB: " + ", ".join(
-            f"{p / MiB:,.1f} ({(p - budget - watcher.largest.get('topology', 0)) / MiB:,.1f})"
-            for p in step_memory["step_peaks"]))
+        for what, key in (("a training step", "step_peaks"), ("the evaluation", "eval_peaks")):
+            print(f"largest RSS inside {what}, by epoch (beyond budget + topology), MiB: " + ", ".join(
+                f"{p / MiB:,.1f} ({(p - budget - watcher.largest.get('topology', 0)) / MiB:,.1f})"
+                for p in step_memory[key]))
     print(f"bytes read {io.get('bytes_read', 0) / MiB:,.1f} MiB, useful {io.get('useful_bytes', 0) / MiB:,.1f} MiB "
           f"(the last epoch's training mini-batches, or the loader's)")
     if args.json:
