@@ -131,6 +131,7 @@ class _ShapeRecorder(fx.Interpreter):
 
 
 def propagate_shapes(gm: fx.GraphModule, *inputs) -> None:
-    """Run the program once on real inputs and record every tensor's shape."""
+    """Run the program once on inputs (the layer's own, on a graph of a few of its edges:
+    block.few_edges) and record every tensor's shape."""
     with torch.no_grad():
         _ShapeRecorder(gm).run(*inputs)

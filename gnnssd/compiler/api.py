@@ -18,7 +18,7 @@ import torch
 from torch import fx, nn
 
 from gnnssd.compiler.annotate import annotate, propagate_shapes
-from gnnssd.compiler.block import CSCBlock
+from gnnssd.compiler.block import CSCBlock, few_edges
 from gnnssd.compiler.capture import capture, trace_layer
 from gnnssd.compiler.errors import CaptureError, LoweringError
 from gnnssd.compiler.passes import Pass, run_passes
@@ -124,7 +124,7 @@ class CompiledLayer(nn.Module):
             annotate(gm.graph)
             program.captured = format_mpdfg(gm.graph)
             run_passes(gm, MAILBOX_PASSES)
-            inputs = (graph, *(feat if pair else (feat, None)))
+            inputs = (few_edges(graph), *(feat if pair else (feat, None)))
             propagate_shapes(gm, *inputs)
             run_passes(gm, default_passes(self.level, self.kernels))
             propagate_shapes(gm, *inputs)

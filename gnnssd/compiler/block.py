@@ -204,3 +204,32 @@ class TypedCSCBlock:
 
     def num_edges(self, relation: Relation) -> int:
         return self.relations[relation].num_edges
+
+
+#: In-edges of the graph a compiled program's shapes are recorded on (api.CompiledLayer).
+SHAPE_SAMPLE_EDGES = 64
+
+
+def few_edges(graph: dgl.DGLGraph | CSCBlock, edges: int = SHAPE_SAMPLE_EDGES) -> dgl.DGLGraph | CSCBlock:
+    """`graph` with only its first `edges` edges (same node counts, node frames and the
+    kept edges' edge frames): what the compiler runs a program on to record its shapes.
+    Its node tensors have their real shapes; an edge tensor has `edges` rows, not one a
+    real edge (the unfused capture, run on a mini-batch, gathers a row per edge: hundreds
+    of MiB on the first mini-batch of a large graph)."""
+    if isinstance(graph, CSCBlock):
+        k = min(edges, graph.num_edges)
+        return CSCBlock(graph.indptr.clamp(max=k), graph.indices[:k], graph.num_src, graph.num_dst,
+                        None if graph.edge_ids is None else graph.edge_ids[:k], graph.dst_in_src,
+                        dict(graph.srcdata), dict(graph.dstdata), {n: v[:k] for n, v in graph.edata.items()})
+    k = min(edges, graph.num_edges())
+    src, dst = graph.find_edges(torch.arange(k, device=graph.device))
+    if graph.is_block:
+        small = dgl.create_block((src, dst), num_src_nodes=graph.num_src_nodes(),
+                                 num_dst_nodes=graph.num_dst_nodes(), device=graph.device)
+        small.srcdata.update(dict(graph.srcdata))
+        small.dstdata.update(dict(graph.dstdata))
+    else:
+        small = dgl.graph((src, dst), num_nodes=graph.num_nodes(), device=graph.device)
+        small.ndata.update(dict(graph.ndata))
+    small.edata.update({n: v[:k] for n, v in graph.edata.items()})
+    return small
