@@ -218,10 +218,9 @@ class SSDConfig:
     #: process's NUMBA_NUM_THREADS (set that in the environment to go above numba's
     #: default, the core count); 0: all of them.
     threads: int = field(default=0, metadata=_check(lambda v: v >= 0, "0 (all) or a positive integer"))
-    #: float16 stores: x stays float16 (half the bytes to gather, hold, pin and copy) and
-    #: the consumer widens it: a GPU consumer on the device; the Trainer sets it for its
-    #: built-in models, which widen x in their first layer (gnnssd.models.widen). Other
-    #: dtypes: no effect.
+    #: float16 stores: x stays float16 (half the bytes to gather, pin and copy) and the
+    #: consumer widens it; set by a GPU consumer that widens on the device. Other dtypes:
+    #: no effect.
     widen_on_device: bool = False
 
     def __post_init__(self) -> None:

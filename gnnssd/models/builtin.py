@@ -10,8 +10,6 @@ from gnnssd.compiler import GATConvUDF, GraphConvUDF, SAGEConvUDF, compile as co
 from gnnssd.core import ConfigError, ModelConfig
 from gnnssd.storage_format import Store
 
-from .widen import widened
-
 
 class BlockGNN(nn.Module):
     """`layers` graph convolutions; ReLU and dropout between them, none after the last.
@@ -38,8 +36,7 @@ class BlockGNN(nn.Module):
             isinstance(conv, dglnn.SAGEConv) and conv._aggre_type == "mean")
 
     def layer(self, i: int, block: dgl.DGLGraph, h: torch.Tensor) -> torch.Tensor:
-        with widened(h) as h:  # float16 rows (the first layer's x): see gnnssd.models.widen
-            h = self.convs[i](block, h)
+        h = self.convs[i](block, h)
         if h.dim() == 3:  # GAT: (nodes, heads, dim) -> concat inner heads, average the last
             h = h.mean(1) if i == len(self.convs) - 1 else h.flatten(1)
         if i < len(self.convs) - 1:

@@ -30,8 +30,6 @@ from gnnssd.compiler import compile as compile_layer
 from gnnssd.core import ConfigError, ModelConfig
 from gnnssd.storage_format import GraphSchema
 
-from .widen import widened
-
 
 def _relation_conv(name: str, d_in: int | tuple[int, int], d_out: int, heads: int, compiled: bool) -> nn.Module:
     """One relation's convolution, a mean over the relation's in-neighbours (no bias: the
@@ -111,20 +109,19 @@ class RelationalGNN(nn.Module):
         return h
 
     def layer(self, i: int, block: dgl.DGLGraph | TypedCSCBlock, h: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        out = self.convs[i](block, h)
         last = i == self.num_layers - 1
         result = {}
-        with widened(h) as h:  # float16 rows (the first layer's x): see gnnssd.models.widen
-            out = self.convs[i](block, h)
-            for name in block.dsttypes:
-                count = block.num_dst_nodes(name)
-                value = out.get(name)
-                if value is None:  # no edge reached this type in this block: nothing aggregated
-                    value = torch.zeros(count, self.widths[i], device=block.device)
-                elif value.dim() == 3:  # GAT: (nodes, heads, dim) -> concat inner heads, average the last
-                    value = value.mean(1) if last else value.flatten(1)
-                if count:  # a block's destinations are among its sources: h has their rows
-                    value = value + self.loops[i][name](h[name][:count])
-                result[name] = value if last else self.dropout(torch.relu(value))
+        for name in block.dsttypes:
+            count = block.num_dst_nodes(name)
+            value = out.get(name)
+            if value is None:  # no edge reached this type in this block: nothing aggregated
+                value = torch.zeros(count, self.widths[i], device=block.device)
+            elif value.dim() == 3:  # GAT: (nodes, heads, dim) -> concat inner heads, average the last
+                value = value.mean(1) if last else value.flatten(1)
+            if count:  # a block's destinations are among its sources: h has their rows
+                value = value + self.loops[i][name](h[name][:count])
+            result[name] = value if last else self.dropout(torch.relu(value))
         return result
 
     def forward(self, blocks: list[dgl.DGLGraph] | list[TypedCSCBlock],
@@ -148,8 +145,7 @@ class TargetLinear(nn.Module):
 
     def layer(self, i: int, block: dgl.DGLGraph | TypedCSCBlock, h: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The per-layer protocol of RelationalGNN (layer-wise inference): its one layer."""
-        with widened(h[self.target][: block.num_dst_nodes(self.target)]) as rows:
-            return {self.target: self.linear(rows)}
+        return {self.target: self.linear(h[self.target][: block.num_dst_nodes(self.target)])}
 
     def forward(self, blocks: list[dgl.DGLGraph], x: dict[str, torch.Tensor]) -> torch.Tensor:
         return self.layer(0, blocks[-1], x)[self.target]

@@ -76,7 +76,6 @@ class TaskTrainer(abc.ABC):
             use_single_thread()
         seed_everything(cfg.seed)
         built = self._build_model(model)
-        self._model_widens = model is None  # the built-in models take float16 x: gnnssd.models.widen
         self.device = distributed.rank_device(device_for(built, select_device(cfg.device), cfg.device), self.ranks)
         self.scratch = Scratch(self.run_dir)  # each rank its own
         self.lock: RunLock | None = None
@@ -146,17 +145,13 @@ class TaskTrainer(abc.ABC):
 
     def _open_source(self) -> FeatureSource:
         """The store's features, shared by the training loader and evaluation: a rank's
-        within its share of the machine's `ssd.memory_budget`; a float16 store's x stays
-        float16 for the built-in models, which widen it in their first layer."""
+        within its share of the machine's `ssd.memory_budget`."""
         cfg = self.config
         sampling = SamplerConfig(fanouts=cfg.sampler.fanouts, batch_size=self._seeds_per_batch(),
                                  eval_fanouts=cfg.sampler.eval_fanouts, eval_batch_size=cfg.sampler.eval_batch_size,
                                  method=cfg.sampler.method)
-        ssd = distributed.share_budget(cfg, self.ranks).ssd
-        if self._model_widens:
-            ssd = dataclasses.replace(ssd, widen_on_device=True)
         try:
-            return FeatureSource(self.store, cfg.features, ssd, sampling,
+            return FeatureSource(self.store, cfg.features, distributed.share_budget(cfg, self.ranks).ssd, sampling,
                                  seed=cfg.seed, device=self.device, scratch_dir=self.scratch.path)
         except ConfigError as exc:
             if self.ranks.local_world_size == 1:
