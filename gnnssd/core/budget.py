@@ -1,4 +1,4 @@
-"""One memory budget for the out-of-core trainer, split between its three consumers.
+"""One memory budget for the out-of-core trainer, split between its four consumers.
 
 Policy (in this order, because each part can give way less than the next):
 
@@ -7,7 +7,12 @@ Policy (in this order, because each part can give way less than the next):
    filled). Training cannot run without them, so they are taken first, in full.
 2. Queue slack: `queue_bytes` for everything else in flight (the I/O staging area and the
    queues of planned mini-batches). Also taken in full.
-3. Hot cache: what is left, up to the `hot_rows` wanted. It is an optimisation: a smaller
+3. Held arrays: `held_bytes` the loader's consumer holds (the ssd loader's recycled x
+   arrays), taken out of what the hot cache would get, as far as that goes: they are
+   needed, the hot cache is not. Where the hot cache has nothing left to give, the
+   budget is exceeded by the rest (a negative `spare`, logged) rather than refused, as
+   the arrays' size is an estimate from sampled mini-batches.
+4. Hot cache: what is left, up to the `hot_rows` wanted. It is an optimisation: a smaller
    hot cache only means more reads, so it shrinks instead of failing. Bytes the hot
    cache does not want are reported as `spare`.
 
@@ -87,10 +92,11 @@ class MemoryBudget:
     buffer_rows: int        # rows per mega-batch buffer
     buffers: int            # mega-batch buffers
     queue_bytes: int
+    held_bytes: int = 0     # arrays the consumer holds (the x arrays), out of the hot cache's share
 
     @classmethod
     def split(cls, total: int, row_bytes: int, hot_rows: int, buffer_rows: int, buffers: int,
-              queue_bytes: int = DEFAULT_QUEUE_BYTES) -> MemoryBudget:
+              queue_bytes: int = DEFAULT_QUEUE_BYTES, held_bytes: int = 0) -> MemoryBudget:
         """Split `total` bytes or raise a ValueError saying what fits."""
         for name, value, least in (("row_bytes", row_bytes, 1), ("hot_rows", hot_rows, 0),
                                    ("buffer_rows", buffer_rows, 1),
@@ -108,8 +114,8 @@ class MemoryBudget:
                 f"fits is {largest:,} rows (use fewer mini-batches per mega-batch), or raise "
                 f"memory_budget to at least {format_bytes(needed)} "
                 f"({needed} bytes)")
-        granted = min(hot_rows, (total - needed) // row_bytes)
-        return cls(total, row_bytes, granted, hot_rows, buffer_rows, buffers, queue_bytes)
+        granted = max(0, min(hot_rows, (total - needed - held_bytes) // row_bytes))
+        return cls(total, row_bytes, granted, hot_rows, buffer_rows, buffers, queue_bytes, held_bytes)
 
     @property
     def hot_bytes(self) -> int:
@@ -122,7 +128,8 @@ class MemoryBudget:
 
     @property
     def spare_bytes(self) -> int:
-        return self.total - self.hot_bytes - self.buffer_bytes - self.queue_bytes
+        """What the budget leaves unused; negative: the held arrays exceed it by that much."""
+        return self.total - self.hot_bytes - self.buffer_bytes - self.queue_bytes - self.held_bytes
 
     def describe(self) -> str:
         """One line for the log: the split the trainer runs with."""
@@ -131,7 +138,10 @@ class MemoryBudget:
         return (f"memory_budget {format_bytes(self.total)}: hot cache {format_bytes(self.hot_bytes)} "
                 f"({self.hot_rows:,} rows{shrunk}), {self.buffers} mega-batch buffers x "
                 f"{format_bytes(self.buffer_rows * self.row_bytes)} ({self.buffer_rows:,} rows), "
-                f"queues {format_bytes(self.queue_bytes)}, spare {format_bytes(self.spare_bytes)}")
+                f"queues {format_bytes(self.queue_bytes)}, x arrays {format_bytes(self.held_bytes)}, "
+                + (f"spare {format_bytes(self.spare_bytes)}" if self.spare_bytes >= 0 else
+                   f"over by {format_bytes(-self.spare_bytes)} (the x arrays do not fit beside the buffers "
+                   "and queues: raise memory_budget)"))
 
 
 #: Buffer rows per sampled mini-batch's cold rows: mini-batches vary.
@@ -141,8 +151,9 @@ MIN_BUFFER_BYTES = 1 << 20
 
 
 def ssd_split(total: int, row_bytes: int, queue_bytes: int, hot_fraction: float, num_rows: int, buffers: int,
-              cold_rows_per_minibatch: Callable[[int], int]) -> MemoryBudget:
-    """The ssd loader's split of `total` bytes beside `queue_bytes` of queues and staging:
+              cold_rows_per_minibatch: Callable[[int], int], held_bytes: int = 0) -> MemoryBudget:
+    """The ssd loader's split of `total` bytes beside `queue_bytes` of queues and staging
+    and `held_bytes` of x arrays (out of the hot cache's share, see the module docstring):
     `buffers` buffers of cold rows (hot rows are gathered from the hot cache) take
     (1 - hot_fraction) of what is left, or more when a sampled mini-batch's cold rows
     (`cold_rows_per_minibatch(hot_count)` with the `hot_count` hottest rows cached, times
@@ -158,13 +169,15 @@ def ssd_split(total: int, row_bytes: int, queue_bytes: int, hot_fraction: float,
                          f"staging plus {buffers} buffers of at least {least_rows:,} rows of {row_bytes} B "
                          f"need at least {format_bytes(least)} ({least} bytes); raise memory_budget")
     share = max(int(usable * (1 - hot_fraction)) // (buffers * row_bytes), least_rows)
-    needed = int(MINIBATCH_MARGIN * cold_rows_per_minibatch(min(num_rows, usable // row_bytes - buffers * share)))
+    hot_room = max(0, (usable - held_bytes) // row_bytes - buffers * share)
+    needed = int(MINIBATCH_MARGIN * cold_rows_per_minibatch(min(num_rows, hot_room)))
     buffer_rows = needed if share < needed <= usable // (buffers * row_bytes) else share
     if buffer_rows < needed:
         log.info("a buffer holds %s rows, fewer than a mini-batch's ~%s cold rows: larger "
                  "mini-batches are read in pieces", f"{buffer_rows:,}", f"{needed:,}")
     return MemoryBudget.split(total, row_bytes, hot_rows=min(num_rows, usable // row_bytes),
-                              buffer_rows=buffer_rows, buffers=buffers, queue_bytes=queue_bytes)
+                              buffer_rows=buffer_rows, buffers=buffers, queue_bytes=queue_bytes,
+                              held_bytes=held_bytes)
 
 
 def auto_block_budget(feature_bytes: int, memory_budget: int, disk: os.statvfs_result) -> int:

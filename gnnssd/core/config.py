@@ -199,7 +199,8 @@ def _parsed(f: dataclasses.Field, value: Any, key: str) -> Any:
 class SSDConfig:
     """`features: ssd`: what the out-of-core pipeline may use."""
 
-    #: Hot cache + mega-batch buffers + queues together in bytes; the file may say "1.25GiB".
+    #: Hot cache + mega-batch buffers + queues + the x arrays handed to the consumer
+    #: together, in bytes; the file may say "1.25GiB".
     memory_budget: int = field(default=1 << 30, metadata=POSITIVE_SIZE)
     #: Mini-batches per mega-batch (M); a group whose rows overflow a buffer is split.
     mega_batch: int = field(default=16, metadata=_check(_positive, "a positive integer"))

@@ -8,7 +8,7 @@ epoch's plans and blocks kept for the epochs that reuse its samples), calibratio
 drive's cost model).
 """
 from gnnssd.pipeline.block_writer import BlockWriter
-from gnnssd.pipeline.buffers import BUFFERS, MegaBatchBuffers, Recycler
+from gnnssd.pipeline.buffers import BUFFERS, MegaBatchBuffers, Recycler, x_dtype, x_pool_bytes
 from gnnssd.pipeline.calibration import calibrate, load_cost_model
 from gnnssd.pipeline.direct_io import DirectIO
 from gnnssd.pipeline.feature_file import FeatureFile
@@ -20,4 +20,5 @@ from gnnssd.pipeline.worker import PlanWorker, check_numba_threads, numba_thread
 
 __all__ = ["BUFFERS", "BlockWriter", "DirectIO", "FeatureFile", "HotCache", "HotRanking", "KeptSamples",
            "MegaBatchBuffers", "PlanWorker", "Recycler", "RepackReport", "RowSource", "calibrate", "check_numba_threads",
-           "delete", "load_cost_model", "numba_threads", "repack", "repacked_windows", "samples_key"]
+           "delete", "load_cost_model", "numba_threads", "repack", "repacked_windows", "samples_key", "x_dtype",
+           "x_pool_bytes"]

@@ -87,6 +87,18 @@ def _rows(a: np.ndarray, row_bytes: int, words: bool) -> np.ndarray:
     return a.view(np.uint64) if words else a
 
 
+def x_dtype(dtype: np.dtype, widen: bool) -> np.dtype:
+    """x as the consumer takes it: float16 rows widened to float32 by the gather unless
+    `widen` is False; other dtypes as stored."""
+    return np.dtype(np.float32) if dtype == np.float16 and widen else np.dtype(dtype)
+
+
+def x_pool_bytes(rows: int, feat_dim: int, dtype: np.dtype, pinned: bool) -> int:
+    """What the x pool (Recycler) keeps for mini-batches of `rows` input rows: what the
+    ssd loader counts in its memory budget."""
+    return Recycler.kept(pinned) * Recycler.array_bytes(rows * feat_dim * np.dtype(dtype).itemsize)
+
+
 class Recycler:
     """Memory for the mini-batches' x, reused once its consumer is done with it: a fresh
     array's pages each fault on first touch, which costs more than the gather that fills
@@ -102,6 +114,16 @@ class Recycler:
     x copied to a GPU with non_blocking=True is released after the copy's CUDA event, since
     dropping the host tensor does not wait for the copy. With `pinned`, the arrays are
     page-locked (torch's pinned allocator; needs CUDA) so such copies are asynchronous."""
+
+    @staticmethod
+    def kept(pinned: bool) -> int:
+        """Arrays kept: the x in use, the one being gathered, and pinned, the one being copied."""
+        return 3 if pinned else 2
+
+    @staticmethod
+    def array_bytes(nbytes: int) -> int:
+        """A new array's size for an x of `nbytes`: room for a slightly larger mini-batch."""
+        return nbytes + nbytes // 8
 
     def __init__(self, keep: int = 2, pinned: bool = False):
         self.keep, self.pinned = keep, pinned
@@ -135,10 +157,10 @@ class Recycler:
             if self._free(k):
                 # a larger mini-batch: replaced, with room; one of less than half its size
                 # (training after an evaluation's larger batches): replaced by a smaller one
-                if not nbytes <= len(self._arrays[k]) <= 2 * (nbytes + nbytes // 8):
-                    self._arrays[k] = self._alloc(nbytes + nbytes // 8)
+                if not nbytes <= len(self._arrays[k]) <= 2 * self.array_bytes(nbytes):
+                    self._arrays[k] = self._alloc(self.array_bytes(nbytes))
                 return self._arrays[k][:nbytes].view(dtype).reshape(rows, feat_dim)
-        raw = self._alloc(nbytes + nbytes // 8)
+        raw = self._alloc(self.array_bytes(nbytes))
         if len(self._arrays) < self.keep:
             self._arrays.append(raw)
             self._events.append(None)
@@ -169,10 +191,8 @@ class MegaBatchBuffers:
         self.dtype, self.feat_dim, self.row_bytes = source.dtype, source.feat_dim, source.row_bytes
         self.capacity = capacity_rows
         self._bufs = [source.io.alloc(capacity_rows * self.row_bytes) for _ in range(BUFFERS)]
-        # pinned: one more x in flight, the one being copied to the device
-        self.outputs = Recycler(keep=3 if pinned else 2, pinned=pinned)
-        # x as the consumer takes it: float16 rows widened by the gather unless not asked to
-        self.x_dtype = np.dtype(np.float32) if self.dtype == np.float16 and widen else self.dtype
+        self.outputs = Recycler(keep=Recycler.kept(pinned), pinned=pinned)
+        self.x_dtype = x_dtype(self.dtype, widen)
         self._cur = 1
 
     def _rows_view(self, k: int) -> np.ndarray:

@@ -61,6 +61,25 @@ def test_split_refusal_names_largest_buffer_and_smallest_budget() -> None:
     MemoryBudget.split(256 * MiB, row_bytes=512, hot_rows=0, buffer_rows=largest, buffers=2, queue_bytes=64 * MiB)
 
 
+def test_held_arrays_come_out_of_the_hot_cache() -> None:
+    """The x arrays the consumer holds are in the budget: the hot cache gives them room."""
+    kw = dict(row_bytes=512, hot_rows=10**7, buffer_rows=100_000, buffers=2, queue_bytes=64 * MiB)
+    without, held = MemoryBudget.split(GiB, **kw), MemoryBudget.split(GiB, **kw, held_bytes=100 * MiB)
+    assert held.hot_rows == without.hot_rows - 100 * MiB // 512
+    assert held.hot_bytes + held.buffer_bytes + held.queue_bytes + held.held_bytes + held.spare_bytes == GiB
+    assert 0 <= held.spare_bytes < 512 and "x arrays 100 MiB, spare" in held.describe()
+
+
+def test_held_arrays_beyond_the_hot_cache_exceed_the_budget_and_say_so() -> None:
+    """A budget whose buffers and queues leave less than the held arrays is not refused (their
+    size is an estimate): no hot cache, and the describe line says by how much it is over."""
+    b = MemoryBudget.split(256 * MiB, row_bytes=512, hot_rows=10**6, buffer_rows=100_000, buffers=2,
+                           queue_bytes=64 * MiB, held_bytes=200 * MiB)
+    assert b.hot_rows == 0
+    over = 2 * 100_000 * 512 + 64 * MiB + 200 * MiB - 256 * MiB
+    assert b.spare_bytes == -over and f"over by {format_bytes(over)}" in b.describe()
+
+
 @pytest.mark.parametrize("key, kwargs", [("row_bytes", {"row_bytes": 0}),
                                          ("buffer_rows", {"buffer_rows": 0}),
                                          ("buffers", {"buffers": 0})])

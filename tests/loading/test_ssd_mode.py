@@ -34,7 +34,7 @@ def _config(store, run_dir, **ssd):
 def test_batches_carry_the_features_on_disk(small_store, tmp_path, block_budget):
     """Every mini-batch's x equals the store's rows for its input nodes (plain memmap read)."""
     # repacking needs its own staging area and write chunks: a larger budget
-    budget = "24MiB" if block_budget else "16MiB"
+    budget = "24MiB" if block_budget else "20MiB"  # room for a hot cache beside the x arrays
     trainer = Trainer(_config(small_store, tmp_path / "run", block_budget=block_budget, memory_budget=budget))
     loader = trainer.loader
     assert 0 < len(loader.backend.hot) < trainer.store.num_nodes
@@ -242,3 +242,31 @@ def test_one_x_alive_while_training(small_store, tmp_path):
     pool = trainer.loader.backend.x_pool
     trainer.close()
     assert len(pool._arrays) == 1
+
+
+def test_the_x_arrays_are_counted_in_the_memory_budget(small_store, tmp_path):
+    """The recycled x arrays handed to the consumer come out of the hot cache's share: hot
+    cache, buffers, queues and x arrays together stay within ssd.memory_budget, and the
+    arrays the pool keeps over an epoch are the size the split counted (sampled mini-batches)."""
+    def trainer(budget):
+        config = _config(small_store, tmp_path / budget, memory_budget=budget)
+        config.train.epochs = 1
+        return Trainer(config)
+
+    small, large = trainer("24MiB"), trainer("2GiB")
+    backend = small.loader.backend
+    split = backend.budget
+    row_bytes = small.store.row_bytes
+    assert split.held_bytes > 0 and split.spare_bytes >= 0
+    assert split.hot_bytes + split.buffer_bytes + split.queue_bytes + split.held_bytes <= 24 << 20
+    # without the arrays in the budget the hot cache would have had their room
+    assert split.hot_rows == min(split.hot_rows_wanted,
+                                 (split.total - split.buffer_bytes - split.queue_bytes - split.held_bytes) // row_bytes)
+    assert large.loader.backend.budget.hot_rows == small.store.feature_rows  # room for every row and the arrays
+    small.loader.set_epoch(1)
+    most = max(batch.x.numel() * batch.x.element_size() for batch in small.loader)
+    kept = sum(len(a) for a in backend.buffers.outputs._arrays)
+    assert kept <= split.held_bytes * 1.5  # mini-batches vary around the sampled ones
+    assert split.held_bytes >= 2 * most / 1.5
+    small.close()
+    large.close()

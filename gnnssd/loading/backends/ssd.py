@@ -28,7 +28,7 @@ from gnnssd.core import (ConfigError, SamplerConfig, SSDConfig, StageTimer, disk
                          resolve_block_budget, ssd_split)
 from gnnssd.pipeline import (BUFFERS, DirectIO, FeatureFile, HotCache, HotRanking, KeptSamples,
                              MegaBatchBuffers, PlanWorker, Recycler, RepackReport, check_numba_threads, delete,
-                             load_cost_model, numba_threads, repacked_windows, samples_key)
+                             load_cost_model, numba_threads, repacked_windows, samples_key, x_dtype, x_pool_bytes)
 from gnnssd.sampler import (HotRows, MegaBatchPlan, MFGs, NeighborSampler, PlanConfig, Planner, pages_plan,
                             to_dgl_blocks)
 from gnnssd.storage_format import Store
@@ -65,8 +65,9 @@ def staging_bytes(budget: int) -> int:
 
 class SSDLoader:
     """The out-of-core loader (the loader protocol of memory_loader): its memory is
-    `ssd.memory_budget`; buffers are sized for the largest mini-batch of `sampling`'s
-    training and evaluation settings; compact blocks go to `block_dir`."""
+    `ssd.memory_budget`, the x arrays it hands out included; buffers and x arrays are
+    sized for the largest mini-batch of `sampling`'s training and evaluation settings;
+    compact blocks go to `block_dir`."""
 
     #: What this backend can do (gnnssd.loading.feature_source.FeatureBackend): everything.
     OUT_OF_CORE = True
@@ -112,12 +113,19 @@ class SSDLoader:
             queue_bytes += (self.staging_bytes + self.writer_bytes
                             + 2 * (self.block_budget // 2 // row_bytes) * 8)
         ranking = HotRanking(store, layer_fanouts(store.schema, sampling.fanouts))
+        inputs = self._sampled_inputs()
+        pinned = device.type == "cuda"
+        # the x arrays the consumer gets (the Recycler's) are the loader's memory too
+        most_inputs = max(len(rows) for rows in inputs)
+        x_bytes = x_pool_bytes(most_inputs, store.feat_dim, x_dtype(store.feat_dtype, not ssd.widen_on_device), pinned)
         try:
             self.budget = ssd_split(total, row_bytes, queue_bytes, ssd.hot_fraction, store.feature_rows, BUFFERS,
-                                    lambda count: self._cold_rows_per_minibatch(ranking.top(count)))
+                                    lambda count: _most_cold(inputs, HotRows.of(ranking.top(count), store.num_nodes)),
+                                    held_bytes=x_bytes)
         except ValueError as exc:
             raise ConfigError(f"ssd.memory_budget: {exc}") from None
-        log.info(self.budget.describe())
+        (log.info if self.budget.spare_bytes >= 0 else log.warning)(
+            "%s; the x arrays are sized for mini-batches of ~%s input rows", self.budget.describe(), f"{most_inputs:,}")
         self.direct_io = DirectIO(queue_depth=ssd.queue_depth, backend=ssd.io_backend,
                                   checksums={store.features_path: store.page_checksums()}
                                   if ssd.verify_checksums else None)
@@ -127,20 +135,18 @@ class SSDLoader:
             self.hot = HotCache(self.features, ranking.top(self.budget.hot_rows), store.num_nodes)
         log.info("features from %s through the %s backend; %s of hot rows loaded",
                  store.features_path, self.direct_io.backend, format_bytes(self.hot.nbytes))
-        self.buffers = MegaBatchBuffers(self.hot, self.budget.buffer_rows, pinned=device.type == "cuda",
+        self.buffers = MegaBatchBuffers(self.hot, self.budget.buffer_rows, pinned=pinned,
                                         widen=not ssd.widen_on_device)
         self.io.add(bytes_read=self.hot.nbytes)
 
-    def _cold_rows_per_minibatch(self, hot_rows: np.ndarray) -> int:
-        """Most input rows outside `hot_rows` among a few sampled mini-batches, with the
-        training and with the evaluation settings: what a buffer holds to read a mini-batch
-        in one piece."""
-        hot = HotRows.of(hot_rows, self.store.num_nodes)
+    def _sampled_inputs(self) -> list[np.ndarray]:
+        """The input rows of a few sampled mini-batches (one per split) with the training
+        and with the evaluation settings: what the buffers and the x arrays are sized for."""
         sampler_cfg = self.sampling
         settings = [(sampler_cfg.fanouts, sampler_cfg.batch_size),
                     sampler_cfg.evaluation(self.store.num_edges)]
         rng = np.random.default_rng(self.seed)
-        most = 0
+        inputs = []
         for fanouts, batch_size in settings:
             sampler = NeighborSampler(self.store.indptr, self.store.indices,
                                       layer_fanouts(self.store.schema, fanouts), **self._typing(),
@@ -150,9 +156,8 @@ class SSDLoader:
             # a link store has no node splits: its seeds (edge endpoints) are any nodes
             for nodes in [s for s in splits if len(s)] or [np.arange(self.store.num_nodes)]:
                 seeds = np.sort(rng.choice(nodes, min(len(nodes), batch_size), replace=False))
-                inputs = np.asarray(sampler.sample(seeds, self.seed).input_rows)
-                most = max(most, int(np.count_nonzero(~hot.contains(inputs))))
-        return most
+                inputs.append(np.asarray(sampler.sample(seeds, self.seed).input_rows))
+        return inputs
 
     def _typing(self) -> dict[str, Any]:
         """The sampler's options for a typed store (none for a homogeneous one)."""
@@ -396,3 +401,9 @@ def _timed(items: Iterator, timer: StageTimer, stage: str) -> Iterator:
             return
         yield item
         del item  # not held while the next one is made
+
+
+def _most_cold(inputs: list[np.ndarray], hot: HotRows) -> int:
+    """Most input rows outside the hot rows among the sampled mini-batches' `inputs`: what
+    a buffer holds to read a mini-batch in one piece."""
+    return max(int(np.count_nonzero(~hot.contains(rows))) for rows in inputs)
