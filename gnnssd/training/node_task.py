@@ -2,6 +2,8 @@
 training nodes' labels; accuracy on valid/test; a class per node by `predict`)."""
 from __future__ import annotations
 
+from typing import Iterator
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -58,27 +60,28 @@ class NodeTrainer(TaskTrainer):
         return {"acc": self.evaluate(split)["accuracy"]}
 
     @torch.no_grad()
-    def _logits(self, nodes: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Logits, node IDs and labels of `nodes` with the evaluation fanouts, in batch order."""
-        cfg = self.config
-        outputs, order, labels = [torch.empty(0, self._output_dim())], [torch.empty(0, dtype=torch.long)], \
-            [torch.empty(0, dtype=torch.long)]
-        if len(nodes):
-            fanouts, batch_size = cfg.sampler.evaluation(self.store.num_edges)
-            self.model.eval()
-            for batch in self.loader.with_seeds(nodes, fanouts=fanouts, batch_size=batch_size):
-                outputs.append(self.model(batch.model_blocks, batch.x).cpu())
-                order.append(_target_ids(batch.output_nodes).cpu())
-                labels.append(batch.y.cpu())
-                del batch  # not held while the next one is made: one x in memory
-        return torch.cat(outputs), torch.cat(order), torch.cat(labels)
+    def _scored_batches(self, nodes: np.ndarray) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """Per evaluation mini-batch of `nodes` (the evaluation fanouts), its logits, node
+        IDs and labels on the CPU: callers fold them batch by batch, so no logits of every
+        node are held (papers' test split: 222k x 172 floats, several copies)."""
+        if not len(nodes):
+            return
+        fanouts, batch_size = self.config.sampler.evaluation(self.store.num_edges)
+        self.model.eval()
+        for batch in self.loader.with_seeds(nodes, fanouts=fanouts, batch_size=batch_size):
+            scored = (self.model(batch.model_blocks, batch.x).cpu(), _target_ids(batch.output_nodes).cpu(),
+                      batch.y.cpu())
+            del batch  # not held while the next one is made: one x in memory
+            yield scored
 
     def evaluate(self, split: str = "test") -> dict[str, float]:
         """Accuracy and loss of the current model on 'train', 'valid' or 'test' (each rank
         scores its share of the nodes; the sums are added over the ranks)."""
-        logits, _, y = self._logits(self.ranks.split(self.store.split(split)))
-        local = [float((logits.argmax(1) == y).sum()),
-                 float(F.cross_entropy(logits, y, reduction="sum")), float(len(y))]
+        local = [0.0, 0.0, 0.0]  # correct, loss sum, nodes
+        for logits, _, y in self._scored_batches(self.ranks.split(self.store.split(split))):
+            local[0] += float((logits.argmax(1) == y).sum())
+            local[1] += float(F.cross_entropy(logits, y, reduction="sum"))
+            local[2] += float(len(y))
         self.progress.enter()
         correct, loss_sum, count = distributed.sum_over_ranks(local, self.ranks)
         if count == 0:
@@ -90,8 +93,11 @@ class NodeTrainer(TaskTrainer):
         result is then indexed by node ID)."""
         count = self.store.schema.node_types[self.store.schema.type_id(self.store.schema.target)].count
         nodes = np.arange(count) if nodes is None else check_nodes(nodes, count, "nodes")
-        logits, order, _ = self._logits(self.ranks.split(nodes))
-        order, classes = distributed.gather_arrays((order.numpy(), logits.argmax(1).numpy()), self.ranks)
+        ids, classes = [np.empty(0, np.int64)], [np.empty(0, np.int64)]
+        for logits, batch_ids, _ in self._scored_batches(self.ranks.split(nodes)):
+            ids.append(batch_ids.numpy())
+            classes.append(logits.argmax(1).numpy())
+        order, classes = distributed.gather_arrays((np.concatenate(ids), np.concatenate(classes)), self.ranks)
         by_node = np.empty(count, dtype=np.int64)
         by_node[order] = classes
         return by_node[nodes]
