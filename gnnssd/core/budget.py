@@ -8,10 +8,11 @@ Policy (in this order, because each part can give way less than the next):
 2. Queue slack: `queue_bytes` for everything else in flight (the I/O staging area and the
    queues of planned mini-batches). Also taken in full.
 3. Held arrays: `held_bytes` the loader's consumer holds (the ssd loader's recycled x
-   arrays), taken out of what the hot cache would get, as far as that goes: they are
-   needed, the hot cache is not. Where the hot cache has nothing left to give, the
-   budget is exceeded by the rest (a negative `spare`, logged) rather than refused, as
-   the arrays' size is an estimate from sampled mini-batches.
+   arrays), taken before the hot cache (`ssd_split` sizes the buffers from what is left
+   after them, so buffers and hot cache give way in proportion). Where the buffers' least
+   and the queues leave no room for them, the budget is exceeded by the rest (a negative
+   `spare`, logged) rather than refused: their size is an estimate from sampled
+   mini-batches.
 4. Hot cache: what is left, up to the `hot_rows` wanted. It is an optimisation: a smaller
    hot cache only means more reads, so it shrinks instead of failing. Bytes the hot
    cache does not want are reported as `spare`.
@@ -153,9 +154,9 @@ MIN_BUFFER_BYTES = 1 << 20
 def ssd_split(total: int, row_bytes: int, queue_bytes: int, hot_fraction: float, num_rows: int, buffers: int,
               cold_rows_per_minibatch: Callable[[int], int], held_bytes: int = 0) -> MemoryBudget:
     """The ssd loader's split of `total` bytes beside `queue_bytes` of queues and staging
-    and `held_bytes` of x arrays (out of the hot cache's share, see the module docstring):
-    `buffers` buffers of cold rows (hot rows are gathered from the hot cache) take
-    (1 - hot_fraction) of what is left, or more when a sampled mini-batch's cold rows
+    and `held_bytes` of x arrays (see the module docstring): `buffers` buffers of cold
+    rows (hot rows are gathered from the hot cache) take (1 - hot_fraction) of what is
+    left, or more when a sampled mini-batch's cold rows
     (`cold_rows_per_minibatch(hot_count)` with the `hot_count` hottest rows cached, times
     MINIBATCH_MARGIN) need more and fit; the hot cache the rest, up to `num_rows`. A
     mini-batch larger than a buffer is streamed in pieces (the planner), so the least that
@@ -168,10 +169,10 @@ def ssd_split(total: int, row_bytes: int, queue_bytes: int, hot_fraction: float,
         raise ValueError(f"{format_bytes(total)} is too small: {format_bytes(queue_bytes)} of queues and "
                          f"staging plus {buffers} buffers of at least {least_rows:,} rows of {row_bytes} B "
                          f"need at least {format_bytes(least)} ({least} bytes); raise memory_budget")
-    share = max(int(usable * (1 - hot_fraction)) // (buffers * row_bytes), least_rows)
-    hot_room = max(0, (usable - held_bytes) // row_bytes - buffers * share)
-    needed = int(MINIBATCH_MARGIN * cold_rows_per_minibatch(min(num_rows, hot_room)))
-    buffer_rows = needed if share < needed <= usable // (buffers * row_bytes) else share
+    room = max(usable - held_bytes, buffers * least_rows * row_bytes)  # for the buffers and the hot cache
+    share = max(int(room * (1 - hot_fraction)) // (buffers * row_bytes), least_rows)
+    needed = int(MINIBATCH_MARGIN * cold_rows_per_minibatch(min(num_rows, room // row_bytes - buffers * share)))
+    buffer_rows = needed if share < needed <= room // (buffers * row_bytes) else share
     if buffer_rows < needed:
         log.info("a buffer holds %s rows, fewer than a mini-batch's ~%s cold rows: larger "
                  "mini-batches are read in pieces", f"{buffer_rows:,}", f"{needed:,}")

@@ -136,6 +136,18 @@ def test_ssd_split_gives_the_buffers_their_share_and_the_hot_cache_the_rest() ->
     assert budget.spare_bytes == 0
 
 
+def test_ssd_split_takes_the_x_arrays_before_the_buffers_and_hot_cache_share_the_rest() -> None:
+    """The x arrays come first; buffers and hot cache split what is left as without them."""
+    asked = []
+    budget = ssd_split(100 * MiB, 1024, 10 * MiB, 0.5, 10**6, 2, lambda hot: asked.append(hot) or 100,
+                       held_bytes=30 * MiB)
+    share = int(60 * MiB * 0.5) // (2 * 1024)
+    assert budget.buffer_rows == share and budget.held_bytes == 30 * MiB
+    assert asked == [60 * MiB // 1024 - 2 * share]
+    assert budget.hot_rows == (100 * MiB - 10 * MiB - 30 * MiB - 2 * share * 1024) // 1024
+    assert budget.spare_bytes == 0
+
+
 def test_ssd_split_grows_the_buffers_for_a_large_minibatch_that_fits() -> None:
     needed = 20_000  # cold rows: 1.5x of it is above the share (23,040) and fits (46,080 a buffer)
     budget = ssd_split(100 * MiB, 1024, 10 * MiB, 0.5, 10**6, 2, lambda hot: needed)
