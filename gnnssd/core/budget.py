@@ -93,7 +93,7 @@ class MemoryBudget:
     buffer_rows: int        # rows per mega-batch buffer
     buffers: int            # mega-batch buffers
     queue_bytes: int
-    held_bytes: int = 0     # arrays the consumer holds (the x arrays), out of the hot cache's share
+    held_bytes: int = 0     # arrays the consumer holds (the x arrays), taken before the hot cache
 
     @classmethod
     def split(cls, total: int, row_bytes: int, hot_rows: int, buffer_rows: int, buffers: int,

@@ -104,9 +104,10 @@ class Recycler:
     array's pages each fault on first touch, which costs more than the gather that fills
     them (several times more on a virtual machine whose host took the freed pages back),
     and pinning fresh memory for a GPU copy costs a copy and a page-locking call per
-    mini-batch. Keeps at most `keep` arrays (the x in use, the one being gathered, and with
-    a GPU the one being copied); beyond that, arrays are new and not kept, so an x the
-    consumer still holds is never overwritten, however many it holds.
+    mini-batch. Keeps at most `keep` arrays (by default `kept(pinned)`: the x in use, the
+    one being gathered, and with a GPU the one being copied); beyond that, arrays are new
+    and not kept, so an x the consumer still holds is never overwritten, however many it
+    holds.
 
     An array is free again once (1) nothing references it but this pool (every NumPy view
     of an x, and a tensor made from one by torch.from_numpy, holds a reference to its raw
@@ -125,8 +126,8 @@ class Recycler:
         """A new array's size for an x of `nbytes`: room for a slightly larger mini-batch."""
         return nbytes + nbytes // 8
 
-    def __init__(self, keep: int = 2, pinned: bool = False):
-        self.keep, self.pinned = keep, pinned
+    def __init__(self, keep: int | None = None, pinned: bool = False):
+        self.keep, self.pinned = self.kept(pinned) if keep is None else keep, pinned
         self._arrays: list[np.ndarray] = []  # flat uint8; the x handed out are views of them
         self._events: list[Any] = []  # per array: the copy to wait for before reuse (or None)
         # what getrefcount says of an array that only such a list holds (interpreters differ)
@@ -191,7 +192,7 @@ class MegaBatchBuffers:
         self.dtype, self.feat_dim, self.row_bytes = source.dtype, source.feat_dim, source.row_bytes
         self.capacity = capacity_rows
         self._bufs = [source.io.alloc(capacity_rows * self.row_bytes) for _ in range(BUFFERS)]
-        self.outputs = Recycler(keep=Recycler.kept(pinned), pinned=pinned)
+        self.outputs = Recycler(pinned=pinned)
         self.x_dtype = x_dtype(self.dtype, widen)
         self._cur = 1
 
