@@ -191,13 +191,24 @@ def tree_arguments(p: argparse.ArgumentParser, name: str) -> None:
     p.add_argument("--child", help=argparse.SUPPRESS)
 
 
+def store_arguments(p: argparse.ArgumentParser) -> None:
+    """--store (required, except in the --child process, which gets it in its spec),
+    --batch-size and --seed of a script that loads mini-batches from a store."""
+    p.add_argument("--store", type=Path, help="the store to load from")
+    p.add_argument("--batch-size", type=int, default=BATCH_SIZE, help="seeds per mini-batch (default %(default)s)")
+    p.add_argument("--seed", type=int, default=0)
+
+
 def parse_or_run_child(p: argparse.ArgumentParser, child: Callable[[dict[str, Any]], Any]) -> argparse.Namespace | None:
     """The parsed arguments, or None once --child's run has printed its JSON result (the
-    child process of a tree_arguments script)."""
+    child process of a tree_arguments script); a store_arguments script without --store
+    stops with the usage error."""
     args = p.parse_args()
     if args.child:
         print(json.dumps(child(json.loads(args.child))), flush=True)
         return None
+    if "store" in vars(args) and args.store is None:
+        p.error("--store is required (make one with `gnnssd preprocess synthetic --preset medium`)")
     return args
 
 
@@ -249,7 +260,7 @@ HEADER = f"{'system':<16} {'thr':>3} {'mb/s':>7} {'x mem':>6} {'CPU/mb':>8} {'ld
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--store", type=Path, required=False, help="the store to load from")
+    store_arguments(p)
     p.add_argument("--quick", action="store_true", help="budget 1/8 of the features, 8 mini-batches")
     p.add_argument("--budget", help="the ssd loader's memory budget (default: 1/8 of the features)")
     p.add_argument("--batches", type=int, help="measured mini-batches per run (default 8 with --quick, else 30)")
@@ -258,22 +269,13 @@ def main() -> int:
     p.add_argument("--systems", nargs="*", choices=SYSTEMS, default=list(SYSTEMS),
                    help=f"memory, and ssd: this working tree's loader ({EXTENTS}: with ssd.block_budget 0); the --baseline "
                         "commits run either way (none: only they)")
-    p.add_argument("--baseline", nargs="+", default=[],
-                   help="also run the ssd loader of these commits (e.g. 4c691b2), each as ssd@COMMIT")
     p.add_argument("--ssd", nargs="+", default=[], metavar="KEY=VALUE",
                    help="options of the ssd runs (SSDConfig's fields, e.g. block_budget=0 verify_checksums=false)")
     p.add_argument("--no-warmup", action="store_true", help="skip the warm-up run per source tree")
-    p.add_argument("--batch-size", type=int, default=BATCH_SIZE, help="seeds per mini-batch (default %(default)s)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--work", type=Path, default=Path("bench_out/work"), help="where baseline trees go")
-    p.add_argument("--json", type=Path, default=Path("bench_out/bench_feed.json"))
-    p.add_argument("--child", help=argparse.SUPPRESS)
-    args = p.parse_args()
-    if args.child:
-        print(json.dumps(child(json.loads(args.child))), flush=True)
+    tree_arguments(p, "bench_feed")  # --baseline: ssd@COMMIT, that commit's ssd loader
+    args = parse_or_run_child(p, child)
+    if args is None:
         return 0
-    if args.store is None:
-        p.error("--store is required (make one with `gnnssd preprocess synthetic --preset medium`)")
     from gnnssd.core.budget import format_bytes, parse_bytes
     from gnnssd.storage_format import Store
 

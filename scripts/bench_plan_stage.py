@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_feed import BATCH_SIZE, FANOUTS, compared_trees, parse_or_run_child, tree_arguments  # noqa: E402
+from bench_feed import FANOUTS, compared_trees, parse_or_run_child, store_arguments, tree_arguments  # noqa: E402
 
 
 def child(spec: dict[str, Any]) -> dict[str, Any]:
@@ -90,18 +90,14 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--store", type=Path)
+    store_arguments(p)
     p.add_argument("--batches", type=int, default=32, help="mini-batches planned per tree")
     p.add_argument("--max-rows", type=int, default=100_000, help="rows per mega-batch buffer")
     p.add_argument("--hot-share", type=float, default=0.05, help="share of the rows in the hot cache")
-    p.add_argument("--batch-size", type=int, default=BATCH_SIZE, help="seeds per mini-batch (default %(default)s)")
-    p.add_argument("--seed", type=int, default=0)
     tree_arguments(p, "bench_plan_stage")
     args = parse_or_run_child(p, child)
     if args is None:
         return 0
-    if args.store is None:
-        p.error("--store is required")
     trees = compared_trees(args)
     rows = []
     env = {**os.environ, "NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_feed import BATCH_SIZE, FANOUTS, compared_trees, parse_or_run_child, tree_arguments  # noqa: E402
+from bench_feed import FANOUTS, compared_trees, parse_or_run_child, store_arguments, tree_arguments  # noqa: E402
 
 
 def child(spec: dict[str, Any]) -> dict[str, Any]:
@@ -87,18 +87,14 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--store", type=Path)
+    store_arguments(p)
     p.add_argument("--repeats", type=int, default=3, help="measured repacks of the window per tree and round")
     p.add_argument("--rounds", type=int, default=2, help="every tree once per round, in turn")
     p.add_argument("--budget", help="the ssd loader's memory budget (default: 1/8 of the features)")
-    p.add_argument("--batch-size", type=int, default=BATCH_SIZE, help="seeds per mini-batch (default %(default)s)")
-    p.add_argument("--seed", type=int, default=0)
     tree_arguments(p, "bench_repack_stage")
     args = parse_or_run_child(p, child)
     if args is None:
         return 0
-    if args.store is None:
-        p.error("--store is required")
     trees = compared_trees(args)
     env = {**os.environ, "NUMBA_NUM_THREADS": "2", "OMP_NUM_THREADS": "2"}
     rows: dict[str, dict[str, Any]] = {}
