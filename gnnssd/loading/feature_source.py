@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from gnnssd.core import SamplerConfig, SSDConfig, StageTimer, run_seed, select_device
+from gnnssd.core.allocator import bound_freed_memory
 from gnnssd.sampler import SAMPLING_METHODS
 from gnnssd.storage_format import Store, mapped_take
 
@@ -115,6 +116,7 @@ class FeatureSource:
                  sampling: SamplerConfig | None = None, *, seed: int | None = None, device: str | torch.device = "auto",
                  scratch_dir: str | Path | None = None):
         backend = backend_class(features)
+        bound_freed_memory()  # a mini-batch's arrays: mapped, not kept in the heaps
         self.store = as_store(store)
         self.features = features
         self.ssd = ssd or SSDConfig()
