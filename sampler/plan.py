@@ -13,6 +13,7 @@ are copied behind them from the previous buffer.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterator
@@ -566,8 +567,9 @@ def _spill_plan(plan: MegaBatchPlan, path: str | Path) -> None:
 
 def _unspill_plan(path: str | Path) -> MegaBatchPlan:
     """The plan `_spill_plan` wrote to `path`: the arrays are views of one read of the file."""
-    with open(path, "rb") as f:
-        data = bytearray(f.read())
+    with open(path, "rb") as f:  # read into one buffer: f.read()'s bytes would be a second copy
+        data = bytearray(os.fstat(f.fileno()).st_size)
+        del data[f.readinto(data):]  # a file shorter than its size said: the checks below name it
     size = int.from_bytes(data[:8], "little")
     at = 8 + size + -size % SPILL_ALIGN
     arrays = {}

@@ -1,6 +1,7 @@
 """Mega-batch plans: exact feature reconstruction (in memory and through real reads),
 determinism, save/load, background worker, locality knob."""
 import time
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -118,6 +119,20 @@ def test_spilled_plan_restores_whole(graph, tmp_path):
     plan.read = stub.read
     assert whole.equals(plan) and whole.spill_path == ""
     assert not (tmp_path / "p.spill").exists()
+
+
+def test_a_spilled_plan_is_read_back_into_one_buffer(graph, tmp_path):
+    """The restore allocates the file's bytes once (f.read() then a bytearray held two copies
+    of a plan of up to a quarter of the plans' share of the budget)."""
+    stub = next(_plans(graph, [2])).spill(tmp_path / "p.spill")
+    size = (tmp_path / "p.spill").stat().st_size
+    tracemalloc.start()
+    try:
+        stub.restore()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert size <= peak < 1.5 * size
 
 
 def test_deterministic_and_save_load(graph, tmp_path):

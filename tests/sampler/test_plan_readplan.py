@@ -5,7 +5,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from gnnssd.sampler.readplan import (CostModel, ReadPlan, Strategy, block_bytes, block_requests, choose_window, per_row_requests,
-                                      plan_extents, read_stats)
+                                      plan_extents, read_stats, sorted_union)
 
 
 def _row_pages(rows, row_bytes, page=4096):
@@ -40,6 +40,17 @@ def test_extents_cover_exactly_the_needed_rows(rows, row_bytes, request_us, max_
         assert len(offsets) <= len(runs[0])  # merging only removes requests
     if model.gap_pages == 0:  # without gap merging only touched pages are read
         assert lengths.sum() - overlap.sum() == pages * 4096
+
+
+@settings(max_examples=150, deadline=None)
+@given(runs=st.lists(st.lists(st.integers(0, 5000), max_size=200, unique=True), max_size=6))
+@example(runs=[[63, 64], [0, 127, 128], []])  # word edges
+@example(runs=[])
+def test_sorted_union_is_numpys_unique_of_the_runs(runs):
+    arrays = [np.sort(np.array(r, np.int64)) for r in runs]
+    expected = np.unique(np.concatenate(arrays)) if arrays else np.empty(0, np.int64)
+    union = sorted_union(arrays)
+    assert union.dtype == np.int64 and np.array_equal(union, expected)
 
 
 def test_contiguous_rows_respect_the_request_limit():
