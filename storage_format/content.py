@@ -13,7 +13,7 @@ import numba
 import numpy as np
 
 from .errors import StoreError
-from .mapping import released_chunks
+from .mapping import mapped_take, released_chunks
 from .schema import GraphSchema
 
 CHUNK = 1 << 22  # elements per pass of a full check (32 MiB of int64): bounded memory
@@ -70,9 +70,11 @@ def check_indptr_monotone(file: Path, indptr: np.ndarray) -> None:
 
 
 def check_inverse(perm_file: Path, perm: np.ndarray, inv: np.ndarray) -> None:
-    """inv[perm[i]] == i for every i (perm and inv in range already): both permutations."""
+    """inv[perm[i]] == i for every i (perm and inv in range already): both permutations.
+    inv is looked up window by window (a chunk of a random perm touches every page of inv:
+    0.85 GiB resident at 10^8 nodes, in every process opening the store)."""
     for part in _chunks(perm.shape[0], perm, inv):
-        back = np.asarray(inv)[np.asarray(perm[part])]
+        back = mapped_take(inv, np.asarray(perm[part]))
         wrong = np.flatnonzero(back != np.arange(part.start, part.stop))
         if wrong.size:
             i = part.start + int(wrong[0])
