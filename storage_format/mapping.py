@@ -16,9 +16,6 @@ import numpy as np
 
 #: Bytes of a mapped array a lookup (`mapped_take`) leaves resident at once.
 LOOKUP_WINDOW = 16 << 20
-#: A lookup of at most this many IDs indexes the mapping at once (at most as many pages
-#: resident, then released); more are looked up window by window.
-DIRECT_LOOKUP = 1 << 12
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -52,15 +49,14 @@ def mapped_take(array: np.ndarray, ids: np.ndarray, window: int = LOOKUP_WINDOW)
     many IDs touches nearly every page of a node-sized file (perm.npy at 10^8 nodes: 0.8
     GiB), which would then stay in the RSS: the IDs are taken window by window of the
     array, each window's pages released after its lookups (they stay in the page cache).
-    A few IDs (DIRECT_LOOKUP) touch few pages: indexed at once, then released."""
+    Even a few IDs go by window: a fault maps the page cache's whole folio around its ID
+    (up to 1 MiB on Linux 6.18: a mini-batch's 1,024 labels mapped 435 MiB at once)."""
     ids = np.asarray(ids)
     if _memmap_of(array) is None:
         return array[ids]
-    if ids.size <= DIRECT_LOOKUP:
-        out = array[ids]
-        release_pages(array)
-        return out
     flat = ids.reshape(-1)
+    if not flat.size:
+        return np.empty(ids.shape, array.dtype)
     if flat.min() < 0 or flat.max() >= len(array):
         bad = flat[(flat < 0) | (flat >= len(array))][0]
         raise IndexError(f"index {bad} is out of bounds for a mapped array of {len(array)} items")
@@ -73,6 +69,7 @@ def mapped_take(array: np.ndarray, ids: np.ndarray, window: int = LOOKUP_WINDOW)
         if bounds[w] < bounds[w + 1]:
             _take_window(values, flat, order, bounds[w], bounds[w + 1], out)
             _release_span(array[w * per:(w + 1) * per])
+    release_pages(array)  # what a folio across a window's edge mapped beyond it
     return out.reshape(ids.shape)
 
 

@@ -64,7 +64,30 @@ def test_leaves_no_pages_of_the_mapping_resident(mapped):
     assert mapped_rss(path) == 0
     mapped_take(array, ids, window=MiB)
     assert mapped_rss(path) == 0
-    mapped_take(array, ids[:100], window=MiB)  # a few IDs: indexed at once, then released
+    mapped_take(array, ids[:100], window=MiB)
+    assert mapped_rss(path) == 0
+
+
+def peak_rise(run) -> int:
+    """How far the RSS peak (VmHWM, file pages included) rose above the RSS while `run` ran."""
+    def status(key: str) -> int:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith(key))
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # VmHWM := VmRSS
+    before = status("VmRSS:")
+    run()
+    return status("VmHWM:") - before
+
+
+def test_a_few_ids_map_no_more_than_a_window_at_once(mapped):
+    """4,000 IDs of a 32 MiB file: indexed at once, each fault maps 64 KiB or more around its
+    ID (a whole folio on recent kernels), so nearly the whole file is resident at once."""
+    path, array = mapped
+    ids = np.random.default_rng(3).integers(0, len(array), 4000)
+    assert peak_rise(lambda: np.asarray(array)[ids]) > 16 * MiB
+    release_pages(array)
+    assert peak_rise(lambda: mapped_take(array, ids, window=MiB)) < 6 * MiB
     assert mapped_rss(path) == 0
 
 
