@@ -27,8 +27,7 @@ import dgl
 import numpy as np
 import torch
 
-from gnnssd.core import SamplerConfig, SSDConfig, StageTimer, run_seed, select_device
-from gnnssd.core.allocator import bound_freed_memory
+from gnnssd.core import SamplerConfig, SSDConfig, StageTimer, bound_freed_memory, run_seed, select_device
 from gnnssd.sampler import SAMPLING_METHODS
 from gnnssd.storage_format import Store, mapped_take
 

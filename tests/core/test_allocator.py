@@ -21,7 +21,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="gl
 PROBE = textwrap.dedent("""
     import sys
     import numpy as np
-    from gnnssd.core.allocator import bound_freed_memory
+    from gnnssd.core import bound_freed_memory
     chosen = bound_freed_memory() if sys.argv[1] == "bound" else None
     def rss():
         with open("/proc/self/statm") as f:
@@ -62,7 +62,7 @@ def test_a_threshold_the_user_set_is_kept():
 
 def test_opening_features_sets_the_bound(tmp_path):
     store = write_store(tmp_path / "tiny", synthetic_source("tiny"))
-    code = ("import sys; from gnnssd.loading import FeatureSource; from gnnssd.core.allocator import bound_freed_memory;"
+    code = ("import sys; from gnnssd.loading import FeatureSource; from gnnssd.core import bound_freed_memory;"
             "FeatureSource(sys.argv[1], 'memory', device='cpu').close(); print(bound_freed_memory.cache_info().currsize)")
     environ = {k: v for k, v in os.environ.items() if k != "MALLOC_MMAP_THRESHOLD_"}
     out = subprocess.run([sys.executable, "-c", code, str(store)], capture_output=True, text=True,
