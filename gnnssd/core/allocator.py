@@ -5,9 +5,10 @@ IDs, aggregation outputs) in several threads. glibc's malloc serves a request ab
 threshold with its own mapping, returned at free, but raises that threshold to the size of
 each such block freed, up to 32 MiB; from then on those arrays come from the heaps, whose
 freed space stays in the process between mini-batches, split up and not returned.
-Fixing the threshold (which also stops the raising) keeps them mapped: at papers-mini's
-shape it lowered the peak RSS beyond the budget and the topology by ~250 MiB
-(docs/BENCHMARKS.md, issue 35). A threshold the user set (MALLOC_MMAP_THRESHOLD_) is kept.
+Fixing the threshold (which also stops the raising) keeps them mapped: at papers scale it
+lowered the peak RSS beyond the budget and the topology by ~0.5 GiB, in training and in
+the evaluation (docs/BENCHMARKS.md, issue 35). A threshold the user set
+(MALLOC_MMAP_THRESHOLD_) is kept.
 """
 from __future__ import annotations
 
