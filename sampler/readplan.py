@@ -231,45 +231,35 @@ def sorted_union(runs: list[np.ndarray]) -> np.ndarray:
     runs = [r for r in runs if len(r)]
     if not runs:
         return np.empty(0, np.int64)
-    bits = np.zeros(max(int(r[-1]) for r in runs) // 64 + 1, np.uint64)
-    for r in runs:
-        _set_bits(bits, r)
-    return _bit_positions(bits)
+    bits = np.zeros(max(int(r[-1]) for r in runs) // 8 + 1, np.uint8)
+    count = sum(_set_bits(bits, r) for r in runs)
+    return _set_rows(bits, count)
 
 
 @nb.njit(cache=True, nogil=True)
 def _set_bits(bits, rows):
+    """Set bit r % 8 of byte r // 8 for each of `rows`; how many were not set before."""
+    new = 0
     for r in rows:
-        bits[r >> 6] |= np.uint64(1) << np.uint64(r & 63)
+        mask = np.uint8(1 << (r & 7))
+        if not bits[r >> 3] & mask:
+            bits[r >> 3] |= mask
+            new += 1
+    return new
 
 
 @nb.njit(cache=True, nogil=True)
-def _bit_positions(bits):
-    count = 0
-    for word in bits:
-        while word:
-            word &= word - np.uint64(1)
-            count += 1
+def _set_rows(bits, count):
+    """The `count` rows whose bits are set, in order."""
     out = np.empty(count, np.int64)
     k = 0
-    for w in range(bits.shape[0]):
-        word = bits[w]
-        while word:
-            low = word & (~word + np.uint64(1))  # the lowest set bit
-            out[k] = w * 64 + _bit_index(low)
-            k += 1
-            word ^= low
+    for byte in range(bits.shape[0]):
+        if bits[byte]:
+            for b in range(8):
+                if (bits[byte] >> b) & 1:
+                    out[k] = byte * 8 + b
+                    k += 1
     return out
-
-
-@nb.njit(inline="always")
-def _bit_index(single):
-    """The index of the one set bit of `single`."""
-    i = 0
-    while single > np.uint64(1):
-        single >>= np.uint64(1)
-        i += 1
-    return i
 
 
 def block_file_name(plan) -> str:

@@ -13,7 +13,6 @@ the evaluation (docs/BENCHMARKS.md, issue 35). A threshold the user set
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import functools
 import logging
 import os
@@ -35,8 +34,7 @@ def bound_freed_memory() -> bool:
     if USER_SETTING in os.environ:
         log.debug("allocator: %s=%s kept (the user's setting)", USER_SETTING, os.environ[USER_SETTING])
         return False
-    libc = ctypes.CDLL(ctypes.util.find_library("c"))
-    mallopt = getattr(libc, "mallopt", None)
+    mallopt = getattr(ctypes.CDLL(None), "mallopt", None)  # the C library the process runs on
     if mallopt is None or not mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD):
         log.debug("allocator: no glibc mallopt here; its mmap threshold is left as it is")
         return False
