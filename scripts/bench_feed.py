@@ -98,9 +98,18 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
             options["block_budget"] = 0
         if not spec["tree"]:  # this tree's loader takes its thread count (a baseline's: the environment)
             options["threads"] = spec["threads"]
-    with NodeLoader(store, store.original_ids(seeds), fanouts=fanouts, batch_size=spec["batch_size"],
-                    features="memory" if spec["system"] == "memory" else "ssd", shuffle=True, seed=spec["seed"],
-                    device=torch.device("cpu"), eval_fanouts=fanouts, eval_batch_size=spec["batch_size"], **options) as loader:
+    def opened(budget: int) -> Any:
+        return NodeLoader(store, store.original_ids(seeds), fanouts=fanouts, batch_size=spec["batch_size"],
+                          features="memory" if spec["system"] == "memory" else "ssd", shuffle=True,
+                          seed=spec["seed"], device=torch.device("cpu"), eval_fanouts=fanouts,
+                          eval_batch_size=spec["batch_size"], **{**options, "memory_budget": budget})
+
+    if spec.get("beside_x") and spec["system"] != "memory":
+        # the loader's x arrays on top of the budget (none for a tree that does not count them)
+        with opened(spec["budget"]) as probe:
+            split = getattr(getattr(probe, "backend", None), "budget", None)
+            options["memory_budget"] += getattr(split, "held_bytes", 0)
+    with opened(options["memory_budget"]) as loader:
         loader.set_epoch(1)
         batches = iter(loader)
         touch_s = 0.0
@@ -148,6 +157,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         "io": io,
         "read_per_useful_byte": round(io["bytes_read"] / useful, 3) if useful else None,
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "memory_budget": options["memory_budget"],
     }
 
 
@@ -263,6 +273,10 @@ def main() -> int:
     store_arguments(p)
     p.add_argument("--quick", action="store_true", help="budget 1/8 of the features, 8 mini-batches")
     p.add_argument("--budget", help="the ssd loader's memory budget (default: 1/8 of the features)")
+    p.add_argument("--beside-x", action="store_true",
+                   help="the budget is the hot cache's, buffers' and queues': a loader that counts the x arrays it "
+                        "hands out in ssd.memory_budget (be39c60 on) gets theirs on top, so trees from before "
+                        "and after that change split the same memory (the same plans)")
     p.add_argument("--batches", type=int, help="measured mini-batches per run (default 8 with --quick, else 30)")
     p.add_argument("--threads", nargs="+", type=int, default=[os.cpu_count() or 1],
                    help="thread counts to run every system with (default: the machine's cores)")
@@ -288,7 +302,7 @@ def main() -> int:
     print(f"store {store.path}: {store.num_nodes:,} nodes, features {format_bytes(store.feature_bytes)}, "
           f"budget {format_bytes(budget)}; {batches} mini-batches per run", flush=True)
     base = {"store": str(store.path), "budget": budget, "batches": batches, "seed": args.seed,
-            "batch_size": args.batch_size,
+            "batch_size": args.batch_size, "beside_x": args.beside_x,
             "ssd_options": dict(_option(o) for o in args.ssd)}
     if not args.no_warmup:
         for system, tree, label in systems[1 if systems and systems[0][0] == "memory" else 0:]:

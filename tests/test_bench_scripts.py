@@ -127,7 +127,7 @@ def test_bench_feed_profiles_every_system_and_writes_its_json(tiny_store, tmp_pa
     out = tmp_path / "feed.json"
     result = subprocess.run(
         [sys.executable, "scripts/bench_feed.py", "--store", str(tiny_store), "--budget", "16MiB", "--batches", "2",
-         "--batch-size", "16", "--threads", "1", "--systems", "memory", "ssd", "--no-warmup",
+         "--batch-size", "16", "--threads", "1", "--systems", "memory", "ssd", "--no-warmup", "--beside-x",
          "--json", str(out)],
         cwd=REPO, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -138,6 +138,8 @@ def test_bench_feed_profiles_every_system_and_writes_its_json(tiny_store, tmp_pa
         assert row["loader_cpu_s_per_batch"] > 0 and "MainThread" in row["thread_cpu_s_per_batch"]
     assert "gather" in rows["ssd"]["stage_s_per_batch"] and rows["ssd"]["read_per_useful_byte"] > 0
     assert rows["memory"]["read_per_useful_byte"] is None
+    # --beside-x: the ssd loader's x arrays on top of the 16 MiB it splits as it did before counting them
+    assert rows["ssd"]["memory_budget"] > 16 << 20 and rows["memory"]["memory_budget"] == 16 << 20
 
 
 def test_bench_plan_stage_runs_a_baseline_beside_this_tree_with_the_same_plans(tiny_store, tmp_path):

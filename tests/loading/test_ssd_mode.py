@@ -105,8 +105,8 @@ def test_budget_below_two_minibatches_streams_pieces(small_store, tmp_path, capl
     config.train.epochs = 1
     with caplog.at_level("INFO", logger="gnnssd.ssd"):
         trainer = Trainer(config)
-    # the default block budget: auto, extents only for 5 MiB of features
-    assert "ssd.block_budget auto: 0 B (features 0.3x the memory budget" in caplog.text
+    # the default block budget: auto, extents only for 5 MiB of features beside ~8.5 MiB of working memory
+    assert "ssd.block_budget auto: 0 B (features 0.6x the memory beside the x arrays" in caplog.text
     backend = trainer.loader.backend
     features = Store.open(small_store).features_memmap()
     row_bytes, hot = trainer.store.row_bytes, backend.hot.members.rows
@@ -242,6 +242,33 @@ def test_one_x_alive_while_training(small_store, tmp_path):
     pool = trainer.loader.backend.x_pool
     trainer.close()
     assert len(pool._arrays) == 1
+
+
+@pytest.mark.parametrize("block_budget", [0, "auto"])
+def test_the_x_arrays_are_a_fixed_cost_beside_the_working_memory(small_store, tmp_path, monkeypatch, block_budget):
+    """A budget of W + X, X the x arrays, splits W as a budget of W without x arrays does:
+    the staging, the plans' bytes, the block budget, the buffers and the hot cache are sized
+    from the memory beside the x arrays, not from the total (which left a budget whose x
+    arrays are most of it with queues sized for the total and least buffers)."""
+    import gnnssd.loading.backends.ssd as ssd
+
+    x_arrays = 512 << 20
+
+    def opened(budget, x_bytes):
+        monkeypatch.setattr(ssd, "x_pool_bytes", lambda *args: x_bytes)
+        config = _config(small_store, tmp_path / f"run{x_bytes}", memory_budget=budget, block_budget=block_budget)
+        return Trainer(config)
+
+    with_x, without = opened(f"{(32 << 20) + x_arrays}B", x_arrays), opened("32MiB", 0)
+    a, b = with_x.loader.backend, without.loader.backend
+    assert a.budget.held_bytes == x_arrays and b.budget.held_bytes == 0
+    assert (a.staging_bytes, a.writer_bytes, a.plan_bytes, a.block_budget) == \
+        (b.staging_bytes, b.writer_bytes, b.plan_bytes, b.block_budget)
+    assert (a.budget.queue_bytes, a.budget.buffer_rows, a.budget.hot_rows) == \
+        (b.budget.queue_bytes, b.budget.buffer_rows, b.budget.hot_rows)
+    assert a.budget.hot_rows > 0
+    with_x.close()
+    without.close()
 
 
 def test_the_x_arrays_are_counted_in_the_memory_budget(small_store, tmp_path):

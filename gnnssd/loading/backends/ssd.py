@@ -100,24 +100,27 @@ class SSDLoader:
         self._kept: KeptSamples | None = None
         self._holder: Iterator[MiniBatch] | None = None  # the stream holding the buffers
         total = ssd.memory_budget
-        self.block_budget, why = resolve_block_budget(ssd.block_budget, store.feature_bytes, total, block_dir)
-        log.info(why)
         row_bytes = store.row_bytes
-        self.staging_bytes = staging_bytes(total)
+        ranking = HotRanking(store, layer_fanouts(store.schema, sampling.fanouts))
+        inputs = self._sampled_inputs()
+        pinned = device.type == "cuda"
+        # the x arrays the consumer gets (the Recycler's) are the loader's memory too: a
+        # fixed cost taken first, so the shares below (blocks, staging, plans) are sized from
+        # the working memory beside them, as they were before the x arrays were counted
+        most_inputs = max(len(rows) for rows in inputs)
+        x_bytes = x_pool_bytes(most_inputs, store.feat_dim, x_dtype(store.feat_dtype, not ssd.widen_on_device), pinned)
+        working = max(total - x_bytes, 0)
+        self.block_budget, why = resolve_block_budget(ssd.block_budget, store.feature_bytes, working, block_dir)
+        log.info(why)
+        self.staging_bytes = staging_bytes(working)
         self.writer_bytes = self.staging_bytes // 4
-        self.plan_bytes = plan_bytes_in_flight(total)
+        self.plan_bytes = plan_bytes_in_flight(working)
         queue_bytes = self.staging_bytes + self.plan_bytes
         if self.block_budget:
             # the repack scan's own staging area, the block writer's chunks, and the plan
             # stubs of two windows (their read rows: 8 bytes per row of a window's blocks)
             queue_bytes += (self.staging_bytes + self.writer_bytes
                             + 2 * (self.block_budget // 2 // row_bytes) * 8)
-        ranking = HotRanking(store, layer_fanouts(store.schema, sampling.fanouts))
-        inputs = self._sampled_inputs()
-        pinned = device.type == "cuda"
-        # the x arrays the consumer gets (the Recycler's) are the loader's memory too
-        most_inputs = max(len(rows) for rows in inputs)
-        x_bytes = x_pool_bytes(most_inputs, store.feat_dim, x_dtype(store.feat_dtype, not ssd.widen_on_device), pinned)
         try:
             self.budget = ssd_split(total, row_bytes, queue_bytes, ssd.hot_fraction, store.feature_rows, BUFFERS,
                                     lambda count: _most_cold(inputs, HotRows.of(ranking.top(count), store.num_nodes)),
