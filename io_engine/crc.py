@@ -1,7 +1,9 @@
-"""CRC32C in C (SSE4.2 where the CPU has it): the page checksums of features.bin."""
+"""CRC32C in C (AVX-512 VPCLMULQDQ or SSE4.2 where the CPU has them): the page checksums
+of features.bin."""
 from __future__ import annotations
 
 import errno
+import os
 from typing import Any
 
 import numpy as np
@@ -44,13 +46,33 @@ def hardware_crc32c() -> bool:
     return bool(lib.gio_crc32c_hardware())
 
 
-def page_crc32c(data: Any, page: int = PAGE) -> np.ndarray:
-    """The CRC32C of every `page` bytes of data (the last page may be shorter), uint32."""
+#: The engine's page checksum paths, slowest first (gio.h): a byte table, SSE4.2's crc32
+#: instruction, carry-less multiplication on 512-bit vectors (4 KiB pages only).
+PAGE_CRC_PATHS = {"table": lib.GIO_CRC_TABLE, "sse4.2": lib.GIO_CRC_SSE42, "vpclmulqdq": lib.GIO_CRC_VPCLMUL}
+
+
+#: Names a slower path for every checksum of this process (to compare the paths).
+PATH_VARIABLE = "GNNSSD_PAGE_CRC"
+if (os.environ.get(PATH_VARIABLE) or "vpclmulqdq") not in PAGE_CRC_PATHS:
+    raise ValueError(f"{PATH_VARIABLE}={os.environ[PATH_VARIABLE]!r}: expected one of {', '.join(PAGE_CRC_PATHS)}")
+
+
+def page_crc_path() -> str:
+    """The path page_crc32c (and every checked read) takes: the fastest this CPU has, or
+    a slower one named by GNNSSD_PAGE_CRC."""
+    return next(name for name, path in PAGE_CRC_PATHS.items() if path == lib.gio_page_crc_path())
+
+
+def page_crc32c(data: Any, page: int = PAGE, path: str | None = None) -> np.ndarray:
+    """The CRC32C of every `page` bytes of data (the last page may be shorter), uint32; by
+    `path` (a PAGE_CRC_PATHS name: that one where the CPU has it, else the next slower one
+    it has), by default the fastest."""
     view = memoryview(data).cast("B")
     out = np.empty(-(-view.nbytes // page), dtype=np.uint32)
     if out.size:
-        lib.gio_page_crcs(ffi.from_buffer("uint8_t[]", view), view.nbytes, page,
-                          ffi.from_buffer("uint32_t[]", out))
+        number = lib.gio_page_crc_path() if path is None else PAGE_CRC_PATHS[path]
+        lib.gio_page_crcs_by(ffi.from_buffer("uint8_t[]", view), view.nbytes, page,
+                             ffi.from_buffer("uint32_t[]", out), number)
     return out
 
 

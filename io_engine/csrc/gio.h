@@ -89,8 +89,18 @@ void gio_rows_copy(const uint8_t *src, const int64_t *pos, const int64_t *order,
 uint32_t gio_crc32c(uint32_t crc, const uint8_t *data, size_t n, int use_hardware);
 /* 1 when gio_crc32c runs on the CPU's crc32 instruction. */
 int gio_crc32c_hardware(void);
-/* out[k] = CRC32C of bytes [k*page, (k+1)*page) of data (the last page may be shorter). */
+/* out[k] = CRC32C of bytes [k*page, (k+1)*page) of data (the last page may be shorter),
+ * by the fastest path this CPU has (gio_page_crc_path). */
 void gio_page_crcs(const uint8_t *data, size_t n, size_t page, uint32_t *out);
+/* The page checksum paths, slowest first: a byte table, SSE4.2's crc32 instruction, and
+ * carry-less multiplication on 512-bit vectors (AVX-512 VPCLMULQDQ; GIO_CRC_PAGE pages). */
+enum { GIO_CRC_TABLE = 0, GIO_CRC_SSE42 = 1, GIO_CRC_VPCLMUL = 2 };
+/* The path gio_page_crcs takes: the fastest this CPU has, or a slower one named by the
+ * environment variable GNNSSD_PAGE_CRC ("table", "sse4.2"), read once. */
+int gio_page_crc_path(void);
+/* gio_page_crcs by `path` where the CPU has it (else the next slower path it has): to
+ * compare the paths. */
+void gio_page_crcs_by(const uint8_t *data, size_t n, size_t page, uint32_t *out, int path);
 /* Check the n bytes of data, read from file offset offset (a multiple of GIO_CRC_PAGE),
  * against crcs[offset/GIO_CRC_PAGE ...] (ncrcs entries); 0 when all match, else 1 with
  * the first bad page and its CRC32C in *bad_page, *got. */

@@ -19,7 +19,8 @@ from gnnssd.core.config import config_from_dict
 from gnnssd.datasets import HeterophilousSource, PlanetoidSource, synthetic_source
 from gnnssd.datasets.arrays import ArraySource
 from gnnssd.io_engine import ChecksumError, Engine
-from gnnssd.io_engine.crc import checksum_error, crc32c, first_bad_page as c_first_bad_page, page_crc32c
+from gnnssd.io_engine.crc import (PAGE_CRC_PATHS, checksum_error, crc32c, first_bad_page as c_first_bad_page,
+                                  page_crc32c, page_crc_path)
 from gnnssd.pipeline import DirectIO
 from gnnssd.sampler.readplan import CostModel, per_row_requests, plan_extents
 from gnnssd.storage_format import DatasetError, PageChecksumError, Store, StoreError, page_crc, write_store
@@ -175,6 +176,47 @@ def test_c_crc32c_equals_a_reference(hardware):
     pages = [data[k:k + 4096] for k in range(0, len(data), 4096)]
     assert page_crc32c(data).tolist() == [_crc32c_reference(p) for p in pages]
     assert crc32c(data[10:], crc32c(data[:10], hardware=hardware), hardware) == crc32c(data)
+
+
+@pytest.mark.parametrize("path", list(PAGE_CRC_PATHS))
+def test_every_page_checksum_path_equals_the_table(path):
+    """Each of the engine's page checksum paths (a CPU without one runs the next slower one
+    it has) gives the table's checksums: whole 4 KiB pages, a short last page, a start
+    that is not aligned, pages of all zeros and all ones, other page sizes, the check value."""
+    rng = np.random.default_rng(3)
+    data = rng.integers(256, size=37 * 4096 + 100, dtype=np.uint8)
+    cases = [(data, 4096), (data[1:], 4096), (data[:5 * 4096], 4096), (data, 4099), (data[:100], 9),
+             (np.zeros(8 * 4096, np.uint8), 4096), (np.full(8 * 4096, 255, np.uint8), 4096)]
+    for view, page in cases:
+        np.testing.assert_array_equal(page_crc32c(view, page, path), page_crc32c(view, page, "table"))
+    assert page_crc32c(data[:4096], path=path).tolist() == [_crc32c_reference(data[:4096].tobytes())]
+    assert page_crc32c(b"123456789", 9, path).tolist() == [0xE3069283]
+
+
+def test_the_fastest_page_checksum_path_this_cpu_has_is_taken():
+    flags = set()
+    if Path("/proc/cpuinfo").exists():
+        flags = {f for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")
+                 for f in line.split(":", 1)[1].split()}
+    if not flags:
+        pytest.skip("no /proc/cpuinfo flags to compare with")
+    expected = ("vpclmulqdq" if {"avx512f", "vpclmulqdq", "pclmulqdq", "sse4_2"} <= flags
+                else "sse4.2" if "sse4_2" in flags else "table")
+    assert page_crc_path() == expected
+
+
+@pytest.mark.parametrize("asked", ["table", "sse4.2", "vpclmulqdq", "crc64"])
+def test_a_slower_page_checksum_path_is_taken_when_named(asked):
+    """GNNSSD_PAGE_CRC names a path for the whole process (to compare them): a slower one
+    is taken, a faster one than the CPU has is not, an unknown name is refused naming it."""
+    probe = "from gnnssd.io_engine.crc import PAGE_CRC_PATHS, page_crc_path; print(page_crc_path())"
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                            env={**os.environ, "GNNSSD_PAGE_CRC": asked})
+    if asked == "crc64":
+        assert result.returncode != 0 and "GNNSSD_PAGE_CRC='crc64': expected one of table, sse4.2" in result.stderr
+        return
+    order = list(PAGE_CRC_PATHS)
+    assert result.stdout.strip() == order[min(order.index(asked), order.index(page_crc_path()))]
 
 
 def test_numba_crc32c_equals_the_c_engine():
