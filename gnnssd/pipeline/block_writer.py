@@ -105,12 +105,18 @@ class BlockWriter:
     normally pads each file to a page and waits for the writes; on error it stops."""
 
     def __init__(self, paths: list[Path], row_bytes: int, alloc, memory_bytes: int = 16 << 20,
-                 max_chunk: int = MAX_CHUNK, open_at_once: int | None = None):
+                 max_chunk: int = MAX_CHUNK, open_at_once: int | None = None, rows: list[int] | None = None):
         """Chunks share `memory_bytes` (one per block being written, SPARE_CHUNKS more), each
         at most `max_chunk` and at least two rows (a row spans at most two chunks). A block
         holds a chunk from its first append until the chunk is full or the block is closed
         (`close`), so with `open_at_once` (the most blocks ever appended to and not yet
-        closed; default all) the chunks are larger: fewer copies and writes."""
+        closed; default all) the chunks are larger: fewer copies and writes.
+
+        With `rows` (each block's row count), each file is allocated at its final size when
+        opened: the writers then overwrite allocated space, which ext4 lets several writes
+        to one file do at once (an O_DIRECT write that extends a file holds the file's lock
+        until the disk has it, so the writers queued on it), and a full disk is met before
+        any row is copied."""
         self.row_bytes = row_bytes
         at_once = len(paths) if open_at_once is None else max(1, min(open_at_once, len(paths)))
         chunk = min(max_chunk, memory_bytes // (at_once + SPARE_CHUNKS))
@@ -119,9 +125,11 @@ class BlockWriter:
         self.paths = {}  # fd -> its file, for the errors
         self.fds: list[int] = []
         try:
-            for path in paths:
+            for k, path in enumerate(paths):
                 self.fds.append(self._open(path))
                 self.paths[self.fds[-1]] = path
+                if rows is not None:
+                    self._allocate(self.fds[-1], -(-rows[k] * row_bytes // PAGE) * PAGE)
         except OSError:
             for fd in self.fds:
                 os.close(fd)
@@ -154,6 +162,24 @@ class BlockWriter:
                     raise
                 self.direct = False
         return os.open(path, flags, 0o644)
+
+    def _allocate(self, fd: int, size: int) -> None:
+        """Disk space for `size` bytes of the file `fd` (where the filesystem allocates
+        ahead: elsewhere the file grows as it is written)."""
+        if not size:
+            return
+        try:
+            os.posix_fallocate(fd, 0, size)
+        except OSError as e:
+            if e.errno in (errno.EINVAL, errno.EOPNOTSUPP):  # no allocation ahead here
+                return
+            raise self._write_error(fd, e) from None
+
+    def _write_error(self, fd: int, e: OSError) -> OSError:
+        """A failed write or allocation (a full scratch disk, most likely), naming the file
+        and the way out."""
+        return OSError(e.errno, f"{self.paths[fd]}: cannot write ({e.strerror}); free space on its disk, or set "
+                       "ssd.block_budget: 0 (no compact blocks: rows are read in place)")
 
     def append(self, block: int, src: np.ndarray, pos: np.ndarray) -> None:
         """Append the rows at byte positions `pos` of `src` (1-D uint8) to block number `block`."""
@@ -215,10 +241,8 @@ class BlockWriter:
                     while len(view):
                         done = os.pwrite(fd, view, offset)
                         view, offset = view[done:], offset + done
-            except OSError as e:  # a full scratch disk, most likely: name the file and the way out
-                self._error = OSError(e.errno, f"{self.paths[fd]}: cannot write ({e.strerror}); free "
-                                      "space on its disk, or set ssd.block_budget: 0 (no compact "
-                                      "blocks: rows are read in place)")
+            except OSError as e:
+                self._error = self._write_error(fd, e)
             except BaseException as e:
                 self._error = e
             self._free.put(buf)

@@ -47,7 +47,7 @@ def repack(
     f = io.open(features_path)
     try:
         with BlockWriter([block_dir / p.read.block for p in blocks], row_bytes, io.alloc,
-                         writer_bytes, open_at_once=overlap(blocks)) as writer:
+                         writer_bytes, open_at_once=overlap(blocks), rows=[p.num_read for p in blocks]) as writer:
             rows = List([np.ascontiguousarray(p.read_rows, dtype=np.int64) for p in blocks])
             cursor = np.zeros(len(blocks), np.int64)  # the rows of each block appended so far
             for lo, hi, pos in io.iter_rows(f, union, row_bytes, scan.offsets, scan.lengths, staging):

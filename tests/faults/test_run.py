@@ -539,15 +539,18 @@ def test_checkpoint_on_a_full_disk_names_the_file_and_keeps_the_previous_one(tmp
     assert state["epoch"] == 1 and torch.equal(state["w"], torch.ones(10))
 
 
-def test_scratch_disk_full_while_writing_compact_blocks_names_the_file_and_the_way_out(tmp_path):
-    """The compact-block writer meets a full scratch disk (the file-size limit's EFBIG here):
-    an OSError naming the block file and ssd.block_budget: 0, not a bare errno."""
+@pytest.mark.parametrize("allocated", [False, True])
+def test_scratch_disk_full_while_writing_compact_blocks_names_the_file_and_the_way_out(tmp_path, allocated):
+    """The compact-block writer meets a full scratch disk (the file-size limit's EFBIG here)
+    as it writes, or, allocating each file at its final size (as repack does), when it opens
+    them: an OSError naming the block file and ssd.block_budget: 0, not a bare errno."""
+    rows = "rows=[512]" if allocated else "rows=None"
     done = _under_file_size_limit(8192, tmp_path, "OSError", (
         "import numpy as np\n"
         "from gnnssd.io_engine.engine import alloc\n"
         "from gnnssd.pipeline.block_writer import BlockWriter\n"
         "staging = alloc(1 << 16)\n"
-        "with BlockWriter([folder / 'block-0.bin'], 512, alloc, max_chunk=4096) as writer:\n"
+        f"with BlockWriter([folder / 'block-0.bin'], 512, alloc, max_chunk=4096, {rows}) as writer:\n"
         "    for _ in range(8):\n"
         "        writer.append(0, staging, np.arange(64) * 512)\n"))
     assert f"{tmp_path / 'block-0.bin'}: cannot write (File too large)" in done.stdout

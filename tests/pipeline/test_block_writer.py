@@ -33,6 +33,30 @@ def test_blocks_hold_the_appended_rows_padded_to_a_page(tmp_path, row_bytes):
     assert writer.bytes_written == sum(p.stat().st_size for p in paths)
 
 
+def test_blocks_given_their_row_counts_are_allocated_at_their_final_size_when_opened(tmp_path):
+    """With each block's row count the files have their final size (and disk space) before
+    a row is written, and hold the same bytes as files that grew as they were written."""
+    rng = np.random.default_rng(7)
+    staging = alloc(1 << 20)
+    staging[:] = rng.integers(0, 256, len(staging), dtype=np.uint8)
+    positions = [np.sort(rng.choice(2000, n, replace=False)) * 512 for n in (0, 1, 9, 700)]
+    sizes = [-(-len(pos) * 512 // 4096) * 4096 for pos in positions]
+    grown, allocated = tmp_path / "grown", tmp_path / "allocated"
+    for folder, rows in ((grown, None), (allocated, [len(pos) for pos in positions])):
+        folder.mkdir()
+        paths = [folder / f"b{k}.bin" for k in range(len(positions))]
+        with BlockWriter(paths, 512, alloc, max_chunk=8192, rows=rows) as writer:
+            if rows is not None:
+                assert [p.stat().st_size for p in paths] == sizes
+                assert all(p.stat().st_blocks * 512 >= size for p, size in zip(paths, sizes))
+            for k, pos in enumerate(positions):
+                writer.append(k, staging, pos)
+        assert writer.bytes_written == sum(sizes)
+    for k in range(len(positions)):
+        assert (allocated / f"b{k}.bin").read_bytes() == (grown / f"b{k}.bin").read_bytes()
+        assert (grown / f"b{k}.bin").stat().st_size == sizes[k]
+
+
 def test_unwritable_block_is_an_error_and_leaves_no_file_open(tmp_path):
     before = len(os.listdir("/proc/self/fd"))
     with pytest.raises(FileNotFoundError):
