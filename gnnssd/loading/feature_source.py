@@ -230,14 +230,15 @@ class FeatureSource:
         blocks' node IDs (DGL's `dgl.NID`) in the dataset's IDs: the one conversion out."""
         if not self.renumbered:
             return batch
+        original = _PrefixLookup(self, batch.input_nodes)
         for block in batch.blocks:  # a homogeneous store's blocks: the one node type "_N"
             for nodes, types in ((block.srcnodes, block.srctypes), (block.dstnodes, block.dsttypes)):
                 for node_type in types:
                     data = nodes[node_type].data
                     if dgl.NID in data:
-                        data[dgl.NID] = self._original_of_type(node_type, data[dgl.NID])
-        return dataclasses.replace(batch, input_nodes=self._original_ids(batch.input_nodes),
-                                   output_nodes=self._original_ids(batch.output_nodes))
+                        data[dgl.NID] = original(node_type, data[dgl.NID])
+        return dataclasses.replace(batch, input_nodes=original.of(batch.input_nodes),
+                                   output_nodes=original.of(batch.output_nodes))
 
     @property
     def out_of_core(self) -> bool:
@@ -258,6 +259,42 @@ class FeatureSource:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _PrefixLookup:
+    """A mini-batch's IDs in the dataset's, each input node looked up once: every block's
+    node IDs, and the output nodes, begin the input nodes (a sampled block's nodes are a
+    prefix of the next layer's), so they are slices of the input nodes' lookup (perm.npy
+    looked up ~3x fewer times, the same IDs). IDs that do not begin them are looked up."""
+
+    def __init__(self, source: FeatureSource, input_nodes: torch.Tensor | dict[str, torch.Tensor]):
+        self.source = source
+        self.inputs = input_nodes if isinstance(input_nodes, dict) else {None: input_nodes}
+        self.converted: dict[str | None, torch.Tensor] = {}
+
+    def __call__(self, node_type: str, ids: torch.Tensor) -> torch.Tensor:
+        key = node_type if node_type in self.inputs else None
+        full = self.inputs.get(key)
+        if full is None or len(ids) > len(full) or not _begins(ids, full):
+            return self.source._original_of_type(node_type, ids)
+        if key not in self.converted:
+            self.converted[key] = self.source._original_of_type(node_type, full)
+        return self.converted[key][: len(ids)]
+
+    def of(self, ids: torch.Tensor | dict[str, torch.Tensor]) -> torch.Tensor | dict[str, torch.Tensor]:
+        """`ids` (global store IDs, or a typed store's per-type IDs by type) in the dataset's."""
+        if not isinstance(ids, dict):
+            return self(self.source.store.schema.type_names[0], ids)
+        return {name: self(name, v) for name, v in ids.items()}
+
+
+def _begins(ids: torch.Tensor, full: torch.Tensor) -> bool:
+    """Whether `ids` are the first len(ids) of `full` (a view of its start, or equal to it)."""
+    if ids.device != full.device or ids.dtype != full.dtype:
+        return False
+    if ids.data_ptr() == full.data_ptr() and ids.is_contiguous() and full.is_contiguous():
+        return True
+    return torch.equal(ids, full[: len(ids)])
 
 
 def _release(backend: FeatureBackend | None, scratch: Path | None) -> None:

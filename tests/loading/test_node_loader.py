@@ -42,6 +42,17 @@ def _loader(store: gnnssd.Store, features: str, **options) -> gnnssd.NodeLoader:
     return gnnssd.NodeLoader(store, store.train_idx, features=features, **options)
 
 
+def _assert_edges_of_the_store(store: gnnssd.Store, rows: np.ndarray, block) -> None:
+    """Each edge u -> v of `block` (its dgl.NID in the dataset's IDs) is an in-edge of v's
+    store row in the store's CSC, from u's store row: the IDs were converted consistently."""
+    src, dst = (t.numpy() for t in block.edges())
+    src_rows = rows[block.srcdata["_ID"].numpy()[src]]
+    dst_rows = rows[block.dstdata["_ID"].numpy()[dst]]
+    indptr, indices = np.asarray(store.indptr), np.asarray(store.indices)
+    for u, v in zip(src_rows, dst_rows):
+        assert u in indices[indptr[v]:indptr[v + 1]], (u, v)
+
+
 def test_memory_and_ssd_yield_the_same_seed_batches(store: gnnssd.Store) -> None:
     """The same mini-batches in both modes, in the dataset's node IDs (the store is
     renumbered): x and y are the stored rows of those nodes, the blocks' dgl.NID agree."""
@@ -64,6 +75,8 @@ def test_memory_and_ssd_yield_the_same_seed_batches(store: gnnssd.Store) -> None
                     np.testing.assert_array_equal(mb.blocks[-1].dstdata["_ID"].numpy(), mb.output_nodes.numpy())
                     np.testing.assert_array_equal(mb.blocks[0].srcdata["_ID"].numpy(), inputs)
                     assert len(mb.blocks) == len(FANOUTS)
+                    for block in mb.blocks:  # every block's edges, in dataset IDs, are the graph's
+                        _assert_edges_of_the_store(store, rows, block)
                 epochs.append([mb.output_nodes.numpy() for mb in batches])
             seen[mode] = epochs
     perm = np.asarray(store.perm)
