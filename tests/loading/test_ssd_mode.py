@@ -271,6 +271,25 @@ def test_the_x_arrays_are_a_fixed_cost_beside_the_working_memory(small_store, tm
     without.close()
 
 
+def test_auto_takes_no_blocks_when_the_x_arrays_leave_no_room_for_the_repack(small_store, tmp_path, monkeypatch,
+                                                                             caplog):
+    """x arrays that take (nearly) the whole budget leave the repack no room for its staging
+    and write chunks: `auto` then chooses no blocks (the loader runs over budget by the x
+    arrays, as it says) rather than a block budget that makes the budget too small."""
+    import gnnssd.loading.backends.ssd as ssd
+
+    monkeypatch.setattr(ssd, "x_pool_bytes", lambda *args: 24 << 20)
+    monkeypatch.setattr(ssd, "resolve_block_budget", lambda *args: (64 << 20, "ssd.block_budget auto: 64 MiB"))
+    with caplog.at_level("INFO", logger="gnnssd.ssd"):
+        trainer = Trainer(_config(small_store, tmp_path / "run", memory_budget="24MiB", block_budget="auto"))
+    assert trainer.loader.backend.block_budget == 0
+    assert "ssd.block_budget auto: 0 B (0 B beside the x arrays cannot hold the repack's staging" in caplog.text
+    assert "over by" in caplog.text
+    trainer.loader.set_epoch(1)
+    assert sum(1 for _ in trainer.loader) > 0
+    trainer.close()
+
+
 def test_the_x_arrays_are_counted_in_the_memory_budget(small_store, tmp_path):
     """The recycled x arrays handed to the consumer come out of the hot cache's share: hot
     cache, buffers, queues and x arrays together stay within ssd.memory_budget, and the
