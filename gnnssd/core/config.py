@@ -209,7 +209,8 @@ class SSDConfig:
     #: Disk space for compact blocks repacked ahead of training; 0 = extents only; "auto":
     #: 0 when the features are at most twice memory_budget less the x arrays, else half the
     #: features' size, capped at a quarter of the free space where the blocks go (0 if that is
-    #: below memory_budget less the x arrays). The chosen value is logged (gnnssd.core.budget.auto_block_budget).
+    #: below memory_budget less the x arrays, or that memory cannot hold the repack's staging
+    #: and write chunks). The chosen value is logged (gnnssd.core.budget.auto_block_budget).
     block_budget: int | Literal["auto"] = field(default=AUTO, metadata=SIZE_OR_AUTO)
     queue_depth: int = field(default=128, metadata=_check(_positive, "a positive integer"))
     io_backend: Literal["auto", "io_uring", "threads"] = "auto"
