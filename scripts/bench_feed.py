@@ -14,8 +14,8 @@ each (system, threads) in a fresh process, and prints a table and writes JSON:
 Systems: `memory` (DGL's sampler, the features in RAM), `ssd` (this tree's `features: ssd`;
 `ssd-extents`: with `ssd.block_budget: 0`, no compact blocks),
 and with --baseline COMMIT... `ssd@COMMIT`: the same loader from each commit's sources
-(extracted under --work, this tree's compiled I/O engine beside them; refused if the engine's
-C sources differ), so a before/after is one table. The first mini-batch of each run (JIT
+(extracted under --work, with this tree's compiled I/O engine where the engine's C sources
+are the same, else their own, built there), so a before/after is one table. The first mini-batch of each run (JIT
 caches loaded, pipeline filled) is not measured; a warm-up run per source tree fills numba's
 caches first.
 
@@ -165,13 +165,13 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
 
 def baseline_tree(commit: str, work: Path) -> Path:
     """`commit`'s sources laid out as the installed package (the component folders inside
-    gnnssd/) with this tree's compiled I/O engine; returns the folder to put on sys.path."""
+    gnnssd/) with its compiled I/O engine: this tree's where the engine's sources are the
+    same, else built from the commit's (cffi, as the install does); returns the folder to
+    put on sys.path."""
     full = subprocess.run(["git", "rev-parse", "--verify", f"{commit}^{{commit}}"], cwd=ROOT, check=True,
                           stdout=subprocess.PIPE, text=True).stdout.strip()
-    differs = subprocess.run(["git", "diff", "--quiet", full, "HEAD", "--", *ENGINE_SOURCES], cwd=ROOT).returncode
-    if differs:
-        raise SystemExit(f"--baseline {commit}: its I/O engine sources ({', '.join(ENGINE_SOURCES)}) differ "
-                         "from this tree's; its compiled engine cannot be borrowed")
+    same_engine = subprocess.run(["git", "diff", "--quiet", full, "HEAD", "--", *ENGINE_SOURCES],
+                                 cwd=ROOT).returncode == 0
     dest = work / f"tree-{full[:12]}"
     if (dest / "READY").exists():
         return dest
@@ -186,8 +186,11 @@ def baseline_tree(commit: str, work: Path) -> Path:
     tar_path.unlink()
     for name in NAMESPACED:
         (dest / "gnnssd" / name).symlink_to(Path("..") / name)
-    for engine in (ROOT / "io_engine").glob("_gnnssd_io*.so"):
-        shutil.copy2(engine, dest / "io_engine" / engine.name)
+    if same_engine:
+        for engine in (ROOT / "io_engine").glob("_gnnssd_io*.so"):
+            shutil.copy2(engine, dest / "io_engine" / engine.name)
+    else:  # compiled into gnnssd/io_engine, i.e. the commit's io_engine folder
+        subprocess.run([sys.executable, "io_engine/build_ffi.py"], cwd=dest, check=True, stdout=subprocess.DEVNULL)
     (dest / "READY").write_text(full + "\n")
     return dest
 
