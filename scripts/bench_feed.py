@@ -189,8 +189,13 @@ def baseline_tree(commit: str, work: Path) -> Path:
     if same_engine:
         for engine in (ROOT / "io_engine").glob("_gnnssd_io*.so"):
             shutil.copy2(engine, dest / "io_engine" / engine.name)
-    else:  # compiled into gnnssd/io_engine, i.e. the commit's io_engine folder
-        subprocess.run([sys.executable, "io_engine/build_ffi.py"], cwd=dest, check=True, stdout=subprocess.DEVNULL)
+    else:  # compiled in a folder of its own (no project files there for setuptools to find)
+        build = dest / "engine-build"
+        build.mkdir()
+        subprocess.run([sys.executable, str(dest / "io_engine" / "build_ffi.py")], cwd=build, check=True,
+                       stdout=subprocess.DEVNULL)
+        for engine in (build / "gnnssd" / "io_engine").glob("_gnnssd_io*.so"):
+            shutil.move(engine, dest / "io_engine" / engine.name)
     (dest / "READY").write_text(full + "\n")
     return dest
 
