@@ -10,8 +10,8 @@ plain torch ops, end to end against compute-only and memory mode, loader threads
     relational layer (gnnssd.compiler.hetero: per-relation compiled layers summed) on its
     first typed block, compiled vs the same with the aggregation as torch ops (no PyG row:
     PyG's relational layers take one node set, not a typed block).
-(b) end to end: a 3-layer GraphSAGE trained on N mini-batches: gnnssd ssd mode (budget a
-    fraction of the features), memory mode (DGL's sampler, rows in RAM), and compute-only
+(b) end to end: a 3-layer GraphSAGE trained on N mini-batches: gnnssd ssd mode (a fraction
+    of the features for its hot cache, buffers and queues, its x arrays on top), memory mode (DGL's sampler, rows in RAM), and compute-only
     (the same mini-batches sampled beforehand and held on the GPU). Mini-batches/s, the
     loader's stage times, and the foreground wait: time the training loop spent waiting for
     its next mini-batch (copy not hidden, or loader too slow).
@@ -236,9 +236,9 @@ def bench_e2e(store: Store, quick: bool, budget_share: float, batches: int | Non
     sync()
     cycle = (held[i % len(held)] for i in range(n))
     rows.append({"system": f"compute-only (held on {DEVICE.type})", **_train(_model(store), cycle, n, warmup)})
-    budget = int(store.feature_bytes * budget_share)
+    budget = ssd_budget(store, budget_share, DEVICE)
     for system, options in (("memory (rows in RAM)", {"features": "memory"}),
-                            (f"gnnssd ssd (budget {budget_share:g} of features)",
+                            (f"gnnssd ssd (budget {budget_share:g} of features + x arrays)",
                              {"features": "ssd", "memory_budget": budget})):
         with NodeLoader(store, store.train_idx, fanouts=FANOUTS, batch_size=BATCH, shuffle=True, seed=0,
                         device=DEVICE, **options) as loader:
@@ -254,10 +254,21 @@ def bench_e2e(store: Store, quick: bool, budget_share: float, batches: int | Non
 
 # --- (c) loader threads -----------------------------------------------------------------
 
+def ssd_budget(store: Store, share: float, device: torch.device | str) -> int:
+    """`share` of the features for the ssd loader's hot cache, buffers and queues, and the x
+    arrays it hands out on top: counted in ssd.memory_budget since be39c60, at 1/8 of
+    `medium`'s features they alone would pass it, and every mini-batch would be read in
+    pieces through 1 MiB buffers (docs/BENCHMARKS.md, issue 32's fifth round)."""
+    budget = int(store.feature_bytes * share)
+    with NodeLoader(store, store.train_idx, fanouts=FANOUTS, batch_size=BATCH, seed=0, features="ssd",
+                    memory_budget=budget, device=device) as probe:
+        return budget + probe.backend.budget.held_bytes
+
+
 def loader_only(store_path: str, n: int, budget_share: float) -> dict[str, float]:
     store = Store.open(store_path)
     with NodeLoader(store, store.train_idx, fanouts=FANOUTS, batch_size=BATCH, shuffle=True, seed=0,
-                    features="ssd", memory_budget=int(store.feature_bytes * budget_share), device="cpu") as loader:
+                    features="ssd", memory_budget=ssd_budget(store, budget_share, "cpu"), device="cpu") as loader:
         it = iter(loader)
         next(it)
         start, cpu0 = time.perf_counter(), time.process_time()
