@@ -1,7 +1,7 @@
 """What every layer above shares: the typed config, the memory budget, devices and seeds,
 ranks, stage timing, logging and the allocator bound."""
 from .allocator import bound_freed_memory
-from .budget import AUTO, MIN_BUFFER_BYTES, disk_share, format_bytes, parse_bytes, resolve_block_budget, ssd_split
+from .budget import disk_share, format_bytes, parse_bytes, resolve_block_budget, ssd_split
 from .config import Config, ConfigError, ModelConfig, SamplerConfig, SSDConfig, as_config, load_config
 from .logs import setup_logging
 from .ranks import Ranks, current, launched_by_torchrun
@@ -9,7 +9,7 @@ from .runtime import (dgl_has_cuda, epoch_seed, one_interrupt, run_seed, seed_ev
                       use_single_thread)
 from .timing import StageTimer
 
-__all__ = ["AUTO", "MIN_BUFFER_BYTES", "Config", "ConfigError", "ModelConfig", "Ranks", "SSDConfig", "SamplerConfig", "StageTimer",
+__all__ = ["Config", "ConfigError", "ModelConfig", "Ranks", "SSDConfig", "SamplerConfig", "StageTimer",
            "as_config", "bound_freed_memory", "current", "dgl_has_cuda", "disk_share", "epoch_seed", "format_bytes", "launched_by_torchrun",
            "load_config", "one_interrupt", "parse_bytes", "resolve_block_budget", "run_seed",
            "seed_everything", "select_device", "setup_logging", "ssd_split", "uninterruptible",

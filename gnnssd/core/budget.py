@@ -183,8 +183,7 @@ def ssd_split(total: int, row_bytes: int, queue_bytes: int, hot_fraction: float,
 
 def auto_block_budget(feature_bytes: int, memory_budget: int, disk: os.statvfs_result) -> int:
     """`ssd.block_budget: auto`: disk space for compact blocks, from the features-to-budget
-    ratio and `disk` (os.statvfs of the block directory's filesystem). The ssd loader passes
-    its working memory: the budget less the x arrays it hands out (held_bytes).
+    ratio and `disk` (os.statvfs of the block directory's filesystem).
 
     0 (extents only) when the features are at most AUTO_MIN_RATIO times the memory budget
     (the hot cache holds much of them: repacking costs more than it saves); otherwise
@@ -220,5 +219,5 @@ def resolve_block_budget(value: int | str, feature_bytes: int, memory_budget: in
     existing, disk = filesystem(directory)
     chosen = auto_block_budget(feature_bytes, memory_budget, disk)
     return chosen, (f"ssd.block_budget auto: {format_bytes(chosen)} (features "
-                    f"{feature_bytes / max(memory_budget, 1):.1f}x the memory beside the x arrays; "
+                    f"{feature_bytes / memory_budget:.1f}x the memory budget; "
                     f"{format_bytes(disk.f_bavail * disk.f_frsize)} free under {existing})")

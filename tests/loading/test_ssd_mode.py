@@ -105,8 +105,8 @@ def test_budget_below_two_minibatches_streams_pieces(small_store, tmp_path, capl
     config.train.epochs = 1
     with caplog.at_level("INFO", logger="gnnssd.ssd"):
         trainer = Trainer(config)
-    # the default block budget: auto, extents only for 5 MiB of features beside ~8.5 MiB of working memory
-    assert "ssd.block_budget auto: 0 B (features 0.6x the memory beside the x arrays" in caplog.text
+    # the default block budget: auto, extents only for 5 MiB of features
+    assert "ssd.block_budget auto: 0 B (features 0.3x the memory budget" in caplog.text
     backend = trainer.loader.backend
     features = Store.open(small_store).features_memmap()
     row_bytes, hot = trainer.store.row_bytes, backend.hot.members.rows
@@ -242,52 +242,6 @@ def test_one_x_alive_while_training(small_store, tmp_path):
     pool = trainer.loader.backend.x_pool
     trainer.close()
     assert len(pool._arrays) == 1
-
-
-@pytest.mark.parametrize("block_budget", [0, "auto"])
-def test_the_x_arrays_are_a_fixed_cost_beside_the_working_memory(small_store, tmp_path, monkeypatch, block_budget):
-    """A budget of W + X, X the x arrays, splits W as a budget of W without x arrays does:
-    the staging, the plans' bytes, the block budget, the buffers and the hot cache are sized
-    from the memory beside the x arrays, not from the total (which left a budget whose x
-    arrays are most of it with queues sized for the total and least buffers)."""
-    import gnnssd.loading.backends.ssd as ssd
-
-    x_arrays = 512 << 20
-
-    def opened(budget, x_bytes):
-        monkeypatch.setattr(ssd, "x_pool_bytes", lambda *args: x_bytes)
-        config = _config(small_store, tmp_path / f"run{x_bytes}", memory_budget=budget, block_budget=block_budget)
-        return Trainer(config)
-
-    with_x, without = opened(f"{(32 << 20) + x_arrays}B", x_arrays), opened("32MiB", 0)
-    a, b = with_x.loader.backend, without.loader.backend
-    assert a.budget.held_bytes == x_arrays and b.budget.held_bytes == 0
-    assert (a.staging_bytes, a.writer_bytes, a.plan_bytes, a.block_budget) == \
-        (b.staging_bytes, b.writer_bytes, b.plan_bytes, b.block_budget)
-    assert (a.budget.queue_bytes, a.budget.buffer_rows, a.budget.hot_rows) == \
-        (b.budget.queue_bytes, b.budget.buffer_rows, b.budget.hot_rows)
-    assert a.budget.hot_rows > 0
-    with_x.close()
-    without.close()
-
-
-def test_auto_takes_no_blocks_when_the_x_arrays_leave_no_room_for_the_repack(small_store, tmp_path, monkeypatch,
-                                                                             caplog):
-    """x arrays that take (nearly) the whole budget leave the repack no room for its staging
-    and write chunks: `auto` then chooses no blocks (the loader runs over budget by the x
-    arrays, as it says) rather than a block budget that makes the budget too small."""
-    import gnnssd.loading.backends.ssd as ssd
-
-    monkeypatch.setattr(ssd, "x_pool_bytes", lambda *args: 24 << 20)
-    monkeypatch.setattr(ssd, "resolve_block_budget", lambda *args: (64 << 20, "ssd.block_budget auto: 64 MiB"))
-    with caplog.at_level("INFO", logger="gnnssd.ssd"):
-        trainer = Trainer(_config(small_store, tmp_path / "run", memory_budget="24MiB", block_budget="auto"))
-    assert trainer.loader.backend.block_budget == 0
-    assert "ssd.block_budget auto: 0 B (0 B beside the x arrays cannot hold the repack's staging" in caplog.text
-    assert "over by" in caplog.text
-    trainer.loader.set_epoch(1)
-    assert sum(1 for _ in trainer.loader) > 0
-    trainer.close()
 
 
 def test_the_x_arrays_are_counted_in_the_memory_budget(small_store, tmp_path):

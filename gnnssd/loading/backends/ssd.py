@@ -24,8 +24,8 @@ from typing import Any, Callable, Iterable, Iterator
 import numpy as np
 import torch
 
-from gnnssd.core import (AUTO, MIN_BUFFER_BYTES, ConfigError, SamplerConfig, SSDConfig, StageTimer, disk_share,
-                         format_bytes, resolve_block_budget, ssd_split)
+from gnnssd.core import (ConfigError, SamplerConfig, SSDConfig, StageTimer, disk_share, format_bytes,
+                         resolve_block_budget, ssd_split)
 from gnnssd.pipeline import (BUFFERS, DirectIO, FeatureFile, HotCache, HotRanking, KeptSamples,
                              MegaBatchBuffers, PlanWorker, Recycler, RepackReport, check_numba_threads, delete,
                              load_cost_model, numba_threads, repacked_windows, samples_key, x_dtype, x_pool_bytes)
@@ -100,27 +100,24 @@ class SSDLoader:
         self._kept: KeptSamples | None = None
         self._holder: Iterator[MiniBatch] | None = None  # the stream holding the buffers
         total = ssd.memory_budget
+        self.block_budget, why = resolve_block_budget(ssd.block_budget, store.feature_bytes, total, block_dir)
+        log.info(why)
         row_bytes = store.row_bytes
+        self.staging_bytes = staging_bytes(total)
+        self.writer_bytes = self.staging_bytes // 4
+        self.plan_bytes = plan_bytes_in_flight(total)
+        queue_bytes = self.staging_bytes + self.plan_bytes
+        if self.block_budget:
+            # the repack scan's own staging area, the block writer's chunks, and the plan
+            # stubs of two windows (their read rows: 8 bytes per row of a window's blocks)
+            queue_bytes += (self.staging_bytes + self.writer_bytes
+                            + 2 * (self.block_budget // 2 // row_bytes) * 8)
         ranking = HotRanking(store, layer_fanouts(store.schema, sampling.fanouts))
         inputs = self._sampled_inputs()
         pinned = device.type == "cuda"
-        # the x arrays the consumer gets (the Recycler's) are the loader's memory too: a
-        # fixed cost taken first, so the shares below (blocks, staging, plans) are sized from
-        # the working memory beside them, as they were before the x arrays were counted
+        # the x arrays the consumer gets (the Recycler's) are the loader's memory too
         most_inputs = max(len(rows) for rows in inputs)
         x_bytes = x_pool_bytes(most_inputs, store.feat_dim, x_dtype(store.feat_dtype, not ssd.widen_on_device), pinned)
-        working = max(total - x_bytes, 0)
-        self.staging_bytes = staging_bytes(working)
-        self.writer_bytes = self.staging_bytes // 4
-        self.plan_bytes = plan_bytes_in_flight(working)
-        self.block_budget, why = resolve_block_budget(ssd.block_budget, store.feature_bytes, working, block_dir)
-        least = self._queue_bytes(row_bytes) + BUFFERS * MIN_BUFFER_BYTES
-        if ssd.block_budget == AUTO and self.block_budget and least > working:
-            self.block_budget = 0  # blocks would make a budget that works without them too small
-            why = (f"ssd.block_budget auto: 0 B ({format_bytes(working)} beside the x arrays cannot hold the "
-                   "repack's staging and write chunks)")
-        log.info(why)
-        queue_bytes = self._queue_bytes(row_bytes)
         try:
             self.budget = ssd_split(total, row_bytes, queue_bytes, ssd.hot_fraction, store.feature_rows, BUFFERS,
                                     lambda count: _most_cold(inputs, HotRows.of(ranking.top(count), store.num_nodes)),
@@ -141,17 +138,6 @@ class SSDLoader:
         self.buffers = MegaBatchBuffers(self.hot, self.budget.buffer_rows, pinned=pinned,
                                         widen=not ssd.widen_on_device)
         self.io.add(bytes_read=self.hot.nbytes)
-
-    def _queue_bytes(self, row_bytes: int) -> int:
-        """The queues and staging beside the buffers: the page reads' staging and the plans
-        in flight; with blocks, also the repack scan's own staging area, the block writer's
-        chunks, and the plan stubs of two windows (their read rows: 8 bytes per row of a
-        window's blocks)."""
-        queue_bytes = self.staging_bytes + self.plan_bytes
-        if self.block_budget:
-            queue_bytes += (self.staging_bytes + self.writer_bytes
-                            + 2 * (self.block_budget // 2 // row_bytes) * 8)
-        return queue_bytes
 
     def _sampled_inputs(self) -> list[np.ndarray]:
         """The input rows of a few sampled mini-batches (one per split) with the training
