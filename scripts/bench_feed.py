@@ -282,9 +282,9 @@ def main() -> int:
     p.add_argument("--quick", action="store_true", help="budget 1/8 of the features, 8 mini-batches")
     p.add_argument("--budget", help="the ssd loader's memory budget (default: 1/8 of the features)")
     p.add_argument("--beside-x", action="store_true",
-                   help="the budget is the hot cache's, buffers' and queues': a loader that counts the x arrays it "
-                        "hands out in ssd.memory_budget (be39c60 on) gets theirs on top, so trees from before "
-                        "and after that change split the same memory (the same plans)")
+                   help="a loader that counts the x arrays it hands out in ssd.memory_budget (be39c60 on) gets "
+                        "theirs on top of the budget, which alone they may pass (--quick's 1/8 of medium); its "
+                        "queues are sized from the whole, so it splits the rest unlike a tree before be39c60")
     p.add_argument("--batches", type=int, help="measured mini-batches per run (default 8 with --quick, else 30)")
     p.add_argument("--threads", nargs="+", type=int, default=[os.cpu_count() or 1],
                    help="thread counts to run every system with (default: the machine's cores)")

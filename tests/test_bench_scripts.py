@@ -138,7 +138,7 @@ def test_bench_feed_profiles_every_system_and_writes_its_json(tiny_store, tmp_pa
         assert row["loader_cpu_s_per_batch"] > 0 and "MainThread" in row["thread_cpu_s_per_batch"]
     assert "gather" in rows["ssd"]["stage_s_per_batch"] and rows["ssd"]["read_per_useful_byte"] > 0
     assert rows["memory"]["read_per_useful_byte"] is None
-    # --beside-x: the ssd loader's x arrays on top of the 16 MiB it splits as it did before counting them
+    # --beside-x: the ssd loader's x arrays on top of the 16 MiB
     assert rows["ssd"]["memory_budget"] > 16 << 20 and rows["memory"]["memory_budget"] == 16 << 20
 
 
