@@ -41,11 +41,6 @@ def crc32c(data: Any, crc: int = 0, hardware: bool = True) -> int:
     return int(lib.gio_crc32c(crc, ffi.from_buffer("uint8_t[]", view), view.nbytes, int(hardware)))
 
 
-def hardware_crc32c() -> bool:
-    """Whether crc32c runs on the CPU's crc32 instruction."""
-    return bool(lib.gio_crc32c_hardware())
-
-
 #: The engine's page checksum paths, slowest first (gio.h): a byte table, SSE4.2's crc32
 #: instruction, carry-less multiplication on 512-bit vectors (4 KiB pages only).
 PAGE_CRC_PATHS = {"table": lib.GIO_CRC_TABLE, "sse4.2": lib.GIO_CRC_SSE42, "vpclmulqdq": lib.GIO_CRC_VPCLMUL}

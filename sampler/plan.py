@@ -21,6 +21,7 @@ from typing import Iterator
 import numba as nb
 import numpy as np
 
+from . import bitset
 from .blocks import MFGs
 from .readplan import ReadPlan
 from .sampling import NeighborSampler
@@ -32,12 +33,6 @@ class PlanConfig:
     mega_batch: int  # M: mini-batches per mega-batch
     seed: int = 0
     method: str = "uniform"  # NeighborSampler's: uniform or labor
-
-
-@nb.njit(cache=True, nogil=True, inline="always")
-def _bit(bits, r):
-    """Bit r of the bitset `bits` (uint8, little-endian within each byte)."""
-    return (bits[r >> 3] >> (r & 7)) & 1
 
 
 @dataclass(frozen=True)
@@ -57,7 +52,7 @@ class HotRows:
         if len(rows) and (rows[0] < 0 or rows[-1] >= num_rows):
             raise ValueError(f"hot rows must lie in 0..{num_rows - 1}, got {rows[0]}..{rows[-1]}")
         bits = np.zeros((num_rows + 7) // 8, np.uint8)
-        np.bitwise_or.at(bits, rows >> 3, (1 << (rows & 7)).astype(np.uint8))
+        bitset.set_rows(bits, rows)
         return cls(rows, bits, num_rows)
 
     def contains(self, rows: np.ndarray) -> np.ndarray:
@@ -179,7 +174,7 @@ def _add_rows(nodes, table, shift, hot_bits, uniq, index, state, limit):
             table[h] = (x << 32) | count
             uniq[count] = x
             count += 1
-            cold += not _bit(hot_bits, x)
+            cold += not bitset.has(hot_bits, x)
         index[at] = table[h] & _LOW
         at += 1
     if cold > limit:
@@ -217,7 +212,7 @@ def _split_sorted(rows, order, hot_bits, hot_rows, value, cold_at):
     j = 0
     for k in order:
         r = rows[k]
-        if _bit(hot_bits, r):
+        if bitset.has(hot_bits, r):
             while hot_rows[j] < r:  # the hot rows met come in ascending order
                 j += 1
             value[k] = j
@@ -236,7 +231,7 @@ def _scan_rows(table, hot_bits, value, cold_at):
     count = 0
     for r in range(table.shape[0]):
         entry = table[r]
-        if _bit(hot_bits, r):
+        if bitset.has(hot_bits, r):
             if entry >= 0:
                 value[entry & _LOW] = rank
             rank += 1

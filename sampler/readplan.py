@@ -20,6 +20,8 @@ import numpy as np
 
 from gnnssd.storage_format import PAGE, atomic_write_json, read_small_json
 
+from . import bitset
+
 
 @dataclass(frozen=True)
 class CostModel:
@@ -232,34 +234,8 @@ def sorted_union(runs: list[np.ndarray]) -> np.ndarray:
     if not runs:
         return np.empty(0, np.int64)
     bits = np.zeros(max(int(r[-1]) for r in runs) // 8 + 1, np.uint8)
-    count = sum(_set_bits(bits, r) for r in runs)
-    return _set_rows(bits, count)
-
-
-@nb.njit(cache=True, nogil=True)
-def _set_bits(bits, rows):
-    """Set bit r % 8 of byte r // 8 for each of `rows`; how many were not set before."""
-    new = 0
-    for r in rows:
-        mask = np.uint8(1 << (r & 7))
-        if not bits[r >> 3] & mask:
-            bits[r >> 3] |= mask
-            new += 1
-    return new
-
-
-@nb.njit(cache=True, nogil=True)
-def _set_rows(bits, count):
-    """The `count` rows whose bits are set, in order."""
-    out = np.empty(count, np.int64)
-    k = 0
-    for byte in range(bits.shape[0]):
-        if bits[byte]:
-            for b in range(8):
-                if (bits[byte] >> b) & 1:
-                    out[k] = byte * 8 + b
-                    k += 1
-    return out
+    count = sum(bitset.set_rows(bits, r) for r in runs)
+    return bitset.rows_set(bits, count)
 
 
 def block_file_name(plan) -> str:

@@ -202,12 +202,6 @@ class FeatureSource:
             self._perms[store_ids.device] = torch.from_numpy(np.array(self.store.perm, dtype=np.int64)).to(store_ids.device)
         return self._perms[store_ids.device][store_ids]
 
-    def _original_ids(self, ids: torch.Tensor | dict[str, torch.Tensor]) -> torch.Tensor | dict[str, torch.Tensor]:
-        """`_original` of global store IDs, or of a typed store's per-type IDs by type."""
-        if not isinstance(ids, dict):
-            return self._original(ids)
-        return {name: self._original_of_type(name, v) for name, v in ids.items()}
-
     def _original_of_type(self, node_type: str, ids: torch.Tensor) -> torch.Tensor:
         """Per-type IDs of `node_type` in the dataset's: a node order keeps each type's
         range, so the type's offset goes in and the same offset comes out (a homogeneous

@@ -87,8 +87,6 @@ void gio_rows_copy(const uint8_t *src, const int64_t *pos, const int64_t *order,
 /* CRC32C (Castagnoli, as iSCSI/ext4) of n bytes continuing from crc (0 to start); with
  * use_hardware the SSE4.2 instruction when the CPU has it, else the table. */
 uint32_t gio_crc32c(uint32_t crc, const uint8_t *data, size_t n, int use_hardware);
-/* 1 when gio_crc32c runs on the CPU's crc32 instruction. */
-int gio_crc32c_hardware(void);
 /* out[k] = CRC32C of bytes [k*page, (k+1)*page) of data (the last page may be shorter),
  * by the fastest path this CPU has (gio_page_crc_path). */
 void gio_page_crcs(const uint8_t *data, size_t n, size_t page, uint32_t *out);

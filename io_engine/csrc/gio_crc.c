@@ -193,11 +193,6 @@ static void fill_fold_constants(void) {}
 static pthread_once_t fold_once = PTHREAD_ONCE_INIT;
 #endif
 
-int gio_crc32c_hardware(void)
-{
-    return have_sse42();
-}
-
 uint32_t gio_crc32c(uint32_t crc, const uint8_t *data, size_t n, int use_hardware)
 {
     crc = ~crc;
