@@ -2,8 +2,9 @@
 
 One module per job: sampling (numba neighbour sampling, per relation on a typed graph),
 blocks (compact MFGs and their DGLBlocks, heterogeneous ones included), plan (mega-batch
-plans, save/load), readplan (cost model, extents, strategy choice), order (node orders, the
-hot-row ranking), seed_order (an epoch's seed order and its mini-batches). Executing plans
+plans, save/load), readplan (cost model, extents, strategy choice), bitset (a bit a row: the
+hot rows, a window's union), order (node orders, the hot-row ranking), seed_order (an
+epoch's seed order and its mini-batches). Executing plans
 (reading, repacking, background stages) is gnnssd.pipeline.
 """
 from .blocks import MFGs, to_dgl_blocks, typed_dgl_blocks
