@@ -244,6 +244,33 @@ def test_one_x_alive_while_training(small_store, tmp_path):
     assert len(pool._arrays) == 1
 
 
+@pytest.mark.parametrize("block_budget", [0, "8MiB"])
+def test_the_queues_leave_room_beside_x_arrays_that_are_most_of_the_budget(small_store, tmp_path, monkeypatch,
+                                                                         block_budget):
+    """Staging and plans in flight are sized from the whole budget while the x arrays take at
+    most half of it (papers' split, which keeps issue 35's memory promise), and from twice
+    the memory beside them when they take more: a budget of 64 MiB beside 512 MiB of x
+    arrays is split as 128 MiB without them would size its queues, and fits. Sized from the
+    576 MiB total, the queues alone passed the 64 MiB and the buffers fell to 1 MiB."""
+    import gnnssd.loading.backends.ssd as ssd
+
+    def opened(name, budget, x_bytes):
+        monkeypatch.setattr(ssd, "x_pool_bytes", lambda *args: x_bytes)
+        return Trainer(_config(small_store, tmp_path / name, memory_budget=f"{budget}B", block_budget=block_budget))
+
+    mib = 1 << 20
+    cases = {"mostly x": (64 * mib + 512 * mib, 512 * mib, 128 * mib),
+             "x half": (256 * mib, 128 * mib, 256 * mib), "x a quarter": (256 * mib, 64 * mib, 256 * mib)}
+    for name, (budget, x_bytes, sized_from) in cases.items():
+        with_x, alone = opened(name, budget, x_bytes), opened(name + " alone", sized_from, 0)
+        a, b = with_x.loader.backend, alone.loader.backend
+        assert (a.staging_bytes, a.writer_bytes, a.plan_bytes) == (b.staging_bytes, b.writer_bytes, b.plan_bytes), name
+        assert a.budget.held_bytes == x_bytes and a.budget.spare_bytes >= 0, name
+        assert a.budget.buffer_bytes + a.budget.hot_bytes >= (budget - x_bytes) // 4, name
+        with_x.close()
+        alone.close()
+
+
 def test_the_x_arrays_are_counted_in_the_memory_budget(small_store, tmp_path):
     """The recycled x arrays handed to the consumer come out of the hot cache's share: hot
     cache, buffers, queues and x arrays together stay within ssd.memory_budget, and the

@@ -40,8 +40,8 @@ log = logging.getLogger("gnnssd.ssd")
 
 MIN_STAGING, MAX_STAGING = 4 << 20, 32 << 20
 #: Plans in flight (their mini-batches' blocks and gather indices, from the planner to the
-#: caller) take 1/PLAN_SHARE of ssd.memory_budget, at least MIN_PLAN_BYTES: counted in
-#: the budget, and bounded by bytes (see plan_bytes_in_flight).
+#: caller) take 1/PLAN_SHARE of ssd.memory_budget (see queue_sizing_budget), at least
+#: MIN_PLAN_BYTES: counted in the budget, and bounded by bytes (see plan_bytes_in_flight).
 PLAN_SHARE, MIN_PLAN_BYTES = 8, 8 << 20
 #: Whole plans alive at once: the planner's (the one it fills and the mini-batches it
 #: sampled ahead of it), the one the caller gathers from and the one loaded next (a plan
@@ -55,6 +55,15 @@ def plan_bytes_in_flight(budget: int) -> int:
     most 1/PLANS_ALIVE of them (sampler.Planner's max_bytes: a single mini-batch may
     pass that)."""
     return max(MIN_PLAN_BYTES, budget // PLAN_SHARE)
+
+
+def queue_sizing_budget(total: int, x_bytes: int) -> int:
+    """The budget the staging and the plans in flight are sized from: all of it, or twice
+    the memory beside the x arrays where they take more than half of it. Sized from the
+    total, a budget that is mostly x arrays left the buffers 1 MiB each (a mini-batch read
+    in ~150 pieces); sized from the memory beside them, papers' plans' share, which runs
+    below its count, shrank and the resident parts grew past issue 35's 1.5 GiB (7226cbd)."""
+    return min(total, 2 * max(total - x_bytes, 0))
 
 
 def staging_bytes(budget: int) -> int:
@@ -103,21 +112,22 @@ class SSDLoader:
         self.block_budget, why = resolve_block_budget(ssd.block_budget, store.feature_bytes, total, block_dir)
         log.info(why)
         row_bytes = store.row_bytes
-        self.staging_bytes = staging_bytes(total)
-        self.writer_bytes = self.staging_bytes // 4
-        self.plan_bytes = plan_bytes_in_flight(total)
-        queue_bytes = self.staging_bytes + self.plan_bytes
-        if self.block_budget:
-            # the repack scan's own staging area, the block writer's chunks, and the plan
-            # stubs of two windows (their read rows: 8 bytes per row of a window's blocks)
-            queue_bytes += (self.staging_bytes + self.writer_bytes
-                            + 2 * (self.block_budget // 2 // row_bytes) * 8)
         ranking = HotRanking(store, layer_fanouts(store.schema, sampling.fanouts))
         inputs = self._sampled_inputs()
         pinned = device.type == "cuda"
         # the x arrays the consumer gets (the Recycler's) are the loader's memory too
         most_inputs = max(len(rows) for rows in inputs)
         x_bytes = x_pool_bytes(most_inputs, store.feat_dim, x_dtype(store.feat_dtype, not ssd.widen_on_device), pinned)
+        sizing = queue_sizing_budget(total, x_bytes)
+        self.staging_bytes = staging_bytes(sizing)
+        self.writer_bytes = self.staging_bytes // 4
+        self.plan_bytes = plan_bytes_in_flight(sizing)
+        queue_bytes = self.staging_bytes + self.plan_bytes
+        if self.block_budget:
+            # the repack scan's own staging area, the block writer's chunks, and the plan
+            # stubs of two windows (their read rows: 8 bytes per row of a window's blocks)
+            queue_bytes += (self.staging_bytes + self.writer_bytes
+                            + 2 * (self.block_budget // 2 // row_bytes) * 8)
         try:
             self.budget = ssd_split(total, row_bytes, queue_bytes, ssd.hot_fraction, store.feature_rows, BUFFERS,
                                     lambda count: _most_cold(inputs, HotRows.of(ranking.top(count), store.num_nodes)),
