@@ -105,10 +105,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
                           eval_batch_size=spec["batch_size"], **{**options, "memory_budget": budget})
 
     if spec.get("beside_x") and spec["system"] != "memory":
-        # the loader's x arrays on top of the budget (none for a tree that does not count them)
-        with opened(spec["budget"]) as probe:
-            split = getattr(getattr(probe, "backend", None), "budget", None)
-            options["memory_budget"] += getattr(split, "held_bytes", 0)
+        options["memory_budget"] = budget_beside_x(spec["budget"], opened)
     with opened(options["memory_budget"]) as loader:
         loader.set_epoch(1)
         batches = iter(loader)
@@ -162,6 +159,15 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 # --- the baseline tree -------------------------------------------------------------------
+
+def budget_beside_x(budget: int, opened: Callable[[int], Any]) -> int:
+    """`budget` plus the x arrays of the ssd loader `opened(budget)` opens: a loader that
+    counts them in ssd.memory_budget (be39c60 on) gets them on top of `budget`, which alone
+    they may pass (1/8 of `medium`'s features); a tree that does not count them, nothing."""
+    with opened(budget) as probe:
+        split = getattr(getattr(probe, "backend", None), "budget", None)
+        return budget + getattr(split, "held_bytes", 0)
+
 
 def baseline_tree(commit: str, work: Path) -> Path:
     """`commit`'s sources laid out as the installed package (the component folders inside

@@ -45,6 +45,9 @@ from gnnssd.models.builtin import BlockGNN
 from gnnssd.models.hetero import build_hetero_model
 from gnnssd.storage_format import Store
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_feed import budget_beside_x  # noqa: E402
+
 FANOUTS = [15, 10, 5]
 BATCH = 1024
 HIDDEN = 256
@@ -256,13 +259,11 @@ def bench_e2e(store: Store, quick: bool, budget_share: float, batches: int | Non
 
 def ssd_budget(store: Store, share: float, device: torch.device | str) -> int:
     """`share` of the features for the ssd loader's hot cache, buffers and queues, and the x
-    arrays it hands out on top: counted in ssd.memory_budget since be39c60, at 1/8 of
-    `medium`'s features they alone would pass it, and every mini-batch would be read in
-    pieces through 1 MiB buffers (docs/BENCHMARKS.md, issue 32's fifth round)."""
-    budget = int(store.feature_bytes * share)
-    with NodeLoader(store, store.train_idx, fanouts=FANOUTS, batch_size=BATCH, seed=0, features="ssd",
-                    memory_budget=budget, device=device) as probe:
-        return budget + probe.backend.budget.held_bytes
+    arrays it hands out on top (bench_feed.budget_beside_x; docs/BENCHMARKS.md, issue 32's
+    fifth round)."""
+    return budget_beside_x(int(store.feature_bytes * share), lambda budget: NodeLoader(
+        store, store.train_idx, fanouts=FANOUTS, batch_size=BATCH, seed=0, features="ssd",
+        memory_budget=budget, device=device))
 
 
 def loader_only(store_path: str, n: int, budget_share: float) -> dict[str, float]:

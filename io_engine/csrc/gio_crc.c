@@ -113,7 +113,6 @@ static uint64_t xpow_reflected(unsigned n)
  * (its lanes to its last lane). */
 #define FOLD_DISTANCES 8
 static uint64_t fold_constants[FOLD_DISTANCES][2];
-static pthread_once_t fold_once = PTHREAD_ONCE_INIT;
 
 static void fill_fold_constants(void)
 {
@@ -190,8 +189,8 @@ static uint32_t crc_page_vpclmul(const uint8_t *p)
     return 0;  /* never called: have_vpclmul() is 0 */
 }
 static void fill_fold_constants(void) {}
-static pthread_once_t fold_once = PTHREAD_ONCE_INIT;
 #endif
+static pthread_once_t fold_once = PTHREAD_ONCE_INIT;  /* fold_constants, filled on first use */
 
 uint32_t gio_crc32c(uint32_t crc, const uint8_t *data, size_t n, int use_hardware)
 {
