@@ -4,6 +4,8 @@ import os
 # DGL picks its tensor backend from this variable at import; gnnssd is PyTorch-only.
 os.environ.setdefault("DGLBACKEND", "pytorch")
 
+from gnnssd.storage_format import exported_names, lazy_exports  # noqa: E402 - after DGLBACKEND
+
 __version__ = "0.1.0"
 
 
@@ -14,27 +16,14 @@ def compile(layer):  # noqa: A001 - the public name the design gives the compile
     return compile_layer(layer)
 
 
-#: What users build, receive and catch: name -> the module that defines it.
-_PUBLIC = {"NodeLoader": ".loading", "EdgeLoader": ".loading", "FeatureSource": ".loading",
-           "MiniBatch": ".loading", "EdgeBatch": ".loading", "Store": ".storage_format",
-           "Trainer": ".training", "TASKS": ".training", "TaskTrainer": ".training", "NodeTrainer": ".training",
-           "LinkTrainer": ".training", "ConfigError": ".core", "StoreError": ".storage_format",
-           "DatasetError": ".storage_format", "PageChecksumError": ".storage_format", "ChecksumError": ".io_engine",
-           "CheckpointError": ".training", "TrainingError": ".training"}
+#: What users build, receive and catch, by the module that defines it (imported on first use:
+#: the CLI starts without torch and DGL). A new public name goes into its module's tuple.
+_PUBLIC = {".loading": ("NodeLoader", "EdgeLoader", "FeatureSource", "MiniBatch", "EdgeBatch"),
+           ".storage_format": ("Store", "StoreError", "DatasetError", "PageChecksumError"),
+           ".training": ("Trainer", "TASKS", "TaskTrainer", "NodeTrainer", "LinkTrainer", "CheckpointError",
+                         "TrainingError"),
+           ".core": ("ConfigError",),
+           ".io_engine": ("ChecksumError",)}
+__getattr__, __dir__ = lazy_exports(__name__, _PUBLIC)
 
-
-def __getattr__(name: str):
-    """The public names, imported on first use (the CLI starts without torch and DGL)."""
-    if name not in _PUBLIC:
-        raise AttributeError(f"module 'gnnssd' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(_PUBLIC[name], __name__), name)
-
-
-def __dir__() -> list[str]:
-    """The module's own names and the public ones imported on first use."""
-    return sorted({*globals(), *_PUBLIC})
-
-
-__all__ = [*_PUBLIC, "compile"]
+__all__ = [*exported_names(_PUBLIC), "compile"]

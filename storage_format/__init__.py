@@ -1,24 +1,26 @@
-"""The on-disk store: CSC topology, page-aligned features.bin, labels, splits, node order."""
-from .atomic import (OutputWriteError, UnsafeOutputError, appending, atomic_file, atomic_write_bytes,
-                     atomic_write_json, check_output_target)
-from .content import check_indptr_monotone, check_range
-from .csc import index_dtype
-from .errors import DatasetError, PageChecksumError, StoreError
-from .link_split import LinkSplit, parse_fractions, random_negatives
-from .manifest import PAGE
-from .mapping import mapped_take, release_pages
-from .order import Permutation
-from .paths import contained
-from .schema import GraphSchema, NodeType
-from .small_files import SmallFileError, read_regular, read_small_json, read_small_text
-from .source import DatasetSource, TypedSource, edge_chunks, edge_count, schema_of
-from .store import Store
-from .writer import FEATURE_DTYPES, write_store
+"""The on-disk store: CSC topology, page-aligned features.bin, labels, splits, node order.
 
-__all__ = ["DatasetError", "DatasetSource", "FEATURE_DTYPES", "GraphSchema", "LinkSplit", "NodeType",
-           "OutputWriteError", "PAGE", "PageChecksumError", "Permutation", "SmallFileError", "Store",
-           "StoreError", "TypedSource", "UnsafeOutputError", "appending", "atomic_file", "atomic_write_bytes",
-           "atomic_write_json", "check_indptr_monotone", "check_output_target", "check_range", "contained",
-           "edge_chunks", "edge_count", "index_dtype", "mapped_take", "parse_fractions", "random_negatives",
-           "read_regular", "read_small_json", "read_small_text", "release_pages",
-           "schema_of", "write_store"]
+Names are imported from their modules on first use (storage_format.lazy): reading a store
+loads neither the topology build nor numba."""
+from .lazy import exported_names, lazy_exports
+
+_EXPORTS = {
+    ".atomic": ("OutputWriteError", "UnsafeOutputError", "appending", "atomic_file", "atomic_write_bytes",
+                "atomic_write_json", "check_output_target"),
+    ".content": ("check_indptr_monotone", "check_range"),
+    ".csc": ("index_dtype",),
+    ".errors": ("DatasetError", "PageChecksumError", "StoreError"),
+    ".lazy": ("exported_names", "lazy_exports"),
+    ".link_split": ("LinkSplit", "parse_fractions", "random_negatives"),
+    ".manifest": ("FEATURE_DTYPES", "PAGE"),
+    ".mapping": ("mapped_take", "release_pages"),
+    ".order": ("Permutation",),
+    ".paths": ("contained",),
+    ".schema": ("GraphSchema", "NodeType"),
+    ".small_files": ("SmallFileError", "read_regular", "read_small_json", "read_small_text"),
+    ".source": ("DatasetSource", "TypedSource", "edge_chunks", "edge_count", "schema_of"),
+    ".store": ("Store",),
+    ".writer": ("write_store",),
+}
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__all__ = exported_names(_EXPORTS)

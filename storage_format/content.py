@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterator
 
-import numba
 import numpy as np
 
 from .errors import StoreError
@@ -97,24 +96,6 @@ def check_finite(file: Path, values: np.ndarray) -> None:
                                   "finite scale and offset")
 
 
-@numba.njit(cache=True, nogil=True)
-def _first_mistyped_edge(indptr, indices, etypes, offsets, rel_src, rel_dst, first, last):
-    """(edge, why) of the first in-edge of nodes first..last-1 out of its relation's order
-    (why 0) or whose source (1) or destination (2) is not of its relation's type; (-1, 0)
-    if none."""
-    for v in range(first, last):
-        for e in range(indptr[v], indptr[v + 1]):
-            r = etypes[e]
-            if e > indptr[v] and etypes[e - 1] > r:
-                return e, 0
-            u = indices[e]
-            if u < offsets[rel_src[r]] or u >= offsets[rel_src[r] + 1]:
-                return e, 1
-            if v < offsets[rel_dst[r]] or v >= offsets[rel_dst[r] + 1]:
-                return e, 2
-    return -1, 0
-
-
 def check_within_types(file: Path, perm: np.ndarray, schema: GraphSchema) -> None:
     """perm maps each node type's range of store IDs onto itself (the store's per-type IDs
     are the dataset's only then)."""
@@ -136,8 +117,10 @@ def check_typed_edges(file: Path, indptr: np.ndarray, indices: np.ndarray, etype
     mapped pages are released after each."""
     rel_src = np.array([schema.type_id(s) for s, _, _ in schema.relations], np.int64)
     rel_dst = np.array([schema.type_id(d) for _, _, d in schema.relations], np.int64)
+    from . import kernels  # numba, loaded on the first typed-edge check
+
     for part in _chunks(indptr.shape[0] - 1, indices, etypes):
-        edge, why = _first_mistyped_edge(np.asarray(indptr), np.asarray(indices), np.asarray(etypes),
+        edge, why = kernels.first_mistyped_edge(np.asarray(indptr), np.asarray(indices), np.asarray(etypes),
                                          schema.offsets, rel_src, rel_dst, part.start, part.stop)
         if edge >= 0:
             break

@@ -11,7 +11,6 @@ import io
 import mmap
 from collections.abc import Iterator
 
-import numba as nb
 import numpy as np
 
 #: Bytes of a mapped array a lookup (`mapped_take`) leaves resident at once.
@@ -62,41 +61,17 @@ def mapped_take(array: np.ndarray, ids: np.ndarray, window: int = LOOKUP_WINDOW)
         raise IndexError(f"index {bad} is out of bounds for a mapped array of {len(array)} items")
     per = max(1, window // array.itemsize)
     flat = flat.astype(np.int64, copy=False)
-    order, bounds = _by_window(flat, per, -(-len(array) // per))
+    from . import kernels  # numba, loaded on the first lookup of a mapped array
+
+    order, bounds = kernels.by_window(flat, per, -(-len(array) // per))
     out = np.empty(len(flat), array.dtype)
     values = array.view(np.ndarray)
     for w in range(len(bounds) - 1):
         if bounds[w] < bounds[w + 1]:
-            _take_window(values, flat, order, bounds[w], bounds[w + 1], out)
+            kernels.take_window(values, flat, order, bounds[w], bounds[w + 1], out)
             _release_span(array[w * per:(w + 1) * per])
     release_pages(array)  # what a folio across a window's edge mapped beyond it
     return out.reshape(ids.shape)
-
-
-@nb.njit(cache=True, nogil=True)
-def _by_window(ids, per, count):
-    """The positions of `ids` grouped by window (id // per), in order within each window
-    (a counting sort), and where each window's group starts (count + 1 bounds)."""
-    bounds = np.zeros(count + 1, np.int64)
-    for i in ids:
-        bounds[i // per + 1] += 1
-    for w in range(count):
-        bounds[w + 1] += bounds[w]
-    fill = bounds[:-1].copy()
-    order = np.empty(ids.shape[0], np.int64)
-    for k in range(ids.shape[0]):
-        w = ids[k] // per
-        order[fill[w]] = k
-        fill[w] += 1
-    return order, bounds
-
-
-@nb.njit(cache=True, nogil=True)
-def _take_window(values, ids, order, lo, hi, out):
-    """out[i] = values[ids[i]] for the positions order[lo:hi] (one window's)."""
-    for k in range(lo, hi):
-        i = order[k]
-        out[i] = values[ids[i]]
 
 
 def released_chunks(length: int, chunk: int, *mapped: np.ndarray) -> Iterator[slice]:

@@ -1,5 +1,6 @@
-"""CRC32C (Castagnoli) of features.bin's pages, in numba: the store computes and checks its
-own page checksums, without the I/O engine's C code (the store imports nothing of gnnssd).
+"""CRC32C (Castagnoli) of features.bin's pages, in numba (storage_format.kernels): the
+store computes and checks its own page checksums, without the I/O engine's C code (the
+store imports nothing of gnnssd).
 
 Slice-by-8 tables (eight bytes per step), pages in parallel; the same checksums as the
 engine's C CRC32C, which verifies the pages it reads against features.crc32c."""
@@ -7,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numba
 import numpy as np
 
 from .errors import PageChecksumError
@@ -31,32 +31,6 @@ def _slice_by_8_tables() -> np.ndarray:
 TABLES = _slice_by_8_tables()
 
 
-@numba.njit(cache=True)
-def _crc32c(data, lo, hi, t):
-    """CRC32C of data[lo:hi] (int64 arithmetic, so no mixed signed/unsigned types)."""
-    crc = np.int64(0xFFFFFFFF)
-    i = lo
-    while i + 8 <= hi:
-        a = crc ^ (np.int64(data[i]) | (np.int64(data[i + 1]) << 8)
-                   | (np.int64(data[i + 2]) << 16) | (np.int64(data[i + 3]) << 24))
-        crc = (np.int64(t[7, a & 0xFF]) ^ t[6, (a >> 8) & 0xFF] ^ t[5, (a >> 16) & 0xFF]
-               ^ t[4, a >> 24] ^ t[3, data[i + 4]] ^ t[2, data[i + 5]] ^ t[1, data[i + 6]]
-               ^ t[0, data[i + 7]])
-        i += 8
-    while i < hi:
-        crc = np.int64(t[0, (crc ^ data[i]) & 0xFF]) ^ (crc >> 8)
-        i += 1
-    return crc ^ 0xFFFFFFFF
-
-
-@numba.njit(parallel=True, cache=True)
-def _page_crcs(data, page, t, out):
-    n = data.shape[0]
-    for k in numba.prange(out.shape[0]):
-        lo = k * page
-        out[k] = _crc32c(data, lo, min(lo + page, n), t)
-
-
 def _as_bytes(data: Any) -> np.ndarray:
     return np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)
 
@@ -69,7 +43,9 @@ def page_crc32c(data: Any, page: int = PAGE) -> np.ndarray:
     view = _as_bytes(data)
     out = np.empty(-(-view.size // page), dtype=np.uint32)
     if out.size:
-        _page_crcs(view, page, TABLES, out)
+        from . import kernels  # numba, loaded on the first page checksum
+
+        kernels.page_crcs(view, page, TABLES, out)
     return out
 
 

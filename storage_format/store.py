@@ -562,8 +562,8 @@ class Store:
                "relations    " + ", ".join("-".join(r) for r in self.schema.relations),
                f"target type  {self.schema.target}"] if not self.schema.is_homogeneous else []),
             f"classes      {self.num_classes}",
-            f"splits       train {len(self.train_idx):,} / valid {len(self.valid_idx):,} / "
-            f"test {len(self.test_idx):,}",
+            f"splits       train {len(self.train_store_ids):,} / valid {len(self.valid_store_ids):,} / "
+            f"test {len(self.test_store_ids):,}",
             f"node order   {m['order']}",
             *(["link split   " + " / ".join(f"{k} {m['link']['edges'][k]:,}" for k in ("train", "valid", "test"))
                + " edges" + (f" of {'-'.join(self.link_relation)}" if self.link_relation else "")

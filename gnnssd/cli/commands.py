@@ -1,4 +1,8 @@
-"""The `gnnssd` command line: preprocess, train, eval, predict, embed, info, verify, export, demo."""
+"""The `gnnssd` command line: preprocess, train, eval, predict, embed, info, verify, export, demo.
+
+It starts at once: what trains, samples or preprocesses (torch, DGL, numba) is imported by
+the commands that use it, so `gnnssd --help`, `info` and `verify` load none of torch and DGL
+(tests/cli/test_startup.py)."""
 from __future__ import annotations
 
 import argparse
@@ -11,9 +15,8 @@ from typing import Any, Callable, Iterator
 
 import yaml
 
-from gnnssd.core import ConfigError, one_interrupt, setup_logging
-from gnnssd.sampler import ORDERS, node_order
-from gnnssd.storage_format import FEATURE_DTYPES, Store, StoreError, write_store
+from gnnssd.core import ConfigError, setup_logging
+from gnnssd.storage_format import FEATURE_DTYPES, Store, StoreError
 
 
 def _source_from_args(args: argparse.Namespace) -> Any:
@@ -76,7 +79,8 @@ def _progress_bar() -> Callable[[str, int, int], None]:
 
 def cmd_preprocess(args: argparse.Namespace) -> None:
     from gnnssd.datasets import FlattenedSource
-    from gnnssd.storage_format import parse_fractions, schema_of
+    from gnnssd.sampler import node_order
+    from gnnssd.storage_format import parse_fractions, schema_of, write_store
 
     edge_split = parse_fractions(args.edge_split) if args.edge_split else None
     source = _source_from_args(args)
@@ -127,6 +131,7 @@ def _parse_overrides(pairs: list[str]) -> dict[str, Any]:
 def _trainer(config: str, overrides: dict[str, Any]) -> Iterator[Any]:
     """The trainer of the config's task (gnnssd.training.tasks), closed (threads joined, scratch
     removed, lock released) however the command ends; a second Ctrl-C cannot cut that short."""
+    from gnnssd.core import one_interrupt
     from gnnssd.training import Trainer
 
     with one_interrupt():
@@ -272,6 +277,20 @@ def cmd_demo(args: argparse.Namespace) -> None:
     run_demo(Path(args.out))
 
 
+class _NodeOrderNames:
+    """`--order`'s choices, the node orders' names, read from the sampler only when a
+    preprocess command checks or prints them (the sampler's import loads numba; argparse
+    reads the choices while building the parser unless the argument has a metavar)."""
+
+    def __iter__(self) -> Iterator[str]:
+        from gnnssd.sampler import ORDERS
+
+        return iter(ORDERS)
+
+    def __contains__(self, name: object) -> bool:
+        return name in list(self)
+
+
 def _ogb_layout(sources: Any, name: str, help: str) -> argparse.ArgumentParser:
     """The parser of a source reading an OGB raw layout: its root and which split folder."""
     parser = sources.add_parser(name, help=help)
@@ -342,7 +361,8 @@ def build_parser() -> argparse.ArgumentParser:
     igb.add_argument("--symmetric", action="store_true", help="add reverse edges")
     for sub in (synthetic, hetero, planetoid, npz, ogb, ogb_hetero, mag240m, ogb_link, graphbolt, igb):
         sub.add_argument("--out", required=True, help="store directory to write")
-        sub.add_argument("--order", choices=ORDERS, default="original", help="node order on disk")
+        sub.add_argument("--order", choices=_NodeOrderNames(), metavar="ORDER", default="original",
+                         help="node order on disk: %(choices)s (default %(default)s)")
         sub.add_argument("--dtype", choices=FEATURE_DTYPES,
                          help="feature dtype on disk (default: the synthetic preset's, else float32)")
         sub.add_argument("--memory-limit", type=_size_arg, metavar="SIZE",

@@ -1,16 +1,19 @@
 """What every layer above shares: the typed config, the memory budget, devices and seeds,
-ranks, stage timing, logging and the allocator bound."""
-from .allocator import bound_freed_memory
-from .budget import disk_share, format_bytes, parse_bytes, resolve_block_budget, ssd_split
-from .config import Config, ConfigError, ModelConfig, SamplerConfig, SSDConfig, as_config, load_config
-from .logs import setup_logging
-from .ranks import Ranks, current, launched_by_torchrun
-from .runtime import (dgl_has_cuda, epoch_seed, one_interrupt, run_seed, seed_everything, select_device, uninterruptible,
-                      use_single_thread)
-from .timing import StageTimer
+ranks, stage timing, logging and the allocator bound.
 
-__all__ = ["Config", "ConfigError", "ModelConfig", "Ranks", "SSDConfig", "SamplerConfig", "StageTimer",
-           "as_config", "bound_freed_memory", "current", "dgl_has_cuda", "disk_share", "epoch_seed", "format_bytes", "launched_by_torchrun",
-           "load_config", "one_interrupt", "parse_bytes", "resolve_block_budget", "run_seed",
-           "seed_everything", "select_device", "setup_logging", "ssd_split", "uninterruptible",
-           "use_single_thread"]
+Names are imported from their modules on first use (storage_format.lazy): the config and
+its errors load without torch and DGL, which ranks and runtime (seeds, devices) need."""
+from gnnssd.storage_format import exported_names, lazy_exports
+
+_EXPORTS = {
+    ".allocator": ("bound_freed_memory",),
+    ".budget": ("disk_share", "format_bytes", "parse_bytes", "resolve_block_budget", "ssd_split"),
+    ".config": ("Config", "ConfigError", "ModelConfig", "SamplerConfig", "SSDConfig", "as_config", "load_config"),
+    ".logs": ("setup_logging",),
+    ".ranks": ("Ranks", "current", "launched_by_torchrun"),
+    ".runtime": ("dgl_has_cuda", "epoch_seed", "one_interrupt", "run_seed", "seed_everything", "select_device",
+                 "uninterruptible", "use_single_thread"),
+    ".timing": ("StageTimer",),
+}
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__all__ = exported_names(_EXPORTS)
