@@ -4,7 +4,7 @@ import os
 # DGL picks its tensor backend from this variable at import; gnnssd is PyTorch-only.
 os.environ.setdefault("DGLBACKEND", "pytorch")
 
-from gnnssd.storage_format import exported_names, lazy_exports  # noqa: E402 - after DGLBACKEND
+from gnnssd.storage_format import lazy_exports  # noqa: E402 - after DGLBACKEND
 
 __version__ = "0.1.0"
 
@@ -16,14 +16,15 @@ def compile(layer):  # noqa: A001 - the public name the design gives the compile
     return compile_layer(layer)
 
 
-#: What users build, receive and catch, by the module that defines it (imported on first use:
-#: the CLI starts without torch and DGL). A new public name goes into its module's tuple.
-_PUBLIC = {".loading": ("NodeLoader", "EdgeLoader", "FeatureSource", "MiniBatch", "EdgeBatch"),
-           ".storage_format": ("Store", "StoreError", "DatasetError", "PageChecksumError"),
-           ".training": ("Trainer", "TASKS", "TaskTrainer", "NodeTrainer", "LinkTrainer", "CheckpointError",
-                         "TrainingError"),
-           ".core": ("ConfigError",),
-           ".io_engine": ("ChecksumError",)}
+#: What users build, receive and catch: name -> the module that defines it, imported on first
+#: use (storage_format.lazy: the CLI starts without torch and DGL). A new public name is one
+#: more entry here.
+_PUBLIC = {"NodeLoader": ".loading", "EdgeLoader": ".loading", "FeatureSource": ".loading",
+           "MiniBatch": ".loading", "EdgeBatch": ".loading", "Store": ".storage_format",
+           "Trainer": ".training", "TASKS": ".training", "TaskTrainer": ".training", "NodeTrainer": ".training",
+           "LinkTrainer": ".training", "ConfigError": ".core", "StoreError": ".storage_format",
+           "DatasetError": ".storage_format", "PageChecksumError": ".storage_format", "ChecksumError": ".io_engine",
+           "CheckpointError": ".training", "TrainingError": ".training"}
 __getattr__, __dir__ = lazy_exports(__name__, _PUBLIC)
 
-__all__ = [*exported_names(_PUBLIC), "compile"]
+__all__ = [*_PUBLIC, "compile"]

@@ -2,15 +2,15 @@
 
 Names are imported from their modules on first use (storage_format.lazy): reading a store
 loads neither the topology build nor numba."""
-from .lazy import exported_names, lazy_exports
+from .lazy import by_name, lazy_exports
 
-_EXPORTS = {
+_EXPORTS = by_name({
     ".atomic": ("OutputWriteError", "UnsafeOutputError", "appending", "atomic_file", "atomic_write_bytes",
                 "atomic_write_json", "check_output_target"),
     ".content": ("check_indptr_monotone", "check_range"),
     ".csc": ("index_dtype",),
     ".errors": ("DatasetError", "PageChecksumError", "StoreError"),
-    ".lazy": ("exported_names", "lazy_exports"),
+    ".lazy": ("by_name", "lazy_exports"),
     ".link_split": ("LinkSplit", "parse_fractions", "random_negatives"),
     ".manifest": ("FEATURE_DTYPES", "PAGE"),
     ".mapping": ("mapped_take", "release_pages"),
@@ -21,6 +21,6 @@ _EXPORTS = {
     ".source": ("DatasetSource", "TypedSource", "edge_chunks", "edge_count", "schema_of"),
     ".store": ("Store",),
     ".writer": ("write_store",),
-}
+})
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
-__all__ = exported_names(_EXPORTS)
+__all__ = sorted(_EXPORTS)
