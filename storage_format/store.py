@@ -20,6 +20,7 @@ from .page_crc import first_bad_page, page_checksum_error
 from .quantize import dequantize_rows
 from .schema import GraphSchema, NodeType
 from .small_files import read_small
+from .verified import VerifiedStamps
 
 
 def load_stored_array(path: Path) -> np.ndarray:
@@ -51,6 +52,11 @@ class Store:
     inv inverse, indptr monotone, typed edges within their relations); `verify()` also
     checks features.bin, which may be far larger than memory, page by page against its
     checksum file, and the content in full (see `storage_format.content`).
+
+    A file a passing check found unchanged since (storage_format.verified: its inode,
+    size and times, kept in the user's cache folder) is not hashed again, and when every
+    file and the manifest are, neither are the content checks made again (they read
+    nothing else); `verify()` and `open(verify=True)` check everything regardless.
     """
 
     def __init__(self, path: Path, manifest: dict[str, Any]):
@@ -62,11 +68,14 @@ class Store:
         path = Path(path)
         store = cls(path, read_manifest(path))
         store._check_feature_keys()
-        store._check_files()
+        stamps = VerifiedStamps(path, store.fingerprint, trusted=not verify)
+        store._check_files(stamps)
         store._check_own_checksum()
-        store._check_order_content()
+        if not stamps.all_unchanged:
+            store._check_order_content()
         if verify:
             store._check_pages()
+        stamps.save()
         return store
 
     @cached_property
@@ -77,21 +86,25 @@ class Store:
     def verify(self) -> list[str]:
         """Check every file's checksum, features.bin page by page against its page
         checksums (which name the bad page); returns the names checked, raises on the
-        first bad one."""
-        self._check_files()
+        first bad one. Every file is hashed, whatever an earlier check stamped."""
+        stamps = VerifiedStamps(self.path, self.fingerprint, trusted=False)
+        self._check_files(stamps)
         self._check_order_content()
         self._check_content()
         self._check_pages()
+        stamps.save()
         return sorted(self.manifest["files"])
 
-    def _check_files(self) -> None:
+    def _check_files(self, stamps: VerifiedStamps) -> None:
         """Every file's size, the checksum of each but features.bin (its pages have their
-        own), the arrays' shapes and ranges."""
+        own) unless `stamps` finds it unchanged since a passing check, the arrays' shapes
+        and ranges unless it finds every file so."""
         self._check_sizes()
         for name in self.manifest["files"]:
-            if name != FEATURES:
+            if name != FEATURES and not stamps.unchanged(self.path / name, self.manifest["files"][name]["crc32"]):
                 self._check_crc(name)
-        self._check_arrays()
+        if not stamps.all_unchanged:
+            self._check_arrays()
 
     def _manifest_error(self, what: str) -> StoreError:
         return StoreError(f"{self.path / MANIFEST}: {what}; the manifest was edited or is "

@@ -1,12 +1,15 @@
 """Shared fixtures: the real datasets beside the repository and small generated stores."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from dgl.utils import set_num_threads
+
+from gnnssd.storage_format.verified import CACHE_ENV
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "datasets"
@@ -17,6 +20,13 @@ def shared_dataset(*parts: str) -> Path:
     if not path.exists():
         pytest.skip(f"shared dataset {'/'.join(parts)} not present beside the repository")
     return path
+
+
+@pytest.fixture(autouse=True, scope="session")
+def private_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """gnnssd's cache (the stores' verified stamps) in a folder of the session's, for every
+    test and the processes tests start: never the user's ~/.cache."""
+    os.environ[CACHE_ENV] = str(tmp_path_factory.mktemp("gnnssd-cache"))
 
 
 @pytest.fixture(autouse=True)
