@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import zlib
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,8 @@ ARRAY_FILES = ("indptr", "indices", "labels", "perm", "inv", "train_idx", "valid
 ETYPES = "etypes"
 # A store with a link split (manifest section "link") also holds these.
 LINK_FILES = ("link_train", "link_valid", "link_test", "link_valid_neg", "link_test_neg")
+#: What marks a DGL GraphBolt OnDiskDataset folder (`gnnssd preprocess graphbolt` reads it).
+GRAPHBOLT_METADATA = "metadata.yaml"
 REQUIRED_KEYS = ("format", "format_version", "num_nodes", "num_edges", "num_classes",
                  "features", "files", "order", "checksum")
 
@@ -49,6 +52,10 @@ def read_manifest(store_dir: Path) -> dict[str, Any]:
     if not store_dir.is_dir():
         raise StoreError(f"{store_dir}: no such store directory")
     if not os.path.lexists(path):
+        if os.path.lexists(store_dir / GRAPHBOLT_METADATA):
+            raise StoreError(f"{store_dir}: a DGL GraphBolt dataset ({GRAPHBOLT_METADATA}), not a gnnssd store; "
+                             f"convert it with `gnnssd preprocess graphbolt --root {shlex.quote(str(store_dir))} "
+                             "--out STORE` (with --typed if it has several node or edge types) and open STORE")
         partial = " (a preprocess into it did not finish)" if any(store_dir.iterdir()) else ""
         raise StoreError(f"{path}: missing; {store_dir} is not a complete store{partial}")
     try:

@@ -85,3 +85,19 @@ def test_export_refuses_an_existing_dataset(tmp_path, capsys) -> None:
     assert main(["export", "graphbolt", str(path), str(tmp_path / "gb")]) == 0
     assert main(["export", "graphbolt", str(path), str(tmp_path / "gb")]) == 2
     assert "metadata.yaml: already there" in capsys.readouterr().err
+
+
+def test_a_graphbolt_folder_opened_as_a_store_names_the_command_that_converts_it(tmp_path, capsys) -> None:
+    """Not "not a complete store": the folder is named as GraphBolt's, and the command it
+    gives (STORE filled in) converts it into a store holding the same graph."""
+    path = write_store(tmp_path / "store", synthetic_source("tiny"))
+    assert main(["export", "graphbolt", str(path), str(tmp_path / "gb")]) == 0
+    capsys.readouterr()
+    assert main(["info", str(tmp_path / "gb")]) == 2
+    err = capsys.readouterr().err
+    assert "a DGL GraphBolt dataset (metadata.yaml), not a gnnssd store" in err
+    command = err.split("`")[1]
+    assert command == f"gnnssd preprocess graphbolt --root {tmp_path / 'gb'} --out STORE"
+    assert main([*command.replace("STORE", str(tmp_path / "converted")).split()[1:]]) == 0
+    original, converted = Store.open(path), Store.open(tmp_path / "converted")
+    assert (converted.num_nodes, converted.num_edges) == (original.num_nodes, original.num_edges)

@@ -113,7 +113,8 @@ class SSDLoader:
         log.info(why)
         row_bytes = store.row_bytes
         ranking = HotRanking(store, layer_fanouts(store.schema, sampling.fanouts))
-        inputs = self._sampled_inputs()
+        sampled = self._sampled_inputs()
+        inputs = [rows for use in sampled.values() for rows in use]
         pinned = device.type == "cuda"
         # the x arrays the consumer gets (the Recycler's) are the loader's memory too
         most_inputs = max(len(rows) for rows in inputs)
@@ -135,7 +136,7 @@ class SSDLoader:
         except ValueError as exc:
             raise ConfigError(f"ssd.memory_budget: {exc}") from None
         (log.info if self.budget.spare_bytes >= 0 else log.warning)(
-            "%s; the x arrays are sized for mini-batches of ~%s input rows", self.budget.describe(), f"{most_inputs:,}")
+            "%s; %s", self.budget.describe(), x_sizing(sampling, store.num_edges, sampled))
         self.direct_io = DirectIO(queue_depth=ssd.queue_depth, backend=ssd.io_backend,
                                   checksums={store.features_path: store.page_checksums()}
                                   if ssd.verify_checksums else None)
@@ -149,15 +150,17 @@ class SSDLoader:
                                         widen=not ssd.widen_on_device)
         self.io.add(bytes_read=self.hot.nbytes)
 
-    def _sampled_inputs(self) -> list[np.ndarray]:
+    def _sampled_inputs(self) -> dict[str, list[np.ndarray]]:
         """The input rows of a few sampled mini-batches (one per split) with the training
-        and with the evaluation settings: what the buffers and the x arrays are sized for."""
+        and with the evaluation settings ("training", "evaluation"): what the buffers and
+        the x arrays are sized for."""
         sampler_cfg = self.sampling
-        settings = [(sampler_cfg.fanouts, sampler_cfg.batch_size),
-                    sampler_cfg.evaluation(self.store.num_edges)]
+        settings = {"training": (sampler_cfg.fanouts, sampler_cfg.batch_size),
+                    "evaluation": sampler_cfg.evaluation(self.store.num_edges)}
         rng = np.random.default_rng(self.seed)
-        inputs = []
-        for fanouts, batch_size in settings:
+        sampled: dict[str, list[np.ndarray]] = {}
+        for use, (fanouts, batch_size) in settings.items():
+            inputs = sampled[use] = []
             sampler = NeighborSampler(self.store.indptr, self.store.indices,
                                       layer_fanouts(self.store.schema, fanouts), **self._typing(),
                                       method=sampler_cfg.method)
@@ -167,7 +170,7 @@ class SSDLoader:
             for nodes in [s for s in splits if len(s)] or [np.arange(self.store.num_nodes)]:
                 seeds = np.sort(rng.choice(nodes, min(len(nodes), batch_size), replace=False))
                 inputs.append(np.asarray(sampler.sample(seeds, self.seed).input_rows))
-        return inputs
+        return sampled
 
     def _typing(self) -> dict[str, Any]:
         """The sampler's options for a typed store (none for a homogeneous one)."""
@@ -411,6 +414,25 @@ def _timed(items: Iterator, timer: StageTimer, stage: str) -> Iterator:
             return
         yield item
         del item  # not held while the next one is made
+
+
+def x_sizing(sampling: SamplerConfig, num_edges: int, sampled: dict[str, list[np.ndarray]]) -> str:
+    """What the x arrays are sized for (the largest sampled mini-batch, of training or of
+    evaluation) and the keys that size it, for the budget's log line: an x array over the
+    budget from evaluation's all-neighbour default is shrunk by sampler.eval_fanouts or
+    sampler.eval_batch_size (NodeLoader's eval_fanouts=, eval_batch_size=), not the
+    training settings."""
+    most = {use: max(len(rows) for rows in inputs) for use, inputs in sampled.items()}
+    fanouts, batch_size = sampling.evaluation(num_edges)
+    training = (f"training's (sampler.fanouts {sampling.fanouts}, sampler.batch_size {sampling.batch_size}): "
+                f"~{most['training']:,} input rows")
+    if most["evaluation"] <= most["training"]:
+        return f"the x arrays are sized for the largest sampled mini-batch, {training}"
+    default = ("" if sampling.eval_fanouts is not None else " (unset: all neighbours)"
+               if fanouts == [-1] * len(fanouts) else " (unset)")
+    return (f"the x arrays are sized for the largest sampled mini-batch, evaluation's (sampler.eval_fanouts "
+            f"{fanouts}{default}, sampler.eval_batch_size {batch_size}): ~{most['evaluation']:,} input rows, "
+            f"against {training}; smaller eval_fanouts or eval_batch_size shrink them")
 
 
 def _most_cold(inputs: list[np.ndarray], hot: HotRows) -> int:
