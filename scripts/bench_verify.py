@@ -3,23 +3,29 @@ content checks: dtypes, lengths, ends, one min/max pass; the checks also timed a
 files cached by then, and of them the order checks open makes since issue 33: perm/inv
 inverse, indptr monotone) and `verify`'s full content checks
 (indptr monotone, every index in range, perm/inv inverse, splits distinct, edge types) and
-page checksums, per store, with rows (nodes + edges) per second.
+page checksums, per store, with rows (nodes + edges) per second; then the open after it,
+which finds the files as the first open's check stamped them (storage_format.verified) and
+hashes nothing: first open / stamped open is what the stamps save.
 
     python scripts/bench_verify.py STORE [STORE ...] [--json PATH] [--skip-pages]
 
 Each store is timed in a fresh process after the page cache is dropped (as root; else
-said), so the times include reading the files.
+said), so the times include reading the files; the first open with an empty cache folder
+of its own (no stamps), the stamped open in another fresh process with the same folder.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 from gnnssd.storage_format import Store
+from gnnssd.storage_format.verified import CACHE_ENV, stamp_path
 
 DROP_CACHES = Path("/proc/sys/vm/drop_caches")
 
@@ -61,28 +67,57 @@ def measure(path: str, pages: bool) -> dict:
             "pages_bytes_per_s": None if page_s is None else round(store.feature_bytes / page_s)}
 
 
+def time_open(path: str) -> dict:
+    """One store's open, in this process (the stamped one: the cache folder holds them;
+    `stamped` says whether it did: a store changed less than RACY_NS before the first open
+    is not stamped)."""
+    stamped = stamp_path(Path(path)).is_file()
+    start = time.perf_counter()
+    Store.open(path)
+    return {"stamped_open_s": round(time.perf_counter() - start, 4), "stamped": stamped}
+
+
+def child(path: str, cache: str, *args: str) -> dict:
+    """This script's `--child*` run on `path` in a fresh process after the page cache is
+    dropped, with `cache` as gnnssd's cache folder: its JSON line."""
+    dropped = drop_caches()
+    done = subprocess.run([sys.executable, __file__, *args, path], capture_output=True, text=True, check=True,
+                          env={**os.environ, CACHE_ENV: cache})
+    return {**json.loads(done.stdout.splitlines()[-1]), "page_cache": dropped}
+
+
+def topology_bytes(path: str) -> int:
+    """Bytes of the files open hashes (all but features.bin: the topology and node arrays)."""
+    return sum(f.stat().st_size for f in Path(path).iterdir() if f.suffix == ".npy")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("stores", nargs="*")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--skip-pages", action="store_true", help="leave out the page checksums")
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--child-open", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         print(json.dumps(measure(args.child, not args.skip_pages)))
         return
+    if args.child_open:
+        print(json.dumps(time_open(args.child_open)))
+        return
     rows = []
     for path in args.stores:
-        cache = drop_caches()
-        done = subprocess.run([sys.executable, __file__, "--child", path]
-                              + (["--skip-pages"] if args.skip_pages else []),
-                              capture_output=True, text=True, check=True)
-        rows.append({**json.loads(done.stdout.splitlines()[-1]), "page_cache": cache})
-    print(f"{'store':14} {'nodes':>12} {'edges':>14} {'open s':>7} {'checks s':>8} {'order s':>7} {'content s':>9} "
-          f"{'rows/s':>12} {'pages s':>8} {'GB/s':>6}")
+        with tempfile.TemporaryDirectory(prefix="gnnssd-cache-") as cache:
+            first = child(path, cache, "--child", *(["--skip-pages"] if args.skip_pages else []))
+            stamped = child(path, cache, "--child-open")
+        rows.append({**first, **stamped, "topology_bytes": topology_bytes(path),
+                     "first_over_stamped": round(first["open_s"] / max(stamped["stamped_open_s"], 1e-4), 1)})
+    print(f"{'store':14} {'nodes':>12} {'edges':>14} {'hashed MB':>9} {'open s':>7} {'stamped s':>9} {'ratio':>6} "
+          f"{'checks s':>8} {'order s':>7} {'content s':>9} {'rows/s':>12} {'pages s':>8} {'GB/s':>6}")
     for r in rows:
         pages = "-" if r["pages_s"] is None else f"{r['pages_s']:8.1f} {r['pages_bytes_per_s'] / 1e9:6.2f}"
-        print(f"{Path(r['store']).name:14} {r['nodes']:>12,} {r['edges']:>14,} {r['open_s']:>7.2f} "
+        print(f"{Path(r['store']).name:14} {r['nodes']:>12,} {r['edges']:>14,} {r['topology_bytes'] / 1e6:>9,.0f} "
+              f"{r['open_s']:>7.2f} {r['stamped_open_s']:>9.3f} {r['first_over_stamped']:>6} "
               f"{r['open_content_checks_s']:>8.2f} {r['open_order_checks_s']:>7.2f} {r['content_s']:>9.1f} "
               f"{r['content_rows_per_s']:>12,} {pages}")
     if args.json:

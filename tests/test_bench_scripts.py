@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -205,3 +206,18 @@ def test_bench_mapped_take_compares_both_lookups_and_writes_its_json(tmp_path):
     rows = json.loads(out.read_text())["rows"]
     assert rows["mapped_take"]["resident_after_mib"] == 0 < rows["numpy indexing of the mapping"]["resident_after_mib"]
     assert not (tmp_path / "perm.npy").exists()
+
+
+def test_bench_verify_times_the_first_and_the_stamped_open_and_writes_its_json(tmp_path):
+    from gnnssd.storage_format.verified import RACY_NS
+
+    path = write_store(tmp_path / "store", ArraySource(**random_graph_arrays()))
+    time.sleep(RACY_NS / 1e9)  # settled files: the first open stamps them
+    out = tmp_path / "verify.json"
+    result = subprocess.run([sys.executable, "scripts/bench_verify.py", str(path), "--json", str(out)],
+                            cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["stamped"] is True and row["nodes"] == 300
+    assert row["topology_bytes"] == sum(f.stat().st_size for f in path.glob("*.npy"))
+    assert row["open_s"] > 0 and row["stamped_open_s"] > 0 and row["first_over_stamped"] > 0
