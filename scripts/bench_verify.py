@@ -77,11 +77,11 @@ def time_open(path: str) -> dict:
     return {"stamped_open_s": round(time.perf_counter() - start, 4), "stamped": stamped}
 
 
-def child(path: str, cache: str, *args: str) -> dict:
-    """This script's `--child*` run on `path` in a fresh process after the page cache is
-    dropped, with `cache` as gnnssd's cache folder: its JSON line."""
+def child(flag: str, path: str, cache: str, *options: str) -> dict:
+    """This script's `flag` (--child, --child-open) on `path` in a fresh process after the
+    page cache is dropped, with `cache` as gnnssd's cache folder: its JSON line."""
     dropped = drop_caches()
-    done = subprocess.run([sys.executable, __file__, *args, path], capture_output=True, text=True, check=True,
+    done = subprocess.run([sys.executable, __file__, flag, path, *options], capture_output=True, text=True, check=True,
                           env={**os.environ, CACHE_ENV: cache})
     return {**json.loads(done.stdout.splitlines()[-1]), "page_cache": dropped}
 
@@ -108,8 +108,8 @@ def main() -> None:
     rows = []
     for path in args.stores:
         with tempfile.TemporaryDirectory(prefix="gnnssd-cache-") as cache:
-            first = child(path, cache, "--child", *(["--skip-pages"] if args.skip_pages else []))
-            stamped = child(path, cache, "--child-open")
+            first = child("--child", path, cache, *(["--skip-pages"] if args.skip_pages else []))
+            stamped = child("--child-open", path, cache)
         rows.append({**first, **stamped, "topology_bytes": topology_bytes(path),
                      "first_over_stamped": round(first["open_s"] / max(stamped["stamped_open_s"], 1e-4), 1)})
     print(f"{'store':14} {'nodes':>12} {'edges':>14} {'hashed MB':>9} {'open s':>7} {'stamped s':>9} {'ratio':>6} "
