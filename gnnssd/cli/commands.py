@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator
 import yaml
 
 from gnnssd.core import ConfigError, setup_logging
-from gnnssd.storage_format import FEATURE_DTYPES, Store, StoreError
+from gnnssd.storage_format import FEATURE_DTYPES, StoreError
 
 
 def _source_from_args(args: argparse.Namespace) -> Any:
@@ -80,7 +80,7 @@ def _progress_bar() -> Callable[[str, int, int], None]:
 def cmd_preprocess(args: argparse.Namespace) -> None:
     from gnnssd.datasets import FlattenedSource
     from gnnssd.sampler import node_order
-    from gnnssd.storage_format import parse_fractions, schema_of, write_store
+    from gnnssd.storage_format import Store, parse_fractions, schema_of, write_store
 
     edge_split = parse_fractions(args.edge_split) if args.edge_split else None
     source = _source_from_args(args)
@@ -240,10 +240,14 @@ def cmd_embed(args: argparse.Namespace) -> None:
 
 
 def cmd_info(args: argparse.Namespace) -> None:
+    from gnnssd.storage_format import Store
+
     print(Store.open(args.store).summary())
 
 
 def cmd_verify(args: argparse.Namespace) -> None:
+    from gnnssd.storage_format import Store
+
     checked = Store.open(args.store).verify()
     print(f"{args.store}: all {len(checked)} files match their checksums, and every page of "
           "features.bin its page checksum")
@@ -264,6 +268,8 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> None:
+    from gnnssd.storage_format import Store
+
     from .export import export_graphbolt
 
     path = export_graphbolt(Store.open(args.store), Path(args.out))
