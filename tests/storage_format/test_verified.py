@@ -126,6 +126,9 @@ def test_a_store_replaced_at_its_path_is_hashed(tmp_path: Path, cache: Path, has
     """Preprocessed again into the same folder: new files and manifest, the old stamp unused."""
     path = _store(tmp_path / "s")
     Store.open(path)
+    hashed.clear()
+    Store.open(path)
+    assert hashed == []
     shutil.rmtree(path)
     _store(path)
     hashed.clear()
