@@ -39,9 +39,8 @@ def _check_no_overlap(out: Path, inputs: list[Path]) -> None:
 
 
 def _check_destination(out: Path) -> None:
-    """Replace only what preprocess made: a store, or an empty folder, not inside another
-    store; reuse or delete only a .NAME.partial beside it that preprocess made."""
-    _check_not_in_store(out)
+    """Replace only what preprocess made: a store, or an empty folder; reuse or delete
+    only a .NAME.partial beside it that preprocess made."""
     if os.path.lexists(_partial_dir(out)):
         _check_ours(_partial_dir(out), out)
     if out.is_symlink() or (out.exists() and not out.is_dir()):
@@ -61,7 +60,9 @@ def _check_destination(out: Path) -> None:
 @contextmanager
 def output_lock(out: Path, made_by: str = MADE_BY) -> Iterator[None]:
     """Hold an exclusive lock on `out`: the file .NAME.lock beside it (atomic.exclusive_lock:
-    never a link, holding our pid, removed when done); a second writer is refused."""
+    never a link, holding our pid, removed when done); a second writer is refused, and so
+    is an `out` inside a store (before any folder is made for it)."""
+    _check_not_in_store(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     path = out.parent / f".{out.name}.lock"
     what = "this store" if made_by == MADE_BY else "this folder"
@@ -182,7 +183,6 @@ def new_output_folder(out: Path, made_by: str, refuse: Callable[[Path], None] | 
     renamed to `out` when the block ends and removed when it fails, so a full disk or a
     crash leaves no half output under `out`."""
     out = Path(out)
-    _check_not_in_store(out)
     with output_lock(out, made_by):
         if out.is_symlink() or (out.exists() and not out.is_dir()):
             raise StoreError(f"--out {out}: exists and is not a directory; choose a new folder")
