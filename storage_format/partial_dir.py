@@ -68,7 +68,7 @@ def output_lock(out: Path, made_by: str = MADE_BY) -> Iterator[None]:
     what = "this store" if made_by == MADE_BY else "this folder"
 
     def busy(holder: str) -> StoreError:
-        return StoreError(f"--out {out}: another {made_by} (pid {holder}) is writing {what} (lock {path}); "
+        return StoreError(f"{out}: another {made_by} (pid {holder}) is writing {what} (lock {path}); "
                           "wait for it to finish")
 
     with exclusive_lock(path, busy):
@@ -79,7 +79,7 @@ def _check_not_in_store(out: Path) -> None:
     """Refuse an output folder inside a store (at any depth): its files are the store's."""
     store = store_above(out.parent)
     if store is not None:
-        raise StoreError(f"--out {out}: inside the store {store} (it holds {MANIFEST}); gnnssd writes no "
+        raise StoreError(f"{out}: inside the store {store} (it holds {MANIFEST}); gnnssd writes no "
                          "output into a store, which would add to its files: choose a folder outside it")
 
 
@@ -185,12 +185,12 @@ def new_output_folder(out: Path, made_by: str, refuse: Callable[[Path], None] | 
     out = Path(out)
     with output_lock(out, made_by):
         if out.is_symlink() or (out.exists() and not out.is_dir()):
-            raise StoreError(f"--out {out}: exists and is not a directory; choose a new folder")
+            raise StoreError(f"{out}: exists and is not a directory; choose a new folder")
         if out.is_dir() and any(out.iterdir()):
             if refuse is not None:
                 refuse(out)
             found = sorted(p.name for p in out.iterdir())
-            raise StoreError(f"--out {out}: a folder holding files {made_by} did not make "
+            raise StoreError(f"{out}: a folder holding files {made_by} did not make "
                              f"({', '.join(found[:5])}{', ...' if len(found) > 5 else ''}); it writes only "
                              "into a new or empty folder: choose another")
         partial = _partial_dir(out)
