@@ -92,40 +92,49 @@ def _stop_at(stage: str):
     return notify
 
 
-@pytest.mark.parametrize("order", ["original", "degree"])
-def test_a_resumed_preprocess_never_writes_through_a_link_planted_in_its_partial_folder(tmp_path, order):
-    """After an interrupted run, links (and a hard link) named after the files the rerun
-    writes make it refuse, naming the link, each victim untouched; once they are gone the
-    rerun resumes and finishes."""
+SORTED = ["features.bin", "features.crc32c", "indptr.npy", "perm.npy", "labels.npy", "train_idx.npy"]
+
+
+@pytest.mark.parametrize("order, memory_limit, stage, planted", [
+    ("original", None, "features", SORTED), ("degree", None, "features", SORTED),
+    ("original", 1, "merge buckets", ["csc.indices.npy", "edge-buckets/merged-degrees.bin", *SORTED])])
+def test_a_resumed_preprocess_never_writes_through_a_link_planted_in_its_partial_folder(
+        tmp_path, order, memory_limit, stage, planted):
+    """After an interrupted run (in its features, or in the merge of the out-of-core sort),
+    links (and a hard link) named after the files the rerun writes make it refuse, naming
+    the link, each victim untouched; once they are gone the rerun resumes and finishes."""
     from gnnssd.sampler import node_order
 
     source = ArraySource(**random_graph_arrays(seed=8))
     out = tmp_path / "store"
     order_arg = "original" if order == "original" else node_order(order)
     with pytest.raises(Interrupted):
-        write_store(out, source, order=order_arg, progress=_stop_at("features"))
+        write_store(out, source, order=order_arg, progress=_stop_at(stage), memory_limit=memory_limit)
     partial = tmp_path / ".store.partial"
     victims = tmp_path / "victims"
     victims.mkdir()
-    planted = ["features.bin", "features.crc32c", "indptr.npy", "perm.npy", "labels.npy", "train_idx.npy"]
+    kept = tmp_path / "kept"  # the partial folder's own files the links replace, put back once refused
+    kept.mkdir()
+    planted = [*planted, "inv.npy"]
     for name in planted:
-        (victims / name).write_bytes(b"the user's own file\n")
-        (partial / name).unlink(missing_ok=True)
-        (partial / name).symlink_to(victims / name)
-    (victims / "inv.npy").write_bytes(b"the user's own file\n")
-    os.link(victims / "inv.npy", partial / "inv.npy")
-    planted.append("inv.npy")
+        victim = victims / name.replace("/", "-")
+        victim.write_bytes(b"the user's own file\n")
+        if (partial / name).exists():
+            (partial / name).rename(kept / name.replace("/", "-"))
+        os.link(victim, partial / name) if name == "inv.npy" else (partial / name).symlink_to(victim)
     refused = []
     for _ in range(len(planted) + 1):
         try:
-            write_store(out, source, order=order_arg)
+            write_store(out, source, order=order_arg, memory_limit=memory_limit)
             break
         except UnsafeOutputError as exc:
             name = next(n for n in planted if f"{partial / n}:" in str(exc))
             assert ("symbolic link" if name != "inv.npy" else "2 links") in str(exc)
             refused.append(name)
             (partial / name).unlink()
-    assert {"features.bin", "features.crc32c", "indptr.npy", "perm.npy", "inv.npy"} <= set(refused)
+            if (kept / name.replace("/", "-")).exists():
+                (kept / name.replace("/", "-")).rename(partial / name)
+    assert sorted(refused) == sorted(planted)
     assert all(p.read_bytes() == b"the user's own file\n" for p in victims.iterdir())
     Store.open(out, verify=True)
 
