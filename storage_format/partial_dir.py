@@ -58,28 +58,29 @@ def _check_destination(out: Path) -> None:
 
 
 @contextmanager
-def output_lock(out: Path, made_by: str = MADE_BY) -> Iterator[None]:
+def output_lock(out: Path, made_by: str = MADE_BY, argument: str = "--out") -> Iterator[None]:
     """Hold an exclusive lock on `out`: the file .NAME.lock beside it (atomic.exclusive_lock:
     never a link, holding our pid, removed when done); a second writer is refused, and so
-    is an `out` inside a store (before any folder is made for it)."""
-    _check_not_in_store(out)
+    is an `out` inside a store (before any folder is made for it). Errors name `out` as the
+    command's `argument`."""
+    _check_not_in_store(out, argument)
     out.parent.mkdir(parents=True, exist_ok=True)
     path = out.parent / f".{out.name}.lock"
     what = "this store" if made_by == MADE_BY else "this folder"
 
     def busy(holder: str) -> StoreError:
-        return StoreError(f"{out}: another {made_by} (pid {holder}) is writing {what} (lock {path}); "
+        return StoreError(f"{argument} {out}: another {made_by} (pid {holder}) is writing {what} (lock {path}); "
                           "wait for it to finish")
 
     with exclusive_lock(path, busy):
         yield
 
 
-def _check_not_in_store(out: Path) -> None:
+def _check_not_in_store(out: Path, argument: str) -> None:
     """Refuse an output folder inside a store (at any depth): its files are the store's."""
     store = store_above(out.parent)
     if store is not None:
-        raise StoreError(f"{out}: inside the store {store} (it holds {MANIFEST}); gnnssd writes no "
+        raise StoreError(f"{argument} {out}: inside the store {store} (it holds {MANIFEST}); gnnssd writes no "
                          "output into a store, which would add to its files: choose a folder outside it")
 
 
@@ -175,22 +176,23 @@ def _swap_into_place(partial: Path, out: Path) -> None:
 
 
 @contextmanager
-def new_output_folder(out: Path, made_by: str, refuse: Callable[[Path], None] | None = None) -> Iterator[Path]:
+def new_output_folder(out: Path, made_by: str, argument: str,
+                      refuse: Callable[[Path], None] | None = None) -> Iterator[Path]:
     """Output-folder policy for a command that writes a whole new folder `out` (export):
     refused inside a store, or when `out` holds anything (`refuse(out)` may first name what
     it finds, e.g. an earlier output); locked (.NAME.lock beside it: a second writer is
     refused); written into a fresh .NAME.partial (yielded, marked as `made_by`'s) that is
     renamed to `out` when the block ends and removed when it fails, so a full disk or a
-    crash leaves no half output under `out`."""
+    crash leaves no half output under `out`. Errors name `out` as the command's `argument`."""
     out = Path(out)
-    with output_lock(out, made_by):
+    with output_lock(out, made_by, argument):
         if out.is_symlink() or (out.exists() and not out.is_dir()):
-            raise StoreError(f"{out}: exists and is not a directory; choose a new folder")
+            raise StoreError(f"{argument} {out}: exists and is not a directory; choose a new folder")
         if out.is_dir() and any(out.iterdir()):
             if refuse is not None:
                 refuse(out)
             found = sorted(p.name for p in out.iterdir())
-            raise StoreError(f"{out}: a folder holding files {made_by} did not make "
+            raise StoreError(f"{argument} {out}: a folder holding files {made_by} did not make "
                              f"({', '.join(found[:5])}{', ...' if len(found) > 5 else ''}); it writes only "
                              "into a new or empty folder: choose another")
         partial = _partial_dir(out)

@@ -33,7 +33,7 @@ def export_graphbolt(store: Store, out: Path) -> Path:
     if store.has_link_split:
         raise ValueError(f"{store.path}: a link-prediction store; `export graphbolt` writes node tasks only")
     out = Path(out)
-    with new_output_folder(out, "gnnssd export", _refuse_earlier_export) as partial:
+    with new_output_folder(out, "gnnssd export", "OUT", _refuse_earlier_export) as partial:
         _write_dataset(store, partial)
     return out / "metadata.yaml"
 
