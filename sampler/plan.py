@@ -21,6 +21,8 @@ from typing import Iterator
 import numba as nb
 import numpy as np
 
+from gnnssd.storage_format import writable_file
+
 from . import bitset
 from .blocks import MFGs
 from .readplan import ReadPlan
@@ -553,7 +555,7 @@ def _spill_plan(plan: MegaBatchPlan, path: str | Path) -> None:
     one .npy header to parse per array (a zip's CRC-32 costs more than the write)."""
     arrays = {name: np.ascontiguousarray(a) for name, a in _plan_arrays(plan).items()}
     header = json.dumps([[name, a.dtype.str, list(a.shape)] for name, a in arrays.items()]).encode()
-    with open(path, "wb") as f:
+    with writable_file(Path(path), Path(path).parent) as f:  # never through a planted link
         f.write(len(header).to_bytes(8, "little") + header + bytes(-len(header) % SPILL_ALIGN))
         for a in arrays.values():
             f.write(memoryview(a.reshape(-1).view(np.uint8)))

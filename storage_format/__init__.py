@@ -6,7 +6,7 @@ from .lazy import by_name, lazy_exports
 
 _EXPORTS = by_name({
     ".atomic": ("OutputWriteError", "UnsafeOutputError", "appending", "atomic_file", "atomic_write_bytes",
-                "atomic_write_json", "check_output_target"),
+                "atomic_write_json", "check_output_target", "writable_file"),
     ".content": ("check_indptr_monotone", "check_range"),
     ".csc": ("index_dtype",),
     ".errors": ("DatasetError", "PageChecksumError", "StoreError"),
@@ -15,6 +15,7 @@ _EXPORTS = by_name({
     ".manifest": ("FEATURE_DTYPES", "PAGE"),
     ".mapping": ("mapped_take", "release_pages"),
     ".order": ("Permutation",),
+    ".partial_dir": ("new_output_folder", "output_lock"),
     ".paths": ("contained",),
     ".schema": ("GraphSchema", "NodeType"),
     ".small_files": ("SmallFileError", "read_regular", "read_small_json", "read_small_text"),

@@ -8,11 +8,17 @@ target is checked: an existing entry that is not a regular file (a symlink, a de
 as /dev/null or /dev/full, a FIFO, a folder) is refused rather than replaced, and so is
 any target inside a store directory (a folder holding a gnnssd manifest.json) unless the
 caller writes the store's own files (`into_store`).
+
+Files a command rewrites in place inside a folder of its own (a preprocess's partial folder:
+arrays, feature rows appended by a resumed run, sort spills) open through `writable_file`
+(never through a link, only a regular file of one link, only inside that folder), and the
+lock files beside an output folder through `exclusive_lock`.
 """
 from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import json
 import os
 import secrets
@@ -20,10 +26,11 @@ import shutil
 import stat
 import zlib
 from pathlib import Path
-from typing import Any, BinaryIO, Iterator
+from typing import Any, BinaryIO, Callable, Iterator
+
+from .manifest import MANIFEST, is_store_manifest
 
 CHUNK_BYTES = 16 << 20
-MANIFEST = "manifest.json"
 
 
 class UnsafeOutputError(ValueError):
@@ -51,9 +58,18 @@ def fsync_dir(path: Path) -> None:
 
 
 def store_holding(path: Path) -> Path | None:
-    """The store directory `path` would land in (its parent holds a manifest.json), or None."""
+    """The store directory `path` would land in, at any depth: its parent holding a
+    manifest.json, or a folder above it holding a gnnssd store's manifest; else None."""
     parent = Path(path).parent
-    return parent if os.path.lexists(parent / MANIFEST) else None
+    if os.path.lexists(parent / MANIFEST):
+        return parent
+    return store_above(parent)
+
+
+def store_above(folder: Path) -> Path | None:
+    """The gnnssd store `folder` lies in (itself or a folder above it, links resolved), or None."""
+    real = Path(os.path.realpath(folder))
+    return next((f for f in (real, *real.parents) if is_store_manifest(f / MANIFEST)), None)
 
 
 def check_output_target(path: Path, into_store: bool = False) -> None:
@@ -149,6 +165,102 @@ def appending(path: Path) -> Iterator[BinaryIO]:
     os.set_blocking(fd, True)
     with _synced(fd, "ab", path) as f:
         yield f
+
+
+def writable_file(path: Path, folder: Path, size: int = 0) -> BinaryIO:
+    """`path`, a file of `folder` (a folder the command made for itself: a partial folder,
+    a scratch folder), open for reading and writing with its first `size` bytes kept (cut
+    or extended to `size`) and positioned there; created if absent. A resumed run appends
+    to what it wrote before, so the file cannot be a fresh temporary: instead it is never
+    opened through a link, must be a regular file with one link (not a planted hard link
+    to someone's file) and must lie inside `folder` below no link (UnsafeOutputError)."""
+    path = Path(path)
+    _check_inside(path, Path(folder))
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafeOutputError(f"{path}: is a symbolic link (to {os.readlink(path)}); gnnssd writes "
+                                    "its working files only as regular files of their own: remove it") from None
+        raise write_error(path, exc) from None
+    try:
+        _check_own_file(fd, path)
+        os.set_blocking(fd, True)
+        os.ftruncate(fd, size)
+        os.lseek(fd, size, os.SEEK_SET)
+    except OSError as exc:
+        os.close(fd)
+        raise write_error(path, exc) from None
+    except BaseException:
+        os.close(fd)
+        raise
+    return open(fd, "r+b")
+
+
+def _check_own_file(fd: int, path: Path) -> None:
+    """Refuse the open `fd` unless it is a regular file with one link."""
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        raise UnsafeOutputError(f"{path}: exists and is {_kind(info.st_mode)}, not a regular file; gnnssd "
+                                "writes its working files only as regular files: remove it")
+    if info.st_nlink != 1:
+        raise UnsafeOutputError(f"{path}: a regular file with {info.st_nlink} links (another name shares its "
+                                "bytes); gnnssd writes only files of its own: remove it")
+
+
+def _check_inside(path: Path, folder: Path) -> None:
+    """Refuse `path` unless it names an entry inside `folder` with no link or `..` on the way."""
+    try:
+        parts = path.relative_to(folder).parts
+    except ValueError:
+        parts = ()
+    if not parts or any(part in (".", "..") for part in parts):
+        raise UnsafeOutputError(f"{path}: outside the folder {folder} it is written in; expected a file "
+                                "inside it")
+    for inner in (folder, *(folder.joinpath(*parts[:k]) for k in range(1, len(parts)))):
+        if os.path.islink(inner):
+            raise UnsafeOutputError(f"{path}: lies below the symbolic link {inner} (to {os.readlink(inner)}); "
+                                    "gnnssd writes its working files only inside its own folders: remove it")
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: Path, busy: Callable[[str], Exception]) -> Iterator[None]:
+    """Hold an exclusive lock on the file `path` (created, holding our pid, removed when
+    done); another holder raises `busy(its pid)`. The lock file is opened without following
+    a link and must be a regular file of one link (it is truncated). A lock taken on a file
+    another holder removed meanwhile is retaken on the new file, so two never both hold it."""
+    path = Path(path)
+    while True:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise UnsafeOutputError(f"{path}: the lock file is a symbolic link (to {os.readlink(path)}); "
+                                        "gnnssd never writes through one: remove it") from None
+            raise write_error(path, exc) from None
+        try:
+            _check_own_file(fd, path)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise busy(holder) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        try:
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        path.unlink(missing_ok=True)
+        os.close(fd)
 
 
 @contextlib.contextmanager

@@ -8,7 +8,7 @@ from typing import Callable
 
 import numpy as np
 
-from .atomic import crc32_of_file
+from .atomic import crc32_of_file, writable_file
 from .disk_space import _writing
 from . import features
 from .manifest import FEATURES, PAGE, PAGE_CHECKSUMS
@@ -31,7 +31,7 @@ def _save_array(path: Path, array: np.ndarray, dtype: np.dtype | None = None) ->
         with open(path, "rb") as f:  # written out of core by an earlier step: already a .npy
             os.fsync(f.fileno())
         return {"size": path.stat().st_size, "crc32": crc32_of_file(path)}
-    with _writing(path, f"the array {path.stem}"), open(path, "wb") as f:
+    with _writing(path, f"the array {path.stem}"), writable_file(path, path.parent) as f:
         if dtype is None or array.dtype == dtype:
             np.save(f, np.ascontiguousarray(array))
         elif array.ndim != 1:  # a link split's negatives: small
@@ -50,7 +50,7 @@ def _write_page_checksums(partial: Path, notify: Callable[[str, int, int], None]
     sequential pass; rewritten whole by a resumed run)."""
     path = partial / PAGE_CHECKSUMS
     with (_writing(path, "the page checksums of features.bin"),
-          open(partial / FEATURES, "rb") as src, open(path, "wb") as dst):
+          open(partial / FEATURES, "rb") as src, writable_file(path, partial) as dst):
         total = os.fstat(src.fileno()).st_size
         while block := src.read(features.CHUNK_BYTES):
             dst.write(page_crc32c(block, PAGE).astype("<u4").tobytes())

@@ -15,6 +15,7 @@ from typing import Callable
 import numba
 import numpy as np
 
+from .atomic import writable_file
 from .mapping import npy_header, release_pages
 
 
@@ -199,7 +200,7 @@ def renumber_csc_to_file(indptr: np.ndarray, indices: np.ndarray, perm: np.ndarr
     no_etypes = np.empty(0, np.int8)
     old_bounds = bucket_bounds(np.asarray(indptr), chunk_edges)
     steps = len(old_bounds) - 1 + windows
-    files = [open(path, "wb") for path in paths]
+    files = [writable_file(path, out.parent) for path in paths]
     try:
         starts = np.empty(windows + 1, np.int64)
         for k, (lo, hi) in enumerate(zip(old_bounds[:-1].tolist(), old_bounds[1:].tolist())):
@@ -217,11 +218,11 @@ def renumber_csc_to_file(indptr: np.ndarray, indices: np.ndarray, perm: np.ndarr
         for f in files:
             f.close()
     with contextlib.ExitStack() as stack:
-        f = stack.enter_context(open(out, "wb"))
+        f = stack.enter_context(writable_file(out, out.parent))
         f.write(npy_header(indices.dtype, total))
         g = None
         if etypes is not None:
-            g = stack.enter_context(open(etypes_out, "wb"))
+            g = stack.enter_context(writable_file(etypes_out, etypes_out.parent))
             g.write(npy_header(etypes.dtype, total))
         for w, path in enumerate(paths):
             lo, hi = int(bounds[w]), int(bounds[w + 1])

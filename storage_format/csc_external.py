@@ -12,7 +12,6 @@ every merged bucket, so a killed build continues from the last bucket on disk.
 """
 from __future__ import annotations
 
-import json
 import os
 import queue
 import shutil
@@ -23,8 +22,10 @@ from typing import Any, BinaryIO, Callable, Iterable, Iterator, TypeVar
 import numba
 import numpy as np
 
+from .atomic import atomic_write_json, writable_file
 from .csc import _drop_repeats, _fill_csc, _sort_rows, bucket_bounds, index_dtype
 from .mapping import npy_header
+from .small_files import read_small_json
 
 EdgeChunks = Callable[[], Iterable[tuple[np.ndarray, np.ndarray]]]
 Progress = Callable[[str, int, int], None]
@@ -145,7 +146,8 @@ def external_csc(chunks: EdgeChunks, num_nodes: int, symmetric: bool,
         scratch.mkdir(parents=True)
         bounds = spill_bounds(num_nodes, expected_edges, min(limit(), SPILL_BUCKET_EDGES))
         degrees = _spill(chunks, num_nodes, symmetric, bounds, dtype, scratch, expected_edges, notify)
-        np.save(scratch / DEGREES, degrees)
+        with writable_file(scratch / DEGREES, scratch) as f:
+            np.save(f, degrees)
         state = {"spilled": 1, "bounds": bounds.tolist(), "merged": 0, "written": 0}
         _write_state(scratch, state)
     indptr = np.zeros(num_nodes + 1, dtype=np.int64)
@@ -162,15 +164,13 @@ STATE = "state.json"
 
 def _read_state(scratch: Path) -> dict[str, Any]:
     try:
-        return json.loads((scratch / STATE).read_text())
+        return read_small_json(scratch / STATE, what="external sort's resume record")
     except (OSError, ValueError):
         return {}
 
 
 def _write_state(scratch: Path, state: dict[str, Any]) -> None:
-    tmp = scratch / (STATE + ".tmp")
-    tmp.write_text(json.dumps(state))
-    os.replace(tmp, scratch / STATE)
+    atomic_write_json(scratch / STATE, state)
 
 
 def _bucket_path(scratch: Path, b: int) -> Path:
@@ -183,7 +183,7 @@ def _spill(chunks: EdgeChunks, num_nodes: int, symmetric: bool, bounds: np.ndarr
     """Count in-degrees and write every edge to its bucket's file; returns the degrees.
     The files are fsynced: the state written next says they are complete."""
     degrees = np.zeros(num_nodes, dtype=np.int64)
-    files = [open(_bucket_path(scratch, b), "wb") for b in range(len(bounds) - 1)]
+    files = [writable_file(_bucket_path(scratch, b), scratch) for b in range(len(bounds) - 1)]
     copies = 2 if symmetric else 1
     done = 0
     try:
@@ -213,7 +213,7 @@ def _write_groups(files: list[BinaryIO], pairs: np.ndarray, offsets: np.ndarray)
 def _split_bucket(path: Path, lo: int, sub_bounds: np.ndarray, dtype: np.dtype) -> list[Path]:
     """Re-spill one bucket's file (nodes from `lo`) into the sub-buckets `sub_bounds`."""
     paths = [path.with_name(f"{path.stem}-{s}.bin") for s in range(len(sub_bounds) - 1)]
-    files = [open(p, "wb") for p in paths]
+    files = [writable_file(p, path.parent) for p in paths]
     relative = (sub_bounds - lo).astype(dtype)
     try:
         with open(path, "rb") as f:
@@ -235,11 +235,8 @@ def _merge(scratch: Path, state: dict[str, Any], indptr: np.ndarray, dtype: np.d
     total = int(indptr[-1])
     header_bytes = len(npy_header(dtype, total))
     first, written = int(state["merged"]), int(state["written"])
-    with open(out, "r+b" if first else "wb") as f, open(scratch / MERGED_DEGREES, "r+b" if first else "wb") as deg:
-        f.truncate(header_bytes + written * dtype.itemsize)
-        f.seek(header_bytes + written * dtype.itemsize)
-        deg.truncate(int(bounds[first]) * 8)
-        deg.seek(int(bounds[first]) * 8)
+    with (writable_file(out, out.parent, header_bytes + written * dtype.itemsize) as f,
+          writable_file(scratch / MERGED_DEGREES, scratch, int(bounds[first]) * 8) as deg):
         for b in range(first, len(bounds) - 1):
             lo, hi = int(bounds[b]), int(bounds[b + 1])
             path = _bucket_path(scratch, b)

@@ -9,7 +9,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from .atomic import ChecksummedWriter
+from .atomic import ChecksummedWriter, writable_file
 from .disk_space import _writing
 from .errors import DatasetError
 from .input_checks import _checked_chunk
@@ -40,10 +40,7 @@ def _written_dtype(dtype: str) -> str:
 def _open_resumable(partial: Path, name: str) -> tuple[ChecksummedWriter, int]:
     """Open `name` for appending at the last durable chunk recorded for it."""
     state = state_of(partial, name)
-    path = partial / name
-    f = open(path, "r+b" if path.exists() else "w+b")
-    f.truncate(state["size"])
-    f.seek(state["size"])
+    f = writable_file(partial / name, partial, state["size"])
     return ChecksummedWriter(f, state["crc32"], state["size"]), state["rows"]
 
 
@@ -117,8 +114,8 @@ def _quantize_features(partial: Path, n: int, dim: int,
     if not state[ROW_SCALES]["done"]:
         chunk_rows = _chunk_rows(dim * 4)
         with (_writing(partial / QUANTIZED_FEATURES, "int8 feature rows"),
-              open(partial / FEATURES, "rb") as src, open(partial / QUANTIZED_FEATURES, "wb") as codes_file,
-              open(partial / ROW_SCALES, "wb") as scales_file):
+              open(partial / FEATURES, "rb") as src, writable_file(partial / QUANTIZED_FEATURES, partial) as codes_file,
+              writable_file(partial / ROW_SCALES, partial) as scales_file):
             codes_out, scales_out = ChecksummedWriter(codes_file), ChecksummedWriter(scales_file)
             for lo in range(0, n, chunk_rows):
                 rows = min(chunk_rows, n - lo)

@@ -1,19 +1,20 @@
-"""The destination of preprocess and its partial directory: the checks on --out, the lock
-beside it, the `.NAME.partial` folder a store is built in (resumed when an identical run
-was interrupted) and the final swap into place. Only folders carrying preprocess's marker
-file (OWNER_MARKER) are resumed, moved or deleted."""
+"""The one policy of output folders (preprocess's store, export's dataset, the demo's
+folder): the checks on --out (never inside a store, never replacing files the command did
+not make), the lock beside it (a second writer refused), the `.NAME.partial` folder the
+output is built in (preprocess resumes it when an identical run was interrupted) and the
+final swap into place. Only folders carrying the command's marker file (OWNER_MARKER) are
+resumed, moved or deleted."""
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import shutil
 import zlib
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
-from .atomic import atomic_write_json, fsync_dir
+from .atomic import atomic_write_json, exclusive_lock, fsync_dir, store_above
 from .disk_space import _writing
 from .errors import StoreError
 from .manifest import MANIFEST, foreign_entries, is_store_manifest
@@ -57,34 +58,30 @@ def _check_destination(out: Path) -> None:
 
 
 @contextmanager
-def _destination_lock(out: Path) -> Iterator[None]:
-    """Hold an exclusive lock on `out`: the file .NAME.lock beside it, holding our pid,
-    removed when done. A lock taken on a file another holder removed meanwhile is
-    retaken on the new file, so two processes never both hold it."""
+def output_lock(out: Path, made_by: str = MADE_BY, argument: str = "--out") -> Iterator[None]:
+    """Hold an exclusive lock on `out`: the file .NAME.lock beside it (atomic.exclusive_lock:
+    never a link, holding our pid, removed when done); a second writer is refused, and so
+    is an `out` inside a store (before any folder is made for it). Errors name `out` as the
+    command's `argument`."""
+    _check_not_in_store(out, argument)
     out.parent.mkdir(parents=True, exist_ok=True)
     path = out.parent / f".{out.name}.lock"
-    while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-            os.close(fd)
-            raise StoreError(f"--out {out}: another gnnssd preprocess (pid {holder}) is writing "
-                             f"this store (lock {path}); wait for it to finish") from None
-        try:
-            if os.stat(path).st_ino == os.fstat(fd).st_ino:
-                break
-        except FileNotFoundError:
-            pass
-        os.close(fd)
-    try:
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    what = "this store" if made_by == MADE_BY else "this folder"
+
+    def busy(holder: str) -> StoreError:
+        return StoreError(f"{argument} {out}: another {made_by} (pid {holder}) is writing {what} (lock {path}); "
+                          "wait for it to finish")
+
+    with exclusive_lock(path, busy):
         yield
-    finally:
-        path.unlink(missing_ok=True)
-        os.close(fd)
+
+
+def _check_not_in_store(out: Path, argument: str) -> None:
+    """Refuse an output folder inside a store (at any depth): its files are the store's."""
+    store = store_above(out.parent)
+    if store is not None:
+        raise StoreError(f"{argument} {out}: inside the store {store} (it holds {MANIFEST}); gnnssd writes no "
+                         "output into a store, which would add to its files: choose a folder outside it")
 
 
 def _input_identity(inputs: list[Path]) -> list[dict[str, Any]]:
@@ -110,14 +107,14 @@ def _old_dir(out: Path) -> Path:
     return out.parent / f".{out.name}.old"
 
 
-def _mark(folder: Path, out: Path) -> None:
-    """Sign `folder` (.NAME.partial, or the store about to become .NAME.old) as preprocess's."""
-    with _writing(folder / OWNER_MARKER, "the preprocess marker"):
-        atomic_write_json(folder / OWNER_MARKER, {"made_by": MADE_BY, "target": out.name}, into_store=True)
+def _mark(folder: Path, out: Path, made_by: str = MADE_BY) -> None:
+    """Sign `folder` (.NAME.partial, or the store about to become .NAME.old) as `made_by`'s."""
+    with _writing(folder / OWNER_MARKER, f"the {made_by} marker"):
+        atomic_write_json(folder / OWNER_MARKER, {"made_by": made_by, "target": out.name}, into_store=True)
 
 
-def _check_ours(folder: Path, out: Path) -> None:
-    """Refuse `folder` (.NAME.partial or .NAME.old beside `out`) unless preprocess made it
+def _check_ours(folder: Path, out: Path, made_by: str = MADE_BY) -> None:
+    """Refuse `folder` (.NAME.partial or .NAME.old beside `out`) unless `made_by` made it
     (or it is an empty folder: a kill between its mkdir and its marker leaves one): only
     then may it be deleted, resumed or moved into place."""
     if folder.is_dir() and not folder.is_symlink() and not any(folder.iterdir()):
@@ -126,9 +123,9 @@ def _check_ours(folder: Path, out: Path) -> None:
     if folder.is_dir() and not folder.is_symlink():
         with suppress(OSError, ValueError):
             marker = read_small_json(folder / OWNER_MARKER)
-    if not (isinstance(marker, dict) and marker.get("made_by") == MADE_BY
+    if not (isinstance(marker, dict) and marker.get("made_by") == made_by
             and marker.get("target") == out.name):
-        raise StoreError(f"{folder}: not made by gnnssd preprocess (no {OWNER_MARKER} naming "
+        raise StoreError(f"{folder}: not made by {made_by} (no {OWNER_MARKER} naming "
                          f"--out {out.name}); refusing to delete or reuse it (move it away or "
                          "choose another --out)")
 
@@ -176,3 +173,39 @@ def _swap_into_place(partial: Path, out: Path) -> None:
     (out / OWNER_MARKER).unlink(missing_ok=True)
     if old.exists():
         shutil.rmtree(old)
+
+
+@contextmanager
+def new_output_folder(out: Path, made_by: str, argument: str,
+                      refuse: Callable[[Path], None] | None = None) -> Iterator[Path]:
+    """Output-folder policy for a command that writes a whole new folder `out` (export):
+    refused inside a store, or when `out` holds anything (`refuse(out)` may first name what
+    it finds, e.g. an earlier output); locked (.NAME.lock beside it: a second writer is
+    refused); written into a fresh .NAME.partial (yielded, marked as `made_by`'s) that is
+    renamed to `out` when the block ends and removed when it fails, so a full disk or a
+    crash leaves no half output under `out`. Errors name `out` as the command's `argument`."""
+    out = Path(out)
+    with output_lock(out, made_by, argument):
+        if out.is_symlink() or (out.exists() and not out.is_dir()):
+            raise StoreError(f"{argument} {out}: exists and is not a directory; choose a new folder")
+        if out.is_dir() and any(out.iterdir()):
+            if refuse is not None:
+                refuse(out)
+            found = sorted(p.name for p in out.iterdir())
+            raise StoreError(f"{argument} {out}: a folder holding files {made_by} did not make "
+                             f"({', '.join(found[:5])}{', ...' if len(found) > 5 else ''}); it writes only "
+                             "into a new or empty folder: choose another")
+        partial = _partial_dir(out)
+        if os.path.lexists(partial):  # left by a killed run
+            _check_ours(partial, out, made_by)
+            shutil.rmtree(partial)
+        partial.mkdir()
+        try:
+            _mark(partial, out, made_by)
+            yield partial
+            os.rename(partial, out)  # over an empty folder too
+        except BaseException:
+            shutil.rmtree(partial, ignore_errors=True)
+            raise
+        fsync_dir(out.parent)
+        (out / OWNER_MARKER).unlink()

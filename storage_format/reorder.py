@@ -21,7 +21,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from .atomic import ChecksummedWriter
+from .atomic import ChecksummedWriter, writable_file
 from .manifest import PAGE
 from .progress import record, state_of
 
@@ -61,11 +61,7 @@ def _distribute(partial: Path, rows_from: Callable[[int], Iterator[np.ndarray]],
     files = []
     try:
         for w in range(windows):
-            path = window_path(partial, w)
-            f = open(path, "r+b" if path.exists() else "w+b")
-            f.truncate(sizes[w])
-            f.seek(sizes[w])
-            files.append(f)
+            files.append(writable_file(window_path(partial, w), partial, sizes[w]))
         row = state["rows"]
         unsynced = 0
         for chunk in rows_from(row):
@@ -103,10 +99,7 @@ def _assemble(partial: Path, out_name: str, inv: np.ndarray, row_bytes: int, win
     done_windows = state.get("windows", 0)
     for w in range(done_windows):  # assembled, but the run stopped before deleting its file
         window_path(partial, w).unlink(missing_ok=True)
-    path = partial / out_name
-    with open(path, "r+b" if path.exists() else "w+b") as f:
-        f.truncate(state["size"])
-        f.seek(state["size"])
+    with writable_file(partial / out_name, partial, state["size"]) as f:
         writer = ChecksummedWriter(f, state["crc32"], state["size"])
         for w in range(done_windows, windows):
             lo = w * window_rows

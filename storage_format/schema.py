@@ -21,6 +21,24 @@ from .errors import DatasetError
 
 DEFAULT_NODE_TYPE = "_N"
 DEFAULT_RELATION = "_E"
+#: The longest name a node type or relation may have (bytes of UTF-8): one file name.
+MAX_NAME_BYTES = 255
+
+
+def check_name(name: object, what: str) -> None:
+    """Refuse (DatasetError naming `what` and the name) a node type or relation name that
+    could not be one file name: names become the names of files (export's `TYPE-feat.npy`,
+    a dataset's own files), so '../x', 'a/b' or an absolute path must not reach a path."""
+    if not isinstance(name, str):
+        raise DatasetError(f"graph schema: {what} {name!r} is a {type(name).__name__}, expected a string")
+    problems = ((not name, "is empty"), ("/" in name, "contains '/'"), ("\0" in name, "contains a NUL byte"),
+                (".." in name, "contains '..'"), (name.startswith("."), "starts with '.'"),
+                (len(name.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES, f"is longer than {MAX_NAME_BYTES} bytes"))
+    problem = next((words for found, words in problems if found), "")
+    if problem:
+        raise DatasetError(f"graph schema: {what} {name[:80]!r}{'...' if len(name) > 80 else ''} {problem}; "
+                           f"expected a plain name (no '/', '..' or NUL, not starting with '.', at most "
+                           f"{MAX_NAME_BYTES} bytes): it becomes a file name")
 
 
 @dataclass(frozen=True)
@@ -47,6 +65,11 @@ class GraphSchema:
         names = [t.name for t in self.node_types]
         if not names:
             raise DatasetError("graph schema: no node types")
+        for name in names:
+            check_name(name, "node type")
+        for rel in self.relations:
+            if len(rel) == 3:
+                check_name(rel[1], "relation")
         if len(set(names)) != len(names):
             raise DatasetError(f"graph schema: node type names repeat: {names}")
         for t in self.node_types:

@@ -17,7 +17,6 @@ relation's offsets, a bucket and a node range's edges, and the result is byte-id
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from functools import partial
@@ -27,12 +26,14 @@ from typing import Callable, Iterator
 import numba
 import numpy as np
 
+from .atomic import atomic_write_json, writable_file
 from .csc import csc_from_edges, index_dtype
 from .csc_external import external_csc
 from .errors import DatasetError
 from .link_split import LinkSplit, held_out_mask
-from .mapping import release_pages
+from .mapping import npy_header, release_pages
 from .schema import GraphSchema
+from .small_files import read_small_json
 from .source import TypedSource, sliced_edges
 
 Notify = Callable[[str, int, int], None]
@@ -175,7 +176,8 @@ def typed_csc_to_files(source: TypedSource, notify: Notify, bucket_edges: int | 
         indptr, _ = external_csc(chunks, n, False, bucket_edges, scratch / f"relation-{r}",
                                  scratch / f"indices-{r}.npy", expected_edges=count, progress=notify)
         del edges, chunks
-        np.save(scratch / f"indptr-{r}.npy", indptr)
+        with writable_file(scratch / f"indptr-{r}.npy", scratch) as f:
+            np.save(f, indptr)
         del indptr
         _typed_record(scratch, r + 1)
         notify("relations", r + 1, num_rel)
@@ -194,15 +196,13 @@ def _relation_chunks(edges: Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]
 def _typed_state(scratch: Path) -> int:
     """Relations whose CSC files are complete in `scratch`."""
     try:
-        return int(json.loads((scratch / _STATE).read_text())["relations"])
-    except (OSError, ValueError, KeyError):
+        return int(read_small_json(scratch / _STATE, what="typed sort's resume record")["relations"])
+    except (OSError, ValueError, KeyError, TypeError):
         return 0
 
 
 def _typed_record(scratch: Path, relations: int) -> None:
-    tmp = scratch / (_STATE + ".tmp")
-    tmp.write_text(json.dumps({"relations": relations}))
-    os.replace(tmp, scratch / _STATE)
+    atomic_write_json(scratch / _STATE, {"relations": relations})
 
 
 def _interleave_files(scratch: Path, num_rel: int, n: int, dtype: np.dtype, etype_dtype: np.dtype,
@@ -216,8 +216,8 @@ def _interleave_files(scratch: Path, num_rel: int, n: int, dtype: np.dtype, etyp
         out_indptr += indptr
         release_pages(indptr)
     total = int(out_indptr[-1])
-    indices = np.lib.format.open_memmap(indices_path, mode="w+", dtype=dtype, shape=(total,))
-    etypes = np.lib.format.open_memmap(etypes_path, mode="w+", dtype=etype_dtype, shape=(total,))
+    indices, etypes = (_new_npy_map(path, kind, total) for path, kind in ((indices_path, dtype),
+                                                                          (etypes_path, etype_dtype)))
     lo = 0
     while lo < n:
         hi = int(min(max(np.searchsorted(out_indptr, out_indptr[lo] + INTERLEAVE_EDGES, side="right") - 1, lo + 1), n))
@@ -237,3 +237,14 @@ def _interleave_files(scratch: Path, num_rel: int, n: int, dtype: np.dtype, etyp
         with open(path, "rb") as f:
             os.fsync(f.fileno())
     return out_indptr
+
+
+def _new_npy_map(path: Path, dtype: np.dtype, length: int) -> np.memmap:
+    """A new 1-D .npy file of `length` items at `path` (a file of its own, atomic.writable_file),
+    mapped for writing: np.lib.format.open_memmap would open the path again, following links."""
+    header = npy_header(dtype, length)
+    with writable_file(path, path.parent, len(header) + length * np.dtype(dtype).itemsize) as f:
+        f.seek(0)
+        f.write(header)
+        f.flush()
+        return np.memmap(f, dtype=dtype, mode="r+", offset=len(header), shape=(length,))

@@ -32,7 +32,7 @@ from .link_split import split_relation
 from .manifest import (ARRAY_FILES, ETYPES, FEATURE_DTYPES, FEATURES, FORMAT_NAME, FORMAT_VERSION,
                        MANIFEST, PAGE, PAGE_CHECKSUMS, ROW_SCALES, manifest_checksum)
 from .order import Permutation, order_name
-from .partial_dir import (_check_destination, _check_no_overlap, _destination_lock, _input_identity,
+from .partial_dir import (_check_destination, _check_no_overlap, output_lock, _input_identity,
                           _open_partial_dir, _partial_dir, _restore_interrupted_swap, _swap_into_place)
 from .progress import PROGRESS
 from .reorder import reordered_features
@@ -77,7 +77,7 @@ def write_store(out: str | Path, source: DatasetSource, order: str | Permutation
     relation = None if edge_split is None else split_relation(schema, edge_split_relation, source.name)
     inputs = [Path(p).resolve() for p in getattr(source, "input_paths", list)()]
     _check_no_overlap(out, inputs)
-    with _destination_lock(out):
+    with output_lock(out):
         _restore_interrupted_swap(out)
         _check_destination(out)
         params: dict[str, Any] = {"source": source.describe(), "order": order_name(order),

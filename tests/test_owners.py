@@ -1,8 +1,11 @@
 """Each class of file fault has one owner, and the raw call it replaces appears nowhere else
 (an AST scan of the code, as test_layering scans imports):
 
-- files created or replaced: `storage_format.atomic` (a fresh O_EXCL|O_NOFOLLOW temporary,
-  fsync, rename; no non-regular target replaced; nothing written inside a store);
+- files created, replaced, truncated or rewritten in place: `storage_format.atomic` (a fresh
+  O_EXCL|O_NOFOLLOW temporary, fsync, rename; no non-regular target replaced; nothing written
+  inside a store at any depth; a working file of a command's own folder, such as a resumed
+  preprocess's arrays and spills, opened O_NOFOLLOW, regular and single-linked, inside that
+  folder; lock files likewise);
 - small files read whole: `storage_format.small_files` (regular file, no link, bounded);
 - pickles and torch files: `datasets.torch_file` (restricted, never torch.load) and the
   allow-list unpickler of `datasets.base` (Planetoid's pickles);
@@ -27,26 +30,17 @@ OWNERS = {
 # (module, rule) -> why the raw call is safe there
 EXCEPTIONS = {
     ("io_engine/build_ffi.py", "write"): "build time: writes the generated C source of the engine",
-    ("storage_format/checksums.py", "write"): "arrays written into preprocess's own .NAME.partial folder "
-                                              "(made by it, marked, never a store until renamed)",
-    ("storage_format/features.py", "write"): "the feature files in preprocess's own .NAME.partial folder",
-    ("storage_format/partial_dir.py", "write"): "preprocess's lock file beside its own .NAME.partial folder",
     ("storage_format/steps.py", "write"): "/proc/self/clear_refs (resets the peak RSS counter)",
     ("storage_format/steps.py", "read"): "/proc/self counters (peak RSS, bytes written)",
-    ("storage_format/typed_csc.py", "write"): "the typed external sort's relation files and resume "
-                                              "record in its scratch folder inside the partial folder",
-    ("storage_format/typed_csc.py", "read"): "the typed external sort's own resume record in its scratch folder",
-    ("storage_format/csc.py", "write"): "the spill files of the topology build, in preprocess's partial folder",
-    ("storage_format/csc_external.py", "write"): "the external sort's scratch folder inside the partial folder",
-    ("storage_format/csc_external.py", "read"): "the external sort's own resume record in its scratch folder",
-    ("storage_format/reorder.py", "write"): "feature windows of a reorder in preprocess's partial folder",
-    ("sampler/plan.py", "write"): "read plans spilled to this process's own scratch directory",
     ("gnnssd/pipeline/block_writer.py", "write"): "compact blocks in this process's own scratch directory "
                                                   "(O_DIRECT needs its own open)",
     ("gnnssd/training/rundir.py", "write"): "the run's lock file: opened O_NOFOLLOW, checked regular and "
-                                            "single-linked before it is truncated",
+                                            "single-linked before it is truncated (shared or exclusive, "
+                                            "read-only fallback: not atomic.exclusive_lock's)",
 }
 WRITE_MODES = set("wax+")
+#: Functions that map a file, and the position of their mode argument.
+MAPS = {"memmap": 2, "open_memmap": 1}
 
 
 def _module_files() -> list[Path]:
@@ -87,8 +81,12 @@ def _rules(call: ast.Call) -> list[str]:
         found.append("write")
     if name == "os.open" and len(call.args) > 1 and _may_write(call.args[1]):
         found.append("write")
-    if last in ("write_text", "write_bytes", "tofile") or name in ("torch.save", "shutil.copyfile", "shutil.copy"):
+    if last in ("write_text", "write_bytes", "tofile", "truncate", "ftruncate") or name in (
+            "torch.save", "shutil.copyfile", "shutil.copy"):
         found.append("write")
+    if last in MAPS and set(_mode(call, MAPS[last]) or "r+") & WRITE_MODES and call.args and not isinstance(
+            call.args[0], ast.Name):
+        found.append("write")  # mapped for writing (np.memmap's default r+) by its path, not a file the owner opened
     if name in ("np.save", "np.savez", "np.savez_compressed", "numpy.save") and call.args and not isinstance(
             call.args[0], ast.Name):
         found.append("write")  # to a path: not a file the owner opened
@@ -140,7 +138,11 @@ def test_the_scan_sees_each_raw_call(tmp_path: Path) -> None:
         "p.read_text()\njson.load(open(p))\n"
         "torch.load(p)\npickle.loads(b)\nnp.load(p, allow_pickle=True)\nclass U(pickle.Unpickler): pass\n"
         "open(p, 'r+b' if e else 'w+b')\nos.open(p, flags)\n"
-        "open(p)\nnp.save(f, x)\nnp.load(p, allow_pickle=False)\nos.open(p, os.O_RDONLY | os.O_NOFOLLOW)\n")
+        "open(p)\nnp.save(f, x)\nnp.load(p, allow_pickle=False)\nos.open(p, os.O_RDONLY | os.O_NOFOLLOW)\n"
+        "f.truncate(0)\nos.ftruncate(fd, 0)\nx.tofile(out / 'x.bin')\nnp.save(scratch / 'd.npy', d)\n"
+        "np.lib.format.open_memmap(out / 'i.npy', mode='w+', dtype=t, shape=s)\nnp.memmap(out / 'f.bin', t)\n"
+        "np.memmap(out / 'f.bin', t, 'r+')\nnp.memmap(out / 'f.bin', t, mode='r')\nnp.memmap(f, t, mode='r+')\n"
+        "os.open(p, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW)\n")
     found = raw_calls([tmp_path / "m.py"], tmp_path)
-    assert found == {("m.py", "write"): [2, 3, 4, 5, 6, 7, 8, 15, 16], ("m.py", "read"): [9, 10],
-                     ("m.py", "unpickle"): [11, 12, 13, 14]}
+    assert found == {("m.py", "write"): [2, 3, 4, 5, 6, 7, 8, 15, 16, 21, 22, 23, 24, 25, 26, 27, 30],
+                     ("m.py", "read"): [9, 10], ("m.py", "unpickle"): [11, 12, 13, 14]}

@@ -9,8 +9,8 @@ import yaml
 
 from gnnssd.datasets import synthetic_source
 from gnnssd.sampler import node_order
-from gnnssd.storage_format import (SmallFileError, Store, atomic_file, atomic_write_bytes, read_small_text,
-                                   write_store)
+from gnnssd.storage_format import (SmallFileError, Store, atomic_file, atomic_write_bytes, output_lock,
+                                   read_small_text, write_store)
 from gnnssd.training import Trainer
 
 DEMO_CONFIG = {
@@ -65,7 +65,12 @@ def _demo_config_text() -> str:
 
 def run_demo(out: Path, epochs: int = DEMO_CONFIG["train"]["epochs"]) -> None:
     """Generate -> preprocess -> train (`epochs`) -> evaluate -> predict, printing where
-    things are."""
+    things are; `out` locked (.NAME.lock beside it) so that a second demo into it is refused."""
+    with output_lock(Path(out), "gnnssd demo"):
+        _demo(Path(out), epochs)
+
+
+def _demo(out: Path, epochs: int) -> None:
     prepare_out(out)
     print(f"[1/4] generating and preprocessing the 'tiny' synthetic graph into {out / 'store'}")
     write_store(out / "store", synthetic_source("tiny"), order=node_order("degree"))

@@ -20,21 +20,32 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from gnnssd.storage_format import Store, atomic_file, atomic_write_bytes
+from gnnssd.storage_format import Store, StoreError, atomic_file, atomic_write_bytes, contained, new_output_folder
 
 CHUNK_ROWS = 1 << 16  # feature rows gathered per pass (bounded memory on a large store)
 SETS = {"train": "train_set", "valid": "validation_set", "test": "test_set"}
 
 
 def export_graphbolt(store: Store, out: Path) -> Path:
-    """Write `store` as an OnDiskDataset under `out` (created; refused if it holds a
-    metadata.yaml already); returns the metadata.yaml's path."""
+    """Write `store` as an OnDiskDataset under `out`, a new or empty folder outside any
+    store (partial_dir.new_output_folder: locked, built in .NAME.partial and renamed, so a
+    failed export leaves nothing); returns the metadata.yaml's path."""
     if store.has_link_split:
         raise ValueError(f"{store.path}: a link-prediction store; `export graphbolt` writes node tasks only")
     out = Path(out)
+    with new_output_folder(out, "gnnssd export", "OUT", _refuse_earlier_export) as partial:
+        _write_dataset(store, partial)
+    return out / "metadata.yaml"
+
+
+def _refuse_earlier_export(out: Path) -> None:
     if (out / "metadata.yaml").exists():
         raise FileExistsError(f"{out / 'metadata.yaml'}: already there; export into a new directory")
-    out.mkdir(parents=True, exist_ok=True)
+
+
+def _write_dataset(store: Store, out: Path) -> None:
+    """The dataset's files and metadata.yaml in `out`; every file named after a node type
+    or relation is checked to stay inside `out`."""
     schema = store.schema
     typed = not schema.is_homogeneous
     names = schema.type_names if typed else [None]
@@ -44,15 +55,15 @@ def export_graphbolt(store: Store, out: Path) -> Path:
         count = node_type.count if typed else store.num_nodes
         nodes.append({"num": int(count), **({"type": name} if typed else {})})
         stem = name or "node"
-        _save(out / f"{stem}-label.npy", store.node_labels(np.arange(count), name))
+        _save(_inside(out, f"{stem}-label.npy"), store.node_labels(np.arange(count), name))
         features.append(_feature("label", name, f"{stem}-label.npy"))
         if not typed or node_type.features:
             width = (node_type.dim if typed else None) or store.feat_dim
-            _write_features(store, name, count, width, out / f"{stem}-feat.npy")
+            _write_features(store, name, count, width, _inside(out, f"{stem}-feat.npy"))
             features.append(_feature("feat", name, f"{stem}-feat.npy"))
     for relation, pairs in _edges(store):
         path = f"edges-{relation[1]}.npy" if typed else "edges.npy"
-        _save(out / path, pairs)
+        _save(_inside(out, path), pairs)
         edges.append({"format": "numpy", "path": path, **({"type": ":".join(relation)} if typed else {})})
     task = {"name": "node_classification", "num_classes": int(store.num_classes)}
     for split, key in SETS.items():
@@ -64,8 +75,15 @@ def export_graphbolt(store: Store, out: Path) -> Path:
         task[key] = [{"data": data, **({"type": schema.target} if typed else {})}]
     meta = {"dataset_name": str(store.manifest.get("name", store.path.name)),
             "graph": {"nodes": nodes, "edges": edges}, "feature_data": features, "tasks": [task]}
-    path = out / "metadata.yaml"
-    atomic_write_bytes(path, yaml.safe_dump(meta, sort_keys=False).encode())
+    atomic_write_bytes(out / "metadata.yaml", yaml.safe_dump(meta, sort_keys=False).encode())
+
+
+def _inside(out: Path, name: str) -> Path:
+    """`out / name` for a file named after a type or relation, refused unless it is a file
+    directly in `out` (schema.py refuses such names already; this keeps export's own promise)."""
+    path = contained(out, name, where="export file")
+    if path.parent != out:
+        raise StoreError(f"{path}: export file {name!r} is not a plain file name in {out}")
     return path
 
 
