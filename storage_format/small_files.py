@@ -1,5 +1,7 @@
 """The one owner of reading the small files gnnssd parses whole (configs, manifests,
-calibration.json, metrics.jsonl, checkpoint headers, dataset metadata).
+calibration.json, metrics.jsonl, checkpoint headers, dataset metadata), and of parsing YAML
+from anywhere (those files, `--set KEY=VALUE`): `parse_yaml`, bounded in the values its
+aliases expand to and in its nesting.
 
 Each is opened without following a symbolic link (O_NOFOLLOW) and without blocking (a
 FIFO named like the file must not hang the caller), must be a regular file, and is read
@@ -14,8 +16,15 @@ import stat
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from .errors import shown
+
 #: The default bound: far above any config, manifest or calibration file gnnssd writes.
 SMALL_FILE_BYTES = 64 << 20
+#: Values of a YAML document once its aliases are expanded (the 'billion laughs' bomb of a
+#: few hundred bytes expands to billions).
+MAX_YAML_NODES = 100_000
 
 
 class SmallFileError(ValueError):
@@ -80,3 +89,66 @@ def read_small_json(path: str | Path, limit: int = SMALL_FILE_BYTES, what: str =
         return json.loads(text)
     except ValueError as exc:
         raise SmallFileError(f"{path}: not valid JSON ({exc}); expected a {what}") from None
+    except RecursionError:
+        raise SmallFileError(f"{path}: not valid JSON (nested deeper than Python can parse); "
+                             f"expected a {what}") from None
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """yaml.SafeLoader (plain values only: a tag such as !!python/object fails) that refuses
+    duplicate keys (TOML and JSON schemas do too) and documents whose aliases expand past
+    MAX_YAML_NODES values."""
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        _count_nodes(node)
+        return super().construct_document(node)
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {shown(key)} (each key may appear once)", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+def _count_nodes(root: yaml.Node) -> None:
+    """Walk the node graph as construction would expand it (without recursion), stopping
+    past MAX_YAML_NODES."""
+    count, stack = 0, [root]
+    while stack:
+        node = stack.pop()
+        count += 1
+        if count > MAX_YAML_NODES:
+            raise yaml.YAMLError(f"more than {MAX_YAML_NODES:,} values once its aliases are expanded "
+                                 "(an alias bomb?)")
+        if isinstance(node, yaml.SequenceNode):
+            stack.extend(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            stack.extend(n for pair in node.value for n in pair)
+
+
+def parse_yaml(text: str, where: str) -> Any:
+    """`text` as YAML (plain values), through the one bounded loader: alias bombs, nesting
+    too deep to parse, duplicate keys and integers of more digits than Python converts are
+    a SmallFileError naming `where` (a file, or `--set KEY`) and the fault."""
+    try:
+        return yaml.load(text, Loader=_BoundedLoader)
+    except yaml.YAMLError as exc:
+        raise SmallFileError(f"{where}: not valid YAML: {_first_lines(exc)}") from None
+    except RecursionError:
+        raise SmallFileError(f"{where}: not valid YAML: nested deeper than Python can parse") from None
+    except ValueError as exc:  # an integer of more digits than int() converts
+        raise SmallFileError(f"{where}: not valid YAML: {_first_lines(exc)}") from None
+
+
+def _first_lines(exc: Exception, limit: int = 500) -> str:
+    text = str(exc)
+    return text if len(text) <= limit else f"{text[:limit]}..."
+
+
+def read_small_yaml(path: str | Path, limit: int = SMALL_FILE_BYTES, what: str = "YAML file") -> Any:
+    """`read_small_text` parsed by `parse_yaml`; an error names the file."""
+    return parse_yaml(read_small_text(path, limit, what), str(path))

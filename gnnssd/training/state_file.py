@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 
+from gnnssd.storage_format import shown
+
 MAGIC = b"GNNSSD-STATE-2\n"
 DIGEST = 32
 ALIGN = 64
@@ -93,13 +95,13 @@ def decode_state(data: bytes | bytearray) -> Any:
 def _tensor(spec: Any, blob: memoryview, index: int) -> torch.Tensor:
     where = f"tensor {index}"
     if not isinstance(spec, dict) or set(spec) != {"dtype", "shape", "offset", "nbytes"}:
-        raise StateFileError(f"{where}: expected dtype, shape, offset and nbytes, got {spec!r:.200}")
+        raise StateFileError(f"{where}: expected dtype, shape, offset and nbytes, got {shown(spec, 200)}")
     dtype = DTYPES.get(spec["dtype"]) if isinstance(spec["dtype"], str) else None
     shape, offset, nbytes = spec["shape"], spec["offset"], spec["nbytes"]
     if dtype is None:
-        raise StateFileError(f"{where}: dtype {spec['dtype']!r:.60}, expected one of {sorted(DTYPES)}")
+        raise StateFileError(f"{where}: dtype {shown(spec['dtype'], 60)}, expected one of {sorted(DTYPES)}")
     if not (isinstance(shape, list) and all(_count(n) for n in shape) and _count(offset) and _count(nbytes)):
-        raise StateFileError(f"{where}: shape {shape!r:.100}, offset {offset!r:.40} and nbytes {nbytes!r:.40} "
+        raise StateFileError(f"{where}: shape {shown(shape, 100)}, offset {shown(offset, 40)} and nbytes {shown(nbytes, 40)} "
                              "must be non-negative integers")
     itemsize = torch.empty(0, dtype=dtype).element_size()
     if math.prod(shape) * itemsize != nbytes or offset + nbytes > len(blob):

@@ -23,7 +23,7 @@ from gnnssd.core import (Config, ConfigError, ModelConfig, SamplerConfig, as_con
                          seed_everything, select_device, uninterruptible, use_single_thread)
 from gnnssd.loading import FeatureSource, backend_class
 from gnnssd.models import device_for, store_model
-from gnnssd.storage_format import Store
+from gnnssd.storage_format import Store, shown
 
 from . import distributed
 from .checkpoint import CHECKPOINT, CheckpointError, MetricsLog, check_store, load_checkpoint, save_checkpoint
@@ -399,8 +399,8 @@ def _check_epoch(checkpoint: dict[str, Any], saved: dict[str, Any], path: Path) 
     epoch, planned = checkpoint.get("epoch"), saved.get("train", {}).get("epochs")
     if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0 or (
             isinstance(planned, int) and epoch > planned):
-        raise CheckpointError(f"{path}: key 'epoch' is {epoch!r:.60}, expected an integer from 0 to "
-                              f"the {planned!r:.60} epochs of the run that wrote it")
+        raise CheckpointError(f"{path}: key 'epoch' is {shown(epoch, 60)}, expected an integer from 0 to "
+                              f"the {shown(planned, 60)} epochs of the run that wrote it")
 
 
 def _check_fits(state: Any, model: torch.nn.Module) -> None:
