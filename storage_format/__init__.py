@@ -14,7 +14,8 @@ from .mapping import mapped_take, release_pages
 from .order import Permutation
 from .paths import contained
 from .schema import GraphSchema, NodeType
-from .small_files import SmallFileError, parse_yaml, read_regular, read_small_json, read_small_text, read_small_yaml
+from .small_files import (SmallFileError, opened_regular, parse_yaml, read_small_json, read_small_text,
+                          read_small_yaml)
 from .source import DatasetSource, TypedSource, edge_chunks, edge_count, schema_of
 from .store import Store
 from .writer import FEATURE_DTYPES, write_store
@@ -23,6 +24,6 @@ __all__ = ["DatasetError", "DatasetSource", "FEATURE_DTYPES", "GraphSchema", "Li
            "OutputWriteError", "PAGE", "PageChecksumError", "Permutation", "SmallFileError", "Store",
            "StoreError", "TypedSource", "UnsafeOutputError", "appending", "atomic_file", "atomic_write_bytes",
            "atomic_write_json", "check_indptr_monotone", "check_output_target", "check_range", "contained",
-           "edge_chunks", "edge_count", "env_int", "env_seconds", "env_text", "index_dtype", "mapped_take", "parse_fractions", "parse_yaml",
-           "random_negatives", "read_regular", "read_small_json", "read_small_text", "read_small_yaml",
+           "edge_chunks", "edge_count", "env_int", "env_seconds", "env_text", "index_dtype", "mapped_take", "opened_regular", "parse_fractions", "parse_yaml",
+           "random_negatives", "read_small_json", "read_small_text", "read_small_yaml",
            "release_pages", "schema_of", "shown", "write_store"]

@@ -119,12 +119,13 @@ def _parse_overrides(pairs: list[str]) -> dict[str, Any]:
         if not sep or not key:
             raise ConfigError(f"--set {shown(pair)}: expected KEY=VALUE, e.g. train.epochs=5")
         if key in overrides:
-            raise ConfigError(f"--set {shown(key)}: given twice ({shown(overrides[key])}, then {shown(value)}); "
+            raise ConfigError(f"{key}: --set given twice ({shown(overrides[key], 100)}, then {shown(value, 100)}); "
                               "give each key once")
         try:
-            overrides[key] = parse_yaml(value, f"--set {shown(key)}")
+            overrides[key] = parse_yaml(value, key)
         except SmallFileError as exc:
-            raise ConfigError(f"{exc} (a plain YAML value, e.g. 5, 0.01, true, [10, 10])") from None
+            raise ConfigError(f"{exc} (--set value {shown(value, 100)}: a plain YAML value, e.g. 5, 0.01, "
+                              "true, [10, 10])") from None
     return overrides
 
 
