@@ -1,6 +1,7 @@
 """Helpers shared by the dataset readers."""
 from __future__ import annotations
 
+import math
 import mmap
 import pickle
 from pathlib import Path
@@ -8,8 +9,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from gnnssd.storage_format import DatasetError
-from gnnssd.storage_format import NodeType
+from gnnssd.storage_format import DatasetError, NodeType, shown
 
 
 #: The globals a pickled NumPy array names (numpy 1.x and 2.x module paths).
@@ -20,13 +20,60 @@ NUMPY_ARRAY_GLOBALS = frozenset({
 })
 
 
+def bounded_numpy_global(unpickler: pickle.Unpickler, module: str, name: str, limit: int) -> Any:
+    """NumPy's pickle global `module.name` (one of NUMPY_ARRAY_GLOBALS) with what it may make
+    bounded: an array of at most `limit` bytes (the pickle's own size: a pickled array's data
+    are in the pickle, so a larger shape is a hostile one, e.g. numpy.ndarray((2**40,)) by
+    REDUCE, which asked for 8 TiB), and no dtype holding Python objects."""
+    make = pickle.Unpickler.find_class(unpickler, module, name)
+    if name == "dtype":
+        def dtype(*args: Any) -> np.dtype:
+            made = make(*args)
+            if made.hasobject:
+                raise pickle.UnpicklingError(f"an array dtype {made} holding Python objects; expected numbers")
+            return made
+        return dtype
+    if name == "scalar":
+        return make  # its value's bytes are in the pickle
+
+    def array(*args: Any) -> np.ndarray:
+        if name == "ndarray":
+            shape, dtype = args[0], args[1] if len(args) > 1 else float
+        else:  # _reconstruct(subtype, shape, dtype): the subtype as pickled is this numpy.ndarray
+            args = (getattr(args[0], "wrapped", args[0]), *args[1:]) if args else args
+            shape, dtype = args[1:3]
+        shape = (shape,) if isinstance(shape, int) else shape
+        if not (isinstance(shape, tuple) and all(isinstance(n, int) and n >= 0 for n in shape)):
+            raise pickle.UnpicklingError("an array of a malformed shape")
+        size = math.prod(shape) * _dtype_of(dtype).itemsize
+        if size > limit:
+            raise pickle.UnpicklingError(f"an array of shape {shown(shape, 100)} ({size:,} bytes) in a pickle "
+                                         f"of {limit:,} bytes, which cannot hold its data")
+        return make(*args)
+    array.wrapped = make
+    return array
+
+
+def _dtype_of(value: Any) -> np.dtype:
+    try:
+        return np.dtype(value)
+    except TypeError as exc:
+        raise pickle.UnpicklingError(f"an array of dtype {shown(value, 60)} ({exc})") from None
+
+
 class AllowListUnpickler(pickle.Unpickler):
     """Unpickles only the globals a format uses (`allowed`, or what `admits` accepts): a
-    crafted file cannot name a function (os.system, eval, ...) to be called as it loads.
-    Subclasses set `allowed` and `holds` (what the format holds, for the refusal)."""
+    crafted file cannot name a function (os.system, eval, ...) to be called as it loads,
+    and NumPy's globals make no array larger than the pickle's `limit` bytes
+    (bounded_numpy_global). Subclasses set `allowed` and `holds` (what the format holds,
+    for the refusal)."""
 
     allowed: frozenset[tuple[str, str]] = frozenset()
     holds = ""
+
+    def __init__(self, file: Any, *, limit: int, **options: Any):
+        super().__init__(file, **options)
+        self.limit = limit
 
     def admits(self, module: str, name: str) -> bool:
         return False
@@ -34,6 +81,8 @@ class AllowListUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         if (module, name) not in self.allowed and not self.admits(module, name):
             raise pickle.UnpicklingError(f"refused to load {module}.{name} ({self.holds})")
+        if (module, name) in NUMPY_ARRAY_GLOBALS:
+            return bounded_numpy_global(self, module, name, self.limit)
         return super().find_class(module, name)
 
 

@@ -19,9 +19,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
-import yaml
 
-from gnnssd.storage_format import DatasetError, contained, read_small_text
+from gnnssd.storage_format import DatasetError, SmallFileError, contained, read_small_yaml, shown
 
 from .base import load_npy, mapped_edge_chunks, require_file, slice_chunks
 from .ogb import csv_edges
@@ -40,9 +39,9 @@ class GraphBoltMetadata:
         self.yaml_path = require_file(root / "metadata.yaml" if root.is_dir() else root)
         self.root = self.yaml_path.parent
         try:
-            meta = yaml.safe_load(read_small_text(self.yaml_path, what="GraphBolt metadata.yaml")) or {}
-        except yaml.YAMLError as exc:
-            raise DatasetError(f"{self.yaml_path}: not valid YAML ({exc})") from exc
+            meta = read_small_yaml(self.yaml_path, what="GraphBolt metadata.yaml") or {}
+        except SmallFileError as exc:
+            raise DatasetError(str(exc)) from None
         if not isinstance(meta, dict):
             raise DatasetError(f"{self.yaml_path}: a YAML {type(meta).__name__} at the top level, "
                                "expected a mapping (dataset_name, graph, feature_data, tasks)")
@@ -68,7 +67,7 @@ class GraphBoltMetadata:
     def _count(self, entry: dict, where: str) -> int:
         num = self._key(entry, "num", where)
         if isinstance(num, bool) or not isinstance(num, int) or num < 1:
-            raise DatasetError(f"{self.yaml_path}: {where}.num is {num!r:.100}, expected a "
+            raise DatasetError(f"{self.yaml_path}: {where}.num is {shown(num, 100)}, expected a "
                                "positive integer (the number of nodes)")
         return num
 

@@ -1,6 +1,7 @@
 """Planetoid citation graphs (Cora, CiteSeer, PubMed) in their original pickle files."""
 from __future__ import annotations
 
+import os
 import warnings
 from pathlib import Path
 from typing import Any
@@ -95,7 +96,7 @@ class PlanetoidSource(InMemoryTables):
             with open(path, "rb") as f, warnings.catch_warnings():
                 # The 2016 pickles name scipy.sparse.csr, which SciPy now flags as deprecated.
                 warnings.simplefilter("ignore", DeprecationWarning)
-                return PlanetoidUnpickler(f, encoding="latin1").load()
+                return PlanetoidUnpickler(f, encoding="latin1", limit=os.fstat(f.fileno()).st_size).load()
         except Exception as exc:  # a damaged pickle can raise almost anything
             raise DatasetError(f"{path}: not a readable Planetoid pickle ({type(exc).__name__}: "
                                f"{exc})") from exc

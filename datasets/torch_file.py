@@ -11,6 +11,8 @@ plain containers and NumPy arrays of numbers; anything else is refused naming th
 from __future__ import annotations
 
 import collections
+import io
+import math
 import pickle
 import struct
 import zipfile
@@ -19,14 +21,19 @@ from typing import Any
 
 import numpy as np
 
-from gnnssd.storage_format import DatasetError
+from gnnssd.storage_format import DatasetError, shown
 
-from .base import NUMPY_ARRAY_GLOBALS, require_file
+from .base import NUMPY_ARRAY_GLOBALS, bounded_numpy_global, require_file
 
 STORAGES = {"DoubleStorage": np.float64, "FloatStorage": np.float32, "HalfStorage": np.float16,
             "LongStorage": np.int64, "IntStorage": np.int32, "ShortStorage": np.int16,
             "CharStorage": np.int8, "ByteStorage": np.uint8, "BoolStorage": np.bool_}
 _LOCAL_HEADER = struct.Struct("<4s22xHH")  # signature, ..., file name length, extra length
+#: data.pkl decompressed: the object tree, and any NumPy arrays pickled in it (MAG240M's
+#: split_dict.pt holds 11 MB of them); tensors' data are separate members, mapped, not read.
+PICKLE_BYTES = 1 << 28
+#: The small members read whole (byteorder: "little").
+SMALL_MEMBER_BYTES = 64
 
 
 class _StorageType:
@@ -37,9 +44,9 @@ class _StorageType:
 
 
 class _Unpickler(pickle.Unpickler):
-    def __init__(self, file: Any, path: Path, archive: zipfile.ZipFile, prefix: str):
-        super().__init__(file)
-        self.path, self.archive, self.prefix = path, archive, prefix
+    def __init__(self, data: bytes, path: Path, archive: zipfile.ZipFile, prefix: str):
+        super().__init__(io.BytesIO(data))  # in memory: a length it names past its end is an error, not a read
+        self.path, self.archive, self.prefix, self.limit = path, archive, prefix, len(data)
 
     def find_class(self, module: str, name: str) -> Any:
         if module == "torch._utils" and name == "_rebuild_tensor_v2":
@@ -50,7 +57,9 @@ class _Unpickler(pickle.Unpickler):
             return _StorageType(STORAGES[name])
         if (module, name) == ("collections", "OrderedDict"):
             return collections.OrderedDict
-        if (module, name) in NUMPY_ARRAY_GLOBALS or (module, name) == ("_codecs", "encode"):
+        if (module, name) in NUMPY_ARRAY_GLOBALS:
+            return bounded_numpy_global(self, module, name, self.limit)
+        if (module, name) == ("_codecs", "encode"):
             return super().find_class(module, name)
         raise pickle.UnpicklingError(f"refused to load {module}.{name} (tensors, NumPy arrays of "
                                      "numbers and plain containers only)")
@@ -58,7 +67,7 @@ class _Unpickler(pickle.Unpickler):
     def persistent_load(self, pid: Any) -> np.ndarray:
         if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"
                 and isinstance(pid[1], _StorageType) and isinstance(pid[2], str) and isinstance(pid[4], int)):
-            raise pickle.UnpicklingError(f"a storage reference {pid!r:.100}, expected ('storage', type, "
+            raise pickle.UnpicklingError(f"a storage reference {shown(pid, 100)}, expected ('storage', type, "
                                          "key, location, count)")
         _, kind, key, _, count = pid
         return _stored_array(self.path, self.archive, f"{self.prefix}data/{key}", kind.dtype, count)
@@ -90,11 +99,18 @@ def _rebuild_tensor(storage: Any, offset: Any, size: Any, stride: Any, *rest: An
             and isinstance(stride, tuple) and len(size) == len(stride) and all(_ints(v) for v in (*size, *stride))):
         raise pickle.UnpicklingError("a tensor whose storage, offset, size or stride is malformed")
     if any(n < 0 for n in (offset, *size, *stride)):
-        raise pickle.UnpicklingError(f"a tensor with negative offset, size or stride {offset}, {size}, {stride}")
+        raise pickle.UnpicklingError(f"a tensor with negative offset, size or stride {offset}, {shown(size, 80)}, "
+                                     f"{shown(stride, 80)}")
     last = offset + sum((n - 1) * s for n, s in zip(size, stride)) if all(size) else offset - 1
     if last >= len(storage) or offset > len(storage):
-        raise pickle.UnpicklingError(f"a tensor of size {size}, stride {stride} at offset {offset} reaches "
+        raise pickle.UnpicklingError(f"a tensor of size {shown(size, 80)}, stride {shown(stride, 80)} at offset {offset} reaches "
                                      f"past its storage of {len(storage)} elements")
+    if math.prod(size) > len(storage):
+        # a stride-0 view of 2**40 elements over one: every copy of it (np.asarray(..., int64))
+        # would allocate the whole view, 8 TiB from a 600-byte file
+        raise pickle.UnpicklingError(f"a tensor of size {shown(size, 80)} (stride {shown(stride, 80)}) viewing a storage of "
+                                     f"{len(storage)} elements: more elements than its storage holds "
+                                     "(save it with .contiguous())")
     view = np.lib.stride_tricks.as_strided(storage[offset:], shape=size,
                                            strides=tuple(s * storage.itemsize for s in stride), writeable=False)
     return view
@@ -136,14 +152,31 @@ def load_torch_file(path: Path) -> Any:
             if len(pickles) != 1:
                 raise DatasetError(f"{path}: a zip file, but not a torch file (no single NAME/data.pkl)")
             prefix = pickles[0][: -len("data.pkl")]
-            if f"{prefix}byteorder" in archive.namelist() and archive.read(f"{prefix}byteorder") != b"little":
+            if f"{prefix}byteorder" in archive.namelist() and _member(
+                    archive, f"{prefix}byteorder", SMALL_MEMBER_BYTES, path) != b"little":
                 raise DatasetError(f"{path}: saved on a big-endian machine; expected little-endian data")
-            with archive.open(pickles[0]) as f:
-                value = _Unpickler(f, path, archive, prefix).load()
+            value = _Unpickler(_member(archive, pickles[0], PICKLE_BYTES, path), path, archive, prefix).load()
+        _check_values(value, path)
     except (pickle.UnpicklingError, zipfile.BadZipFile, EOFError, ValueError, TypeError, AttributeError,
             IndexError, KeyError, struct.error) as exc:
         if isinstance(exc, DatasetError):
             raise
         raise DatasetError(f"{path}: holds more than tensors and arrays, refused unread ({exc})") from None
-    _check_values(value, path)
+    except MemoryError:
+        raise DatasetError(f"{path}: its contents need more memory than this machine has; a torch file "
+                           "of tensors and arrays needs little beyond their stored bytes") from None
+    except RecursionError:
+        raise DatasetError(f"{path}: its values are nested deeper than Python can follow; expected tensors, "
+                           "arrays and plain containers") from None
     return value
+
+
+def _member(archive: zipfile.ZipFile, name: str, limit: int, path: Path) -> bytes:
+    """The archive member `name`, read whole only when its size (as the archive records it,
+    which also bounds what decompression may produce) is at most `limit` bytes: a DEFLATE
+    member of 1 GiB in 1 MiB is refused, not inflated."""
+    info = archive.getinfo(name)
+    if info.file_size > limit:
+        raise DatasetError(f"{path}: its member {name} is {info.file_size:,} bytes uncompressed, more than "
+                           f"the {limit:,} a torch file's {name.rsplit('/', 1)[-1]} may hold")
+    return archive.read(info)

@@ -2,14 +2,18 @@
 
 Names are imported from their modules on first use (storage_format.lazy): reading a store
 loads neither the topology build nor numba."""
+from .environment import check_numba_threads
 from .lazy import by_name, lazy_exports
+
+check_numba_threads()  # before any module imports numba, which fails on a bad NUMBA_NUM_THREADS unnamed
 
 _EXPORTS = by_name({
     ".atomic": ("OutputWriteError", "UnsafeOutputError", "appending", "atomic_file", "atomic_write_bytes",
                 "atomic_write_json", "check_output_target", "writable_file"),
     ".content": ("check_indptr_monotone", "check_range"),
     ".csc": ("index_dtype",),
-    ".errors": ("DatasetError", "PageChecksumError", "StoreError"),
+    ".environment": ("env_int", "env_seconds", "env_text"),
+    ".errors": ("DatasetError", "PageChecksumError", "StoreError", "shown"),
     ".lazy": ("by_name", "lazy_exports"),
     ".link_split": ("LinkSplit", "parse_fractions", "random_negatives"),
     ".manifest": ("FEATURE_DTYPES", "PAGE"),
@@ -18,7 +22,8 @@ _EXPORTS = by_name({
     ".partial_dir": ("new_output_folder", "output_lock"),
     ".paths": ("contained",),
     ".schema": ("GraphSchema", "NodeType"),
-    ".small_files": ("SmallFileError", "read_regular", "read_small_json", "read_small_text"),
+    ".small_files": ("SmallFileError", "opened_regular", "parse_yaml", "read_small_json", "read_small_text",
+                     "read_small_yaml"),
     ".source": ("DatasetSource", "TypedSource", "edge_chunks", "edge_count", "schema_of"),
     ".store": ("Store",),
     ".writer": ("write_store",),

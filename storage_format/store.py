@@ -81,6 +81,11 @@ class Store:
     @cached_property
     def fingerprint(self) -> str:
         """SHA-256 (hex) of manifest.json's bytes: which store, as preprocessed, this is."""
+        return self.fingerprint_on_disk()
+
+    def fingerprint_on_disk(self) -> str:
+        """The fingerprint of the manifest now in the store's folder: another than
+        `fingerprint` once the folder was preprocessed again or replaced."""
         return hashlib.sha256(read_small(self.path / MANIFEST, what="store manifest")).hexdigest()
 
     def verify(self) -> list[str]:

@@ -9,7 +9,12 @@
 - small files read whole: `storage_format.small_files` (regular file, no link, bounded);
 - pickles and torch files: `datasets.torch_file` (restricted, never torch.load) and the
   allow-list unpickler of `datasets.base` (Planetoid's pickles);
-- paths named by a dataset's files: `storage_format.paths.contained`.
+- paths named by a dataset's files: `storage_format.paths.contained`;
+- YAML parsed from anywhere (config files, `--set`, dataset metadata):
+  `storage_format.small_files.parse_yaml` (alias bombs, nesting, duplicate keys bounded);
+- environment variables read: `storage_format.environment` (each value checked, named when wrong);
+- a value quoted in a message: `storage_format.shown`, never a repr built whole and then
+  cut (`{value!r:.100}`), which no module may write.
 
 A module outside an owner that still makes such a call is listed in EXCEPTIONS with the
 reason the call is safe there; an exception no longer needed fails the test too.
@@ -26,6 +31,9 @@ OWNERS = {
     "write": {"storage_format/atomic.py"},
     "read": {"storage_format/small_files.py"},
     "unpickle": {"datasets/torch_file.py", "datasets/base.py"},
+    "yaml": {"storage_format/small_files.py"},
+    "environ": {"storage_format/environment.py"},
+    "cut repr": set(),
 }
 # (module, rule) -> why the raw call is safe there
 EXCEPTIONS = {
@@ -37,7 +45,14 @@ EXCEPTIONS = {
     ("gnnssd/training/rundir.py", "write"): "the run's lock file: opened O_NOFOLLOW, checked regular and "
                                             "single-linked before it is truncated (shared or exclusive, "
                                             "read-only fallback: not atomic.exclusive_lock's)",
+    ("io_engine/crc.py", "environ"): "GNNSSD_PAGE_CRC, checked against its choices and named; the engine's "
+                                     "layer imports no other",
+    ("io_engine/build_ffi.py", "environ"): "build time: GNNSSD_IO_NO_URING=1 builds without io_uring",
+    ("gnnssd/core/allocator.py", "environ"): "logs the user's PYTORCH_CUDA_ALLOC_CONF, which it leaves as it is",
+    ("gnnssd/compiler/kernels/triton_spmm.py", "environ"): "TRITON_INTERPRET, triton's own switch, compared to '1'",
 }
+YAML_CALLS = {f"yaml.{name}" for name in ("load", "safe_load", "full_load", "unsafe_load", "load_all", "safe_load_all",
+                                          "full_load_all", "unsafe_load_all", "compose", "compose_all", "parse", "scan")}
 WRITE_MODES = set("wax+")
 #: Functions that map a file, and the position of their mode argument.
 MAPS = {"memmap": 2, "open_memmap": 1}
@@ -95,6 +110,10 @@ def _rules(call: ast.Call) -> list[str]:
     if name in ("json.load", "yaml.safe_load", "yaml.load") and call.args and isinstance(
             call.args[0], ast.Call) and _name(call.args[0].func) == "open":
         found.append("read")
+    if name in YAML_CALLS:
+        found.append("yaml")
+    if name in ("os.getenv", "os.environ.get"):
+        found.append("environ")
     if name in ("torch.load", "pickle.load", "pickle.loads", "pickle.Unpickler") or (
             name in ("np.load", "numpy.load") and any(k.arg == "allow_pickle" and not (
                 isinstance(k.value, ast.Constant) and k.value.value is False) for k in call.keywords)):
@@ -111,8 +130,14 @@ def raw_calls(files: list[Path], root: Path) -> dict[tuple[str, str], list[int]]
             if isinstance(node, ast.ClassDef) and any(
                     _name(b).endswith("Unpickler") and _name(b) != "AllowListUnpickler" for b in node.bases):
                 rules = ["unpickle"]
+            elif isinstance(node, ast.ClassDef) and any(_name(b).startswith("yaml.") for b in node.bases):
+                rules = ["yaml"]  # a loader of its own
             elif isinstance(node, ast.Call):
                 rules = _rules(node)
+            elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and _name(node.value) == "os.environ":
+                rules = ["environ"]
+            elif isinstance(node, ast.FormattedValue) and node.conversion == ord("r") and node.format_spec is not None:
+                rules = ["cut repr"]  # {value!r:.100}: the whole repr is built, then cut
             else:
                 continue
             for rule in rules:
@@ -142,7 +167,11 @@ def test_the_scan_sees_each_raw_call(tmp_path: Path) -> None:
         "f.truncate(0)\nos.ftruncate(fd, 0)\nx.tofile(out / 'x.bin')\nnp.save(scratch / 'd.npy', d)\n"
         "np.lib.format.open_memmap(out / 'i.npy', mode='w+', dtype=t, shape=s)\nnp.memmap(out / 'f.bin', t)\n"
         "np.memmap(out / 'f.bin', t, 'r+')\nnp.memmap(out / 'f.bin', t, mode='r')\nnp.memmap(f, t, mode='r+')\n"
-        "os.open(p, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW)\n")
+        "os.open(p, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW)\n"
+        "yaml.safe_load(text)\nyaml.load(text, Loader=L)\nclass L(yaml.SafeLoader): pass\n"
+        "os.environ.get('RANK')\nos.environ['RANK']\nos.getenv('X')\nf'{value!r:.100}'\n"
+        "os.environ.setdefault('A', 'b')\n'RANK' in os.environ\nf'{value!r}'\nyaml.safe_dump(x)\n")
     found = raw_calls([tmp_path / "m.py"], tmp_path)
     assert found == {("m.py", "write"): [2, 3, 4, 5, 6, 7, 8, 15, 16, 21, 22, 23, 24, 25, 26, 27, 30],
-                     ("m.py", "read"): [9, 10], ("m.py", "unpickle"): [11, 12, 13, 14]}
+                     ("m.py", "read"): [9, 10], ("m.py", "unpickle"): [11, 12, 13, 14], ("m.py", "yaml"): [31, 32, 33],
+                     ("m.py", "environ"): [34, 35, 36], ("m.py", "cut repr"): [37]}

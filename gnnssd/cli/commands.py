@@ -13,8 +13,6 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-import yaml
-
 from gnnssd.core import ConfigError, setup_logging
 from gnnssd.storage_format import FEATURE_DTYPES, StoreError
 
@@ -114,16 +112,24 @@ def _size_arg(value: str) -> int:
 
 
 def _parse_overrides(pairs: list[str]) -> dict[str, Any]:
+    """`--set KEY=VALUE` pairs as dotted keys and values, each VALUE through the bounded YAML
+    loader (plain values: a tag such as !!python/... or an alias bomb fails); a key given
+    twice is refused, not the last one silently taken."""
+    from gnnssd.storage_format import SmallFileError, parse_yaml, shown
+
     overrides = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise ConfigError(f"--set {pair!r}: expected KEY=VALUE, e.g. train.epochs=5")
+            raise ConfigError(f"--set {shown(pair)}: expected KEY=VALUE, e.g. train.epochs=5")
+        if key in overrides:
+            raise ConfigError(f"{key}: --set given twice ({shown(overrides[key], 100)}, then {shown(value, 100)}); "
+                              "give each key once")
         try:
-            overrides[key] = yaml.safe_load(value)  # plain YAML only: a tag such as !!python/... fails
-        except yaml.YAMLError as exc:
-            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-            raise ConfigError(f"{key}: --set value {value!r} is not a plain YAML value ({problem})") from None
+            overrides[key] = parse_yaml(value, key)
+        except SmallFileError as exc:
+            raise ConfigError(f"{exc} (--set value {shown(value, 100)}: a plain YAML value, e.g. 5, 0.01, "
+                              "true, [10, 10])") from None
     return overrides
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from gnnssd.storage_format import SmallFileError, atomic_file, read_small_text
+from gnnssd.storage_format import SmallFileError, atomic_file, read_small_text, shown
 from gnnssd.training import METRICS
 
 METRICS_BYTES = 1 << 30
@@ -59,11 +59,11 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
             raise RuntimeError(f"{where}: 'io' must be an object with 'bytes_read'")
         epoch = record["epoch"]
         if isinstance(epoch, bool) or not isinstance(epoch, int) or not 0 <= epoch <= MAX_EPOCH:
-            raise RuntimeError(f"{where}: 'epoch' is {epoch!r:.100}, expected an integer from 0 to {MAX_EPOCH:,}")
+            raise RuntimeError(f"{where}: 'epoch' is {shown(epoch, 100)}, expected an integer from 0 to {MAX_EPOCH:,}")
         for key in ("train_loss", "epoch_s", *ACCURACIES):
             value = record.get(key, 0.0)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise RuntimeError(f"{where}: {key!r} is {value!r:.100}, expected a number")
+                raise RuntimeError(f"{where}: {key!r} is {shown(value, 100)}, expected a number")
             # NaN: the accuracy of an empty split (the trainer writes it); nothing else
             if math.isinf(value) or math.isnan(value) and key not in ACCURACIES:
                 raise RuntimeError(f"{where}: {key!r} is {value}, expected a finite number")

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 import tomllib
-import yaml
 
-from gnnssd.storage_format import SmallFileError, read_small_text
+from gnnssd.storage_format import SmallFileError, parse_yaml, read_small_text, shown
 
 from .budget import AUTO, exact_size, parse_bytes
 
@@ -27,50 +27,34 @@ class ConfigError(ValueError):
     """A configuration key or value is wrong; the message names the key."""
 
 
-MAX_SHOWN = 200  # characters of a value quoted in an error message
-MAX_YAML_NODES = 100_000  # nodes of a YAML document once its aliases are expanded
 CONFIG_BYTES = 1 << 20  # a config file: a few KiB of keys
+#: The largest count an argument or key may give (epochs, fanouts, ...): what a C int
+#: holds, as DGL's and numba's kernels take them.
+MAX_COUNT = 2**31 - 1
 
 
 def _shown(value: Any) -> str:
-    """repr of a value for an error message, cut short: a huge value is not echoed."""
-    text = repr(value)
-    return text if len(text) <= MAX_SHOWN else f"{text[:MAX_SHOWN]}... ({len(text):,} characters)"
+    """A value quoted in an error message, cut short (storage_format.shown)."""
+    return shown(value)
 
 
-class _ConfigLoader(yaml.SafeLoader):
-    """yaml.SafeLoader that refuses duplicate keys (TOML does too) and documents whose
-    aliases expand past MAX_YAML_NODES nodes (an alias bomb of a few hundred bytes)."""
-
-    def construct_document(self, node: yaml.Node) -> Any:
-        _count_nodes(node, [0])
-        return super().construct_document(node)
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {_shown(key)} (each key may appear once)",
-                    key_node.start_mark)
-            seen.add(key)
-        return super().construct_mapping(node, deep)
+def is_count(value: Any, low: int = 0, high: int = MAX_COUNT) -> bool:
+    """Whether `value` is an integer (Python's or NumPy's, not a bool) in [low, high]."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)) and low <= value <= high
 
 
-def _count_nodes(node: yaml.Node, count: list[int]) -> None:
-    """Walk the node graph as construction would expand it, stopping past the limit."""
-    count[0] += 1
-    if count[0] > MAX_YAML_NODES:
-        raise yaml.YAMLError(f"more than {MAX_YAML_NODES:,} values once its aliases are expanded "
-                             "(an alias bomb?)")
-    if isinstance(node, yaml.SequenceNode):
-        for child in node.value:
-            _count_nodes(child, count)
-    elif isinstance(node, yaml.MappingNode):
-        for key, child in node.value:
-            _count_nodes(key, count)
-            _count_nodes(child, count)
+def check_count(value: Any, key: str, low: int = 0, high: int = MAX_COUNT) -> int:
+    """`value` as an int when `is_count`; else a ValueError naming `key`, the value and
+    the range: the one check of epochs and counts a caller passes (set_epoch, first_epoch,
+    reuse_epochs), so that -1, 1.5, "3", None or 2**70 fail here, not deep in DGL or numba."""
+    if not is_count(value, low, high):
+        raise ValueError(f"{key}: {shown(value)}; expected an integer from {low:,} to {high:,}")
+    return int(value)
+
+
+def is_count_from(low: int) -> typing.Callable[[Any], bool]:
+    """`is_count` from `low` to MAX_COUNT, as a config field's check."""
+    return lambda value: is_count(value, low)
 
 
 def _positive(value: Any) -> bool:
@@ -110,15 +94,25 @@ class ModelConfig:
     featureless: Literal["zeros", "embedding"] = "embedding"
 
 
+def is_fanout(value: Any, low: int = 1) -> bool:
+    """A fanout: -1 (all neighbours) or an integer from `low` (0 inside a relation dict: none
+    of that relation) to MAX_COUNT."""
+    return is_count(value, -1, MAX_COUNT) and (value == -1 or value >= low)
+
+
+def is_layer_fanouts(value: Any) -> bool:
+    """One layer's fanout, or on a heterogeneous store a non-empty dict of them by relation name."""
+    if isinstance(value, dict):
+        return len(value) > 0 and all(isinstance(k, str) and is_fanout(v, 0) for k, v in value.items())
+    return is_fanout(value)
+
+
 def _fanouts(value: list[int | dict[str, int]]) -> bool:
-    """Per layer a fanout (-1: all), or on a heterogeneous store a dict by relation name
-    (0: none of that relation)."""
-    return len(value) > 0 and all(f == -1 or f > 0 if isinstance(f, int)
-                                  else len(f) > 0 and all(k >= -1 for k in f.values()) for f in value)
+    return len(value) > 0 and all(is_layer_fanouts(f) for f in value)
 
 
-FANOUTS_EXPECTED = ("a non-empty list of positive fanouts (-1 = all neighbours), one per layer; on a "
-                    "heterogeneous store a layer may be a dict of fanouts by relation name")
+FANOUTS_EXPECTED = (f"a non-empty list of positive fanouts up to {MAX_COUNT:,} (-1 = all neighbours), one per "
+                    "layer; on a heterogeneous store a layer may be a dict of fanouts by relation name")
 
 
 #: Above this many edges the default evaluation samples like training (SamplerConfig.evaluation):
@@ -145,7 +139,7 @@ class SamplerConfig:
     #: order and neighbour draws of epoch 1, epochs K+1..2K those of epoch K+1, ... With
     #: features: ssd the group's later epochs replay the first one's plans and compact
     #: blocks kept on disk (no sampling, planning or repacking). Node tasks only.
-    reuse_epochs: int = field(default=1, metadata=_check(_positive, "a positive integer"))
+    reuse_epochs: int = field(default=1, metadata=_check(is_count_from(1), f"an integer from 1 to {MAX_COUNT:,}"))
     #: Neighbour sampling: "uniform" (min(fanout, degree) in-neighbours per node, without
     #: replacement) or "labor" (layer-neighbour sampling, as DGL's LaborSampler: fanout
     #: in-neighbours per node on average, sources shared across a layer's nodes, so fewer
@@ -242,7 +236,7 @@ class LinkConfig:
 
 @dataclass
 class TrainConfig:
-    epochs: int = field(default=10, metadata=_check(_positive, "a positive integer"))
+    epochs: int = field(default=10, metadata=_check(is_count_from(1), f"an integer from 1 to {MAX_COUNT:,}"))
     lr: float = field(default=0.003, metadata=_check(_finite_positive, "a finite positive number"))
     weight_decay: float = field(default=0.0, metadata=_check(_finite_non_negative,
                                                              "a finite non-negative number"))
@@ -335,11 +329,13 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Co
         if path.suffix == ".toml":
             data = tomllib.loads(text)
         elif path.suffix in (".yaml", ".yml"):
-            data = yaml.load(text, Loader=_ConfigLoader) or {}
+            data = parse_yaml(text, str(path)) or {}
         else:
             raise ConfigError(f"{path}: unknown config format {path.suffix!r}; use .yaml or .toml")
-    except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
-        raise ConfigError(f"{path}: not valid {path.suffix[1:].upper()}: {exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    except SmallFileError as exc:
+        raise ConfigError(str(exc)) from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of keys at the top level")
     for dotted, value in (overrides or {}).items():

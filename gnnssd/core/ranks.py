@@ -8,6 +8,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch.distributed as dist
 
+from gnnssd.storage_format import env_int, env_text
+
+#: The most ranks a process group may have (torchrun's WORLD_SIZE).
+MAX_WORLD_SIZE = 1 << 16
+
 
 @dataclass(frozen=True)
 class Ranks:
@@ -38,8 +43,31 @@ def current() -> Ranks:
     if not (dist.is_available() and dist.is_initialized()):
         return Ranks()
     rank, world = dist.get_rank(), dist.get_world_size()
-    return Ranks(rank, world, int(os.environ.get("LOCAL_RANK", rank)),
-                 int(os.environ.get("LOCAL_WORLD_SIZE", world)))
+    local_world = env_int("LOCAL_WORLD_SIZE", world, 1, world, f"at most WORLD_SIZE={world}")
+    return Ranks(rank, world, env_int("LOCAL_RANK", rank % local_world, 0, local_world - 1,
+                                      f"below LOCAL_WORLD_SIZE={local_world}"), local_world)
+
+
+@dataclass(frozen=True)
+class Launch:
+    """The process group torchrun's environment describes: this rank, and where to meet."""
+
+    ranks: Ranks
+    master_addr: str
+    master_port: int
+
+
+def torchrun_environment() -> Launch:
+    """RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT, each
+    checked (an integer in its range, the rank below the world size, a port from 1 to
+    65535) before torch reads them: RANK=0 WORLD_SIZE=0 crashed its store creation, and
+    RANK=abc failed with an int() error that named no variable."""
+    world = env_int("WORLD_SIZE", None, 1, MAX_WORLD_SIZE)
+    rank = env_int("RANK", None, 0, world - 1, f"below WORLD_SIZE={world}")
+    local_world = env_int("LOCAL_WORLD_SIZE", world, 1, world, f"at most WORLD_SIZE={world}")
+    local_rank = env_int("LOCAL_RANK", rank % local_world, 0, local_world - 1, f"below LOCAL_WORLD_SIZE={local_world}")
+    return Launch(Ranks(rank, world, local_rank, local_world), env_text("MASTER_ADDR"),
+                  env_int("MASTER_PORT", None, 1, 65535))
 
 
 def launched_by_torchrun() -> bool:

@@ -292,7 +292,7 @@ def trained_model(config: Config) -> nn.Module:
     store = Store.open(config.store_path())
     task = trainer_class(config.task)
     model = store_model(config.model, store, task.output_dim(config, store))
-    checkpoint = load_checkpoint(config.run_path(), store)
+    checkpoint = load_checkpoint(config.run_path(), store, model)
     if checkpoint is None:
         raise RuntimeError(f"{config.run_path()}: no checkpoint; train first")
     state = checkpoint["best"]["state"] or checkpoint["model"]

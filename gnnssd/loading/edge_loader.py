@@ -26,6 +26,7 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
+from gnnssd.core import check_count
 from gnnssd.sampler import Sequential, Sharded
 from gnnssd.storage_format import GraphSchema, Store, random_negatives
 
@@ -147,8 +148,7 @@ class EdgeLoader(SourceLoader):
                  shuffle: bool = True, seed: int | None = None, drop_last: bool = False,
                  rank: int | None = None, world_size: int | None = None, **source_options: Any):
         fanouts = check_fanouts(fanouts)
-        if batch_size < 1 or negatives < 1:
-            raise ValueError(f"batch_size {batch_size} and negatives {negatives}: both must be >= 1")
+        batch_size, negatives = check_count(batch_size, "batch_size", 1), check_count(negatives, "negatives", 1)
         self.rank, self.world_size = _ranks(rank, world_size)
         self._shard = Sequential() if self.world_size == 1 else Sharded(Sequential(), self.rank, self.world_size)
         features = source.features if isinstance(source, FeatureSource) else source_options.get("features", "memory")
@@ -201,6 +201,8 @@ class EdgeLoader(SourceLoader):
                     yield EdgeBatch(batch.input_nodes, batch.output_nodes, batch.blocks, batch.x, batch.y,
                                     torch.from_numpy(group.pos), torch.from_numpy(group.neg), self.relation)
                     del batch  # not held while the next one is made (its x would stay alive)
+                    self._check_still_open()
+                self._check_still_open()
         finally:
             batches.close()
 

@@ -27,7 +27,7 @@ import dgl
 import numpy as np
 import torch
 
-from gnnssd.core import SamplerConfig, SSDConfig, StageTimer, bound_freed_memory, run_seed, select_device
+from gnnssd.core import SamplerConfig, SSDConfig, StageTimer, bound_freed_memory, check_count, run_seed, select_device
 from gnnssd.sampler import SAMPLING_METHODS
 from gnnssd.storage_format import Store, mapped_take
 
@@ -385,10 +385,20 @@ class SourceLoader:
     def __reduce__(self):
         raise TypeError(_PER_PROCESS.format(name=type(self).__name__, how="pickled"))
 
+    def _check_still_open(self) -> None:
+        """Between two mini-batches of an epoch: refuse to go on once this loader or its source
+        was closed (memory mode's iterator kept yielding from the closed source, ssd's ended as
+        if the epoch were whole)."""
+        if self._closed or self.source._closed:
+            closed = f"this {type(self).__name__}" if self._closed else "the FeatureSource of this loader"
+            raise RuntimeError(f"{closed} was closed during an epoch; the epoch's iterator cannot go on "
+                               f"(make a new loader to iterate again)")
+
     def set_epoch(self, epoch: int) -> None:
         """The epoch the next iteration draws its order, negatives and neighbours for
-        (without it, each iteration is the one after the previous)."""
-        self.epoch, self._epoch_set = epoch, True
+        (without it, each iteration is the one after the previous): an integer from 0 to
+        MAX_COUNT, NumPy's too (np.int64(4) reached DGL's C++ as it was)."""
+        self.epoch, self._epoch_set = check_count(epoch, "set_epoch: epoch"), True
 
     def _start_epoch(self) -> int:
         """The epoch an iteration starting now runs: the one set_epoch named, else the

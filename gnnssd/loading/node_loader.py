@@ -24,32 +24,25 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
-from gnnssd.core import SamplerConfig, run_seed
+from gnnssd.core import MAX_COUNT, SamplerConfig, check_count, is_layer_fanouts, run_seed
 from gnnssd.sampler import SeedOrder, Sequential, Sharded, named_order, seed_batches
-from gnnssd.storage_format import GraphSchema, Store
+from gnnssd.storage_format import GraphSchema, Store, shown
 
 from .feature_source import FeatureSource, SourceLoader
 from .typed import layer_fanouts
 from .types import MiniBatch
 
 
-def _count(f: Any) -> bool:
-    return isinstance(f, (int, np.integer)) and not isinstance(f, bool)
-
-
 def check_fanouts(fanouts: Any) -> list[Any]:
-    """A non-empty list of positive fanouts or -1 (all neighbours), one per layer; on a
-    heterogeneous store a layer may be a dict of fanouts by relation name (0: none of
-    that relation), or a clear error."""
+    """A non-empty list of fanouts from 1 to MAX_COUNT or -1 (all neighbours), one per layer;
+    on a heterogeneous store a layer may be a dict of fanouts by relation name (0: none of
+    that relation), or a clear error (10**30 overflowed in the sampler, unnamed)."""
     values = list(fanouts) if isinstance(fanouts, (list, tuple)) else None
-    if not values or not all((_count(f) and (f == -1 or f > 0))
-                             or (isinstance(f, dict) and f and all(isinstance(k, str) and _count(v) and v >= -1
-                                                                   for k, v in f.items()))
-                             for f in values):
-        raise ValueError(f"fanouts: {fanouts!r}; expected a non-empty list of positive integers "
-                         "(one per layer; -1 = all neighbours), or per layer a dict of them by "
-                         "relation name")
-    return [dict(f) if isinstance(f, dict) else int(f) for f in values]
+    if not values or not all(is_layer_fanouts(f) for f in values):
+        raise ValueError(f"fanouts: {shown(fanouts)}; expected a non-empty list of positive integers "
+                         f"up to {MAX_COUNT:,} (one per layer; -1 = all neighbours), or per layer a dict "
+                         "of them by relation name")
+    return [{k: int(v) for k, v in f.items()} if isinstance(f, dict) else int(f) for f in values]
 
 
 def check_nodes(nodes: Any, num_nodes: int, what: str = "seeds") -> np.ndarray:
@@ -140,8 +133,7 @@ class NodeLoader(SourceLoader):
             seed_order = named if shuffle else Sequential()
         if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
             raise ValueError(f"batch_size: {batch_size!r}; expected a positive integer")
-        if reuse_epochs < 1:
-            raise ValueError(f"reuse_epochs: {reuse_epochs}; expected a positive integer")
+        reuse_epochs, first_epoch = check_count(reuse_epochs, "reuse_epochs", 1), check_count(first_epoch, "first_epoch")
         self.rank, self.world_size = _ranks(rank, world_size)
         self._owns_source = not isinstance(source, FeatureSource)
         if self._owns_source:
@@ -205,6 +197,8 @@ class NodeLoader(SourceLoader):
                 for batch in batches:
                     yield self.source.with_original_ids(batch)
                     del batch  # not held while the next one is made (its x would stay alive)
+                    self._check_still_open()
+                self._check_still_open()
         finally:
             batches.close()
 

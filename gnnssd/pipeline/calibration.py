@@ -18,7 +18,7 @@ import numpy as np
 
 from gnnssd.pipeline.direct_io import DirectIO
 from gnnssd.sampler import CostModel
-from gnnssd.storage_format import PAGE, SmallFileError, StoreError, read_small_text
+from gnnssd.storage_format import PAGE, SmallFileError, StoreError, read_small_text, shown
 
 CALIBRATION_FILE = "calibration.json"
 CALIBRATION_BYTES = 1 << 20  # a model and a table of a few sizes: a few KiB
@@ -109,7 +109,7 @@ def _read_model(path: Path) -> CostModel:
                          "rerun `gnnssd calibrate` or delete it") from None
     if not isinstance(model, dict) or set(model) - set(MODEL_RANGES) or not {
             "request_s", "read_bw", "write_bw"} <= set(model):
-        raise StoreError(f"{path}: model keys {sorted(model) if isinstance(model, dict) else model!r:.200}, "
+        raise StoreError(f"{path}: model keys {shown(sorted(model) if isinstance(model, dict) else model, 200)}, "
                          f"expected request_s, read_bw, write_bw and optionally page, max_request; "
                          "rerun `gnnssd calibrate` or delete it")
     for key, value in model.items():
@@ -118,7 +118,7 @@ def _read_model(path: Path) -> CostModel:
         if (isinstance(value, bool) or not isinstance(value, int if integral else (int, float))
                 or not math.isfinite(value) or not low <= value <= high
                 or integral and value % PAGE):
-            raise StoreError(f"{path}: model.{key} is {value!r:.100}, expected "
+            raise StoreError(f"{path}: model.{key} is {shown(value, 100)}, expected "
                              f"{'a multiple of ' + str(PAGE) + ' in' if integral else 'a number in'} "
                              f"{low:g}..{high:g}; rerun `gnnssd calibrate` or delete it")
     return CostModel(**model)

@@ -29,13 +29,14 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, P
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 from torch.nn.parallel import DistributedDataParallel
 
-from gnnssd.core import Config, ConfigError, Ranks, current, setup_logging
-from gnnssd.storage_format import Store, StoreError
+from gnnssd.core import Config, ConfigError, Ranks, current, setup_logging, torchrun_environment
+from gnnssd.storage_format import Store, StoreError, env_seconds
 
 log = logging.getLogger("gnnssd.training.distributed")
 
 TIMEOUT_ENV = "GNNSSD_DIST_TIMEOUT"
 DEFAULT_TIMEOUT_S = 30.0
+MAX_TIMEOUT_S = 7 * 24 * 3600.0  # a week: past it a hung rank is never noticed (and inf overflowed timedelta)
 SETUP_TIMEOUT = timedelta(minutes=10)
 PROGRESS_KEY = "gnnssd/progress/{}"
 HEARTBEAT_KEY = "gnnssd/heartbeat/{}"
@@ -44,14 +45,7 @@ HEARTBEAT_S = 1.0
 
 def collective_timeout() -> timedelta:
     """How long a rank waits in a collective for the others (GNNSSD_DIST_TIMEOUT seconds)."""
-    raw = os.environ.get(TIMEOUT_ENV, str(DEFAULT_TIMEOUT_S))
-    try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = -1.0
-    if seconds <= 0:
-        raise ConfigError(f"{TIMEOUT_ENV}={raw!r}: expected a positive number of seconds")
-    return timedelta(seconds=seconds)
+    return timedelta(seconds=env_seconds(TIMEOUT_ENV, DEFAULT_TIMEOUT_S, 1e-3, MAX_TIMEOUT_S))
 
 
 def rank_device(device: torch.device, ranks: Ranks) -> torch.device:
@@ -188,6 +182,7 @@ def init_from_env() -> Ranks:
     """Join the process group torchrun's environment describes (gloo on CPU, and nccl for
     CUDA tensors when there is a GPU); each rank gets its share of the CPU threads."""
     global _progress_store, _training_group, _heartbeat
+    launch = torchrun_environment()  # checked before torch's rendezvous reads them
     timeout = collective_timeout()
     store, rank, world = next(dist.rendezvous("env://", timeout=SETUP_TIMEOUT))
     if torch.cuda.is_available():
@@ -199,7 +194,7 @@ def init_from_env() -> Ranks:
     _training_group = dist.new_group(backend=backend, timeout=timeout)
     store.set_timeout(timeout)  # progress posts fail, not wait, when the store's host hangs
     _progress_store = store
-    _heartbeat = Heartbeat(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), rank)
+    _heartbeat = Heartbeat(launch.master_addr, launch.master_port, rank)
     ranks = current()
     if "OMP_NUM_THREADS" not in os.environ:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // ranks.local_world_size))

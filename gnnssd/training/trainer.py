@@ -23,10 +23,11 @@ from gnnssd.core import (Config, ConfigError, ModelConfig, SamplerConfig, as_con
                          seed_everything, select_device, uninterruptible, use_single_thread)
 from gnnssd.loading import FeatureSource, backend_class
 from gnnssd.models import device_for, store_model
-from gnnssd.storage_format import Store
+from gnnssd.storage_format import Store, shown
 
 from . import distributed
-from .checkpoint import CHECKPOINT, CheckpointError, MetricsLog, check_store, load_checkpoint, save_checkpoint
+from .checkpoint import (CHECKPOINT, CheckpointError, MetricsLog, check_store, check_store_in_place, load_checkpoint,
+                         save_checkpoint)
 from .rundir import RunLock, Scratch, prepare_run_dir, write_run_file
 
 log = logging.getLogger("gnnssd.training.trainer")
@@ -68,6 +69,7 @@ class TaskTrainer(abc.ABC):
         self.ranks = current()  # several when inside an initialised process group
         self.run_dir = cfg.run_path()
         self.store = Store.open(cfg.store_path())
+        self.store.fingerprint  # taken now: the store's identity checked between epochs (check_store_in_place)
         distributed.check_same_config(cfg, self.ranks)
         distributed.check_same_store(self.store, self.ranks)
         self._check_store()
@@ -200,7 +202,7 @@ class TaskTrainer(abc.ABC):
     def _fit(self, resume: bool) -> list[dict[str, Any]]:
         cfg = self.config
         main = self.ranks.is_main
-        checkpoint = distributed.from_rank0(lambda: load_checkpoint(self.run_dir), self.ranks)
+        checkpoint = distributed.from_rank0(lambda: load_checkpoint(self.run_dir, model=self.model), self.ranks)
         if checkpoint is not None and not resume:
             raise RuntimeError(f"{self.run_dir}: holds a checkpoint of epoch {checkpoint['epoch']}; "
                                "pass --resume (resume=True) to continue it, or pick another run_dir")
@@ -217,9 +219,11 @@ class TaskTrainer(abc.ABC):
                 log.info("the %s split of %s is empty: its evaluation is skipped", split, cfg.store)
         history = []
         for epoch in range(self.epochs_done + 1, cfg.train.epochs + 1):
+            distributed.from_rank0(lambda: check_store_in_place(self.store, self.epochs_done), self.ranks)
             record = self._train_epoch(epoch)
             if epoch % cfg.train.eval_every == 0 or epoch == cfg.train.epochs:
                 record.update(self._evaluate_epoch(epoch))
+            distributed.from_rank0(lambda: check_store_in_place(self.store, self.epochs_done), self.ranks)
             self.epochs_done = epoch
             if main:
                 self.metrics.append(record)
@@ -322,7 +326,7 @@ class TaskTrainer(abc.ABC):
         prepare_run_dir(self.run_dir, create=False)
         if self.lock is None:
             self.lock = RunLock(self.run_dir, exclusive=False)
-        checkpoint = distributed.from_rank0(lambda: load_checkpoint(self.run_dir), self.ranks)
+        checkpoint = distributed.from_rank0(lambda: load_checkpoint(self.run_dir, model=self.model), self.ranks)
         if checkpoint is None:
             raise RuntimeError(f"{self.run_dir}: no checkpoint; train first")
         self._restore(checkpoint)
@@ -355,29 +359,27 @@ class TaskTrainer(abc.ABC):
                                   float(gauss)]}}
 
     def _restore(self, checkpoint: dict[str, Any]) -> None:
-        path = self.run_dir / CHECKPOINT
-        try:
-            saved = json.loads(checkpoint["config"])
-            keys, pos, has_gauss, gauss = checkpoint["rng"]["numpy"]
-        except (KeyError, TypeError, ValueError) as exc:
-            raise CheckpointError(f"{path}: not a checkpoint of this gnnssd ({exc!r})") from None
+        path = self.run_dir / CHECKPOINT  # its tree's shape is checked as it loads (check_run_state)
+        saved = json.loads(checkpoint["config"])
+        keys, pos, has_gauss, gauss = checkpoint["rng"]["numpy"]
         check_store(checkpoint, self.store, self.run_dir)
         current = self.config.to_dict()
         defaults = Config(store="", run_dir="").to_dict()
         for key in RESUME_KEYS:
             if isinstance(saved.get(key), dict):  # a key added since the checkpoint: its default
                 saved[key] = {**defaults[key], **saved[key]}
-            if saved[key] != current[key]:
+            if saved.get(key) != current[key]:
                 raise ConfigError(f"{key}: the checkpoint in {self.run_dir} was trained with "
-                                  f"{saved[key]!r}, the config says {current[key]!r}")
+                                  f"{shown(saved.get(key))}, the config says {current[key]!r}")
         distributed.check_world_size(checkpoint, self.ranks, self.run_dir)
         _check_epoch(checkpoint, saved, path)
-        best = checkpoint.get("best")
+        best = checkpoint["best"]
+        if f"valid_{self.SELECTION}" not in best:
+            raise CheckpointError(f"{path}: key 'best' holds {sorted(best)}; this task selects its best "
+                                  f"model by valid_{self.SELECTION}")
         key = "best"
         try:
-            if not isinstance(best, dict):
-                raise TypeError(f"a {type(best).__name__}, expected a dict")
-            if best.get("state") is not None:
+            if best["state"] is not None:
                 _check_fits(best["state"], self.model)
             key = "model"
             _check_fits(checkpoint["model"], self.model)
@@ -396,11 +398,12 @@ class TaskTrainer(abc.ABC):
 
 def _check_epoch(checkpoint: dict[str, Any], saved: dict[str, Any], path: Path) -> None:
     """The checkpoint's epoch is one the run that wrote it could reach (0..its train.epochs)."""
-    epoch, planned = checkpoint.get("epoch"), saved.get("train", {}).get("epochs")
+    train = saved.get("train")
+    epoch, planned = checkpoint.get("epoch"), train.get("epochs") if isinstance(train, dict) else None
     if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0 or (
             isinstance(planned, int) and epoch > planned):
-        raise CheckpointError(f"{path}: key 'epoch' is {epoch!r:.60}, expected an integer from 0 to "
-                              f"the {planned!r:.60} epochs of the run that wrote it")
+        raise CheckpointError(f"{path}: key 'epoch' is {shown(epoch, 60)}, expected an integer from 0 to "
+                              f"the {shown(planned, 60)} epochs of the run that wrote it")
 
 
 def _check_fits(state: Any, model: torch.nn.Module) -> None:
