@@ -74,6 +74,12 @@ def env_text(name: str) -> str:
     return raw
 
 
+def env_optional(name: str) -> str | None:
+    """The value of `name`, or None where it is unset or empty (a default then applies)."""
+    raw = _raw(name)
+    return raw if raw else None
+
+
 def check_numba_threads() -> None:
     """NUMBA_NUM_THREADS, if set, is a thread count numba accepts (numba fails its own import
     on 0 or a word, with a traceback that does not name the variable)."""

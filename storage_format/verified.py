@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from .atomic import atomic_write_json
+from .environment import env_optional
 from .small_files import read_small_json
 
 log = logging.getLogger(__name__)
@@ -50,9 +51,10 @@ FIELDS = ("st_dev", "st_ino", "st_size", "st_mtime_ns", "st_ctime_ns")
 def cache_dir() -> Path:
     """Where gnnssd keeps what it may recompute: $GNNSSD_CACHE_DIR, else
     $XDG_CACHE_HOME/gnnssd, else ~/.cache/gnnssd."""
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV])
-    xdg = os.environ.get("XDG_CACHE_HOME")
+    chosen = env_optional(CACHE_ENV)
+    if chosen:
+        return Path(chosen)
+    xdg = env_optional("XDG_CACHE_HOME")
     return (Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache") / "gnnssd"
 
 
