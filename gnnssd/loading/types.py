@@ -1,5 +1,6 @@
 """What every feature backend shares: the mini-batch it yields, its I/O counters, the
-labels, the store's graph for DGL's sampler, and the loader protocol.
+labels, the store's topology in RAM (and as a DGL graph, the tests' reference), and the
+loader protocol.
 
 The loader protocol every feature backend follows (memory, ssd, the baselines), which
 `NodeLoader` and `EdgeLoader` drive: `minibatches(batches, fanouts, epoch, exclude=None)`
@@ -162,20 +163,25 @@ def check_memory(store: Store, features: str, needs: dict[str, int]) -> None:
                       "features from the SSD")
 
 
-def store_graph(store: Store) -> dgl.DGLGraph:
-    """The store's topology as a DGL graph, built from its CSC arrays.
-
-    The graph uses int64 IDs: with int32 IDs DGL 2.1's g-SpMM backward crashes
-    (segfault) on blocks sampled from a CSC-only graph. indptr is checked monotone and
-    indices in range first (open checks only their ends; this copies them anyway): DGL
-    aborts the process on a decreasing indptr and raises its own error on a bad index.
-    """
+def store_topology(store: Store) -> tuple[np.ndarray, np.ndarray]:
+    """The store's CSC (indptr, indices) as int64 arrays in RAM, checked first: indptr
+    monotone and indices in range (open checks only their ends; this copies them anyway),
+    so neither gnnssd's sampler nor DGL meets a bad one: DGL aborts the process on a
+    decreasing indptr."""
     check_indptr_monotone(store.path / "indptr.npy", store.indptr)
     check_range(store.path / "indices.npy", store.indices, 0, store.num_nodes, "a node ID")
-    indptr = torch.from_numpy(np.array(store.indptr, dtype=np.int64))
-    indices = torch.from_numpy(np.array(store.indices, dtype=np.int64))
+    return np.array(store.indptr, dtype=np.int64), np.array(store.indices, dtype=np.int64)
+
+
+def store_graph(store: Store) -> dgl.DGLGraph:
+    """The store's topology as a DGL graph, built from its checked CSC arrays
+    (store_topology), in store IDs: the reference tests sample DGL's way on.
+
+    The graph uses int64 IDs: with int32 IDs DGL 2.1's g-SpMM backward crashes
+    (segfault) on blocks sampled from a CSC-only graph."""
+    indptr, indices = store_topology(store)
     empty = torch.empty(0, dtype=torch.int64)
-    return dgl.graph(("csc", (indptr, indices, empty)), num_nodes=store.num_nodes)
+    return dgl.graph(("csc", (torch.from_numpy(indptr), torch.from_numpy(indices), empty)), num_nodes=store.num_nodes)
 
 
 class Labels:

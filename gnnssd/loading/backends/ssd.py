@@ -29,11 +29,10 @@ from gnnssd.core import (ConfigError, SamplerConfig, SSDConfig, StageTimer, disk
 from gnnssd.pipeline import (BUFFERS, DirectIO, FeatureFile, HotCache, HotRanking, KeptSamples,
                              MegaBatchBuffers, PlanWorker, Recycler, RepackReport, check_numba_threads, delete,
                              load_cost_model, numba_threads, repacked_windows, samples_key, x_dtype, x_pool_bytes)
-from gnnssd.sampler import (HotRows, MegaBatchPlan, MFGs, NeighborSampler, PlanConfig, Planner, pages_plan,
-                            to_dgl_blocks)
+from gnnssd.sampler import HotRows, MegaBatchPlan, MFGs, NeighborSampler, PlanConfig, Planner, pages_plan
 from gnnssd.storage_format import Store
 
-from ..typed import layer_fanouts, typed_batch_parts
+from ..typed import batch_parts, layer_fanouts, sampler_options
 from ..types import IOCounters, Labels, MiniBatch
 
 log = logging.getLogger("gnnssd.ssd")
@@ -159,7 +158,7 @@ class SSDLoader:
         inputs = []
         for fanouts, batch_size in settings:
             sampler = NeighborSampler(self.store.indptr, self.store.indices,
-                                      layer_fanouts(self.store.schema, fanouts), **self._typing(),
+                                      layer_fanouts(self.store.schema, fanouts), **sampler_options(self.store),
                                       method=sampler_cfg.method)
             splits = [np.asarray(s) for s in (self.store.train_store_ids, self.store.valid_store_ids,
                                               self.store.test_store_ids)]
@@ -168,13 +167,6 @@ class SSDLoader:
                 seeds = np.sort(rng.choice(nodes, min(len(nodes), batch_size), replace=False))
                 inputs.append(np.asarray(sampler.sample(seeds, self.seed).input_rows))
         return inputs
-
-    def _typing(self) -> dict[str, Any]:
-        """The sampler's options for a typed store (none for a homogeneous one)."""
-        if self.store.etypes is None:
-            return {}
-        return {"etypes": self.store.etypes, "num_relations": len(self.store.schema.relations),
-                "feature_rows": self.store.feature_rows}
 
     def minibatches(self, batches: list[np.ndarray], fanouts: list[int], epoch: int = 0,
                     exclude: list[np.ndarray] | None = None, reuse_epochs: int = 1) -> Iterator[MiniBatch]:
@@ -232,7 +224,7 @@ class SSDLoader:
                          method=self.sampling.method)
         planner = Planner(self.store.indptr, self.store.indices, cfg, self.hot.members,
                           max_rows=self.budget.buffer_rows, max_bytes=self.plan_bytes // PLANS_ALIVE,
-                          **self._typing())
+                          **sampler_options(self.store))
         directory.mkdir(parents=True, exist_ok=True)
         spill = directory if self.block_budget or reuse else None
         rest = None if exclude is None else exclude[first:]
@@ -377,11 +369,7 @@ class SSDLoader:
             if cuda and not x.is_pinned():
                 x = x.pin_memory()
             y = self.labels[torch.from_numpy(mfgs.seeds)]
-            if self.store.schema.is_homogeneous:
-                parts = {"input_nodes": torch.from_numpy(mfgs.input_nodes),
-                         "output_nodes": torch.from_numpy(mfgs.seeds), "blocks": to_dgl_blocks(mfgs), "x": x}
-            else:
-                parts = typed_batch_parts(mfgs, self.store.schema, x)
+            parts = batch_parts(mfgs, self.store.schema, x)
         with self.timer.stage("transfer"):
             batch = MiniBatch(**parts, y=y).to(self.device, non_blocking=True)
             if cuda:  # the pool array is reused only once this asynchronous copy is done
