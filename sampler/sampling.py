@@ -23,6 +23,11 @@ _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _FLOYD_MAX = 32  # above this fanout, reservoir sampling (O(degree)) beats Floyd (O(k^2))
 #: NeighborSampler's `method`s: uniform neighbour sampling, layer-neighbour sampling (LABOR).
 SAMPLING_METHODS = ("uniform", "labor")
+#: Other names of the methods (any case; '-' as '_'): GraphBolt's datapipe methods and DGL's
+#: sampler classes, as a user of either writes them.
+_METHOD_ALIASES = {"neighbor": "uniform", "neighbour": "uniform", "sample_neighbor": "uniform",
+                   "neighborsampler": "uniform", "layer_neighbor": "labor", "layer_neighbour": "labor",
+                   "sample_layer_neighbor": "labor", "laborsampler": "labor"}
 _NO_ETYPES = np.empty(0, np.int8)  # a homogeneous graph's relations, for the LABOR kernel
 
 
@@ -398,6 +403,17 @@ def _relabel(nodes, node_ptr, eptr, nbrs):
     return new_ptr, new_nodes, esrc, edst
 
 
+def sampling_method(name: object) -> str:
+    """The method `name` means, "uniform" or "labor": one of SAMPLING_METHODS or its
+    GraphBolt or DGL name ("sample_layer_neighbor", "LaborSampler", "neighbor", ...), in any
+    case; a ValueError naming the choices otherwise."""
+    key = name.strip().lower().replace("-", "_") if isinstance(name, str) else None
+    if key in SAMPLING_METHODS or key in _METHOD_ALIASES:
+        return _METHOD_ALIASES.get(key, key)
+    raise ValueError(f"method: {name!r}; expected one of {SAMPLING_METHODS} (or GraphBolt's and DGL's names: "
+                     f"{', '.join(sorted(_METHOD_ALIASES))}; any case)")
+
+
 def exclusion_keys(exclude: Sequence[np.ndarray] | None, num_nodes: int,
                    nbatch: int) -> tuple[np.ndarray, np.ndarray]:
     """Per mini-batch, the sorted keys dst * num_nodes + src of its excluded in-edges: each
@@ -462,9 +478,7 @@ class NeighborSampler:
     def __init__(self, indptr: np.ndarray, indices: np.ndarray, fanouts: Sequence[Any],
                  etypes: np.ndarray | None = None, num_relations: int = 1, feature_rows: int = -1,
                  method: str = "uniform"):
-        if method not in SAMPLING_METHODS:
-            raise ValueError(f"method: {method!r}; expected one of {SAMPLING_METHODS}")
-        self.method = method
+        self.method = sampling_method(method)
         self.indptr = np.ascontiguousarray(indptr, dtype=np.int64)
         self.indices = np.ascontiguousarray(indices)
         self.etypes = None if etypes is None else np.ascontiguousarray(etypes)

@@ -20,7 +20,8 @@ from gnnssd.sampler import NeighborSampler
 from gnnssd.storage_format import Store
 
 from ..typed import batch_parts, layer_fanouts, sampler_options
-from ..types import IOCounters, Labels, MiniBatch, check_memory, load_features, store_topology
+from ..types import (IOCounters, Labels, MiniBatch, check_memory, load_features, store_held, store_shared,
+                     store_topology)
 
 
 class SampledLoader:
@@ -51,9 +52,13 @@ class SampledLoader:
 
     def __init__(self, store: Store, device: torch.device, timer: StageTimer, seed: int = 0):
         self.store, self.seed = store, seed
-        check_memory(store, self.NAME, self._memory_needs(store))
-        self.indptr, self.indices = store_topology(store)
-        self.etypes = None if store.etypes is None else np.array(store.etypes)
+        check_memory(store, self.NAME, {part: n for part, n in self._memory_needs(store).items()
+                                        if store_held(store, part) is None})
+        # the topology in RAM: shared by this Store object's loaders (types.store_shared)
+        self.topology = store_shared(store, "topology as int64", lambda: _Topology(store))
+        self.indptr, self.indices = self.topology.arrays
+        self.etypes = None if store.etypes is None else store_shared(store, "edge types",
+                                                                     lambda: np.array(store.etypes))
         self.labels = Labels(store)
         self.device = device
         self.timer = timer
@@ -114,6 +119,13 @@ class SampledLoader:
         """Nothing to release by default."""
 
 
+class _Topology:
+    """The store's checked int64 CSC (types.store_topology), as one shared value."""
+
+    def __init__(self, store: Store):
+        self.arrays = store_topology(store)
+
+
 class MemoryLoader(SampledLoader):
     """The whole feature matrix in RAM; inputs gathered by indexing."""
 
@@ -125,8 +137,10 @@ class MemoryLoader(SampledLoader):
 
     def __init__(self, store: Store, device: torch.device, timer: StageTimer, seed: int = 0):
         super().__init__(store, device, timer, seed)
-        self.features = load_features(store)
-        self.io.add(bytes_read=store.feature_bytes)
+        loaded = store_held(store, "features as float32") is None
+        self.features = store_shared(store, "features as float32", lambda: load_features(store))
+        if loaded:  # a loader sharing another's features read nothing
+            self.io.add(bytes_read=store.feature_bytes)
 
     def _inputs(self, rows: np.ndarray) -> torch.Tensor:
         with self.timer.stage("gather"):

@@ -33,7 +33,7 @@ from gnnssd.sampler import HotRows, MegaBatchPlan, MFGs, NeighborSampler, PlanCo
 from gnnssd.storage_format import Store
 
 from ..typed import batch_parts, layer_fanouts, sampler_options
-from ..types import IOCounters, Labels, MiniBatch
+from ..types import IOCounters, Labels, MiniBatch, store_shared
 
 log = logging.getLogger("gnnssd.ssd")
 
@@ -47,6 +47,8 @@ PLAN_SHARE, MIN_PLAN_BYTES = 8, 8 << 20
 #: waiting for a repack window or kept for a replay waits spilled to disk, as a stub).
 #: Each plan gets 1/PLANS_ALIVE of the bytes.
 PLANS_ALIVE = 2 + BUFFERS
+#: The seed of the few mini-batches the buffers and x arrays are sized for (SSDLoader._sampled_inputs).
+SIZING_SEED = 0
 
 
 def plan_bytes_in_flight(budget: int) -> int:
@@ -150,11 +152,20 @@ class SSDLoader:
 
     def _sampled_inputs(self) -> list[np.ndarray]:
         """The input rows of a few sampled mini-batches (one per split) with the training
-        and with the evaluation settings: what the buffers and the x arrays are sized for."""
+        and with the evaluation settings: what the buffers and the x arrays are sized for.
+        Drawn with SIZING_SEED, not the loader's seed: the same store and settings size
+        every loader alike, so they are sampled once per Store object and settings
+        (types.store_shared: a loader opened per evaluation on an open store samples
+        nothing here)."""
         sampler_cfg = self.sampling
         settings = [(sampler_cfg.fanouts, sampler_cfg.batch_size),
                     sampler_cfg.evaluation(self.store.num_edges)]
-        rng = np.random.default_rng(self.seed)
+        key = ("x sizing", repr(settings), sampler_cfg.method)
+        return store_shared(self.store, key, lambda: self._sample_inputs(settings), weak=False)
+
+    def _sample_inputs(self, settings: list[tuple[list[Any], int]]) -> list[np.ndarray]:
+        sampler_cfg = self.sampling
+        rng = np.random.default_rng(SIZING_SEED)
         inputs = []
         for fanouts, batch_size in settings:
             sampler = NeighborSampler(self.store.indptr, self.store.indices,
@@ -165,7 +176,7 @@ class SSDLoader:
             # a link store has no node splits: its seeds (edge endpoints) are any nodes
             for nodes in [s for s in splits if len(s)] or [np.arange(self.store.num_nodes)]:
                 seeds = np.sort(rng.choice(nodes, min(len(nodes), batch_size), replace=False))
-                inputs.append(np.asarray(sampler.sample(seeds, self.seed).input_rows))
+                inputs.append(np.asarray(sampler.sample(seeds, SIZING_SEED).input_rows))
         return inputs
 
     def minibatches(self, batches: list[np.ndarray], fanouts: list[int], epoch: int = 0,
