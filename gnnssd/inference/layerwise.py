@@ -43,8 +43,7 @@ import torch
 from torch import nn
 
 from gnnssd.core import Config, ConfigError, SSDConfig, format_bytes
-from gnnssd.loading import FeatureSource, backend_class, load_features
-from gnnssd.loading.feature_source import as_store, private_scratch
+from gnnssd.loading import FeatureSource, as_store, backend_class, load_features, private_scratch
 from gnnssd.models import is_mean_aggregation, store_model
 from gnnssd.pipeline import BlockWriter, DirectIO, FeatureFile, load_cost_model
 from gnnssd.sampler import hot_order
