@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """What opening a loader costs, by part: a fresh loader in a new process, a loader on a
-store that is already open, a loader on a FeatureSource that is already open (GraphBolt's
-examples open a loader per evaluation), and the first mini-batch after each.
+store that is already open (alone, and beside a live loader of that store), a loader on a
+FeatureSource that is already open (GraphBolt's examples open a loader per evaluation),
+and the first mini-batch after each.
 
 Each `--features` mode runs in its own fresh interpreter (numba's cached kernels and DGL's
 first calls count, as they do for a user). The parts are the loader's own steps, timed by
@@ -30,7 +31,7 @@ from typing import Any, Callable
 PARTS = (
     ("store open", "gnnssd.storage_format", "Store.open"),
     ("scratch directory", "gnnssd.loading.feature_source", "private_scratch"),
-    ("memory-mode graph", "gnnssd.loading.backends.memory", "store_graph"),
+    ("memory-mode topology", "gnnssd.loading.backends.memory", "store_topology"),
     ("memory-mode features", "gnnssd.loading.backends.memory", "load_features"),
     ("hot ranking", "gnnssd.pipeline.hot_cache", "HotRanking._order"),
     ("x sizing (sampled mini-batches)", "gnnssd.loading.backends.ssd", "SSDLoader._sampled_inputs"),
@@ -116,6 +117,9 @@ def child(store_path: str, features: str, repeats: int, budget: str) -> dict:
     timer.take()
     out["fresh_loader"] = measured(lambda: NodeLoader(store, store.train_idx, **options))
     out["on_open_store"] = [measured(lambda: NodeLoader(store, store.train_idx, **options)) for _ in range(repeats)]
+    with NodeLoader(store, store.train_idx, **options):  # a training loader alive: GraphBolt's evaluation pattern
+        out["beside_a_live_loader"] = [measured(lambda: NodeLoader(store, store.valid_idx, **options))
+                                       for _ in range(repeats)]
     source_options = {k: v for k, v in options.items() if k not in ("fanouts", "batch_size")}
     with FeatureSource.from_options(store, fanouts=options["fanouts"], batch_size=options["batch_size"],
                                     **source_options) as source:
@@ -163,7 +167,7 @@ def print_mode(result: dict) -> None:
     print(f"{'first mini-batch':34} {fresh['first_minibatch_s']:9.3f} {summary(warm, 'first_minibatch_s'):11.3f}")
     for label, seconds in fresh["first_minibatch_parts"].items():
         print(f"  {label:32} {seconds:9.3f}")
-    for key in ("on_open_source", "edge_loader_on_open_source"):
+    for key in ("beside_a_live_loader", "on_open_source", "edge_loader_on_open_source"):
         if key in result:
             runs = result[key]
             print(f"{key.replace('_', ' '):34} open {summary(runs, 'open_s'):.4f} s (median of {len(runs)}), "
