@@ -24,7 +24,8 @@ _PUBLIC = {"NodeLoader": ".loading", "EdgeLoader": ".loading", "FeatureSource": 
            "Trainer": ".training", "TASKS": ".training", "TaskTrainer": ".training", "NodeTrainer": ".training",
            "LinkTrainer": ".training", "ConfigError": ".core", "StoreError": ".storage_format",
            "DatasetError": ".storage_format", "PageChecksumError": ".storage_format", "ChecksumError": ".io_engine",
-           "CheckpointError": ".training", "TrainingError": ".training"}
+           "CheckpointError": ".training", "TrainingError": ".training",
+           "layerwise": ".inference.layerwise"}
 __getattr__, __dir__ = lazy_exports(__name__, _PUBLIC)
 
 __all__ = [*_PUBLIC, "compile"]

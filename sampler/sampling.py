@@ -23,6 +23,11 @@ _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _FLOYD_MAX = 32  # above this fanout, reservoir sampling (O(degree)) beats Floyd (O(k^2))
 #: NeighborSampler's `method`s: uniform neighbour sampling, layer-neighbour sampling (LABOR).
 SAMPLING_METHODS = ("uniform", "labor")
+#: Other names of the methods (any case; '-' as '_'): GraphBolt's datapipe methods and DGL's
+#: sampler classes, as a user of either writes them.
+_METHOD_ALIASES = {"neighbor": "uniform", "neighbour": "uniform", "sample_neighbor": "uniform",
+                   "neighborsampler": "uniform", "layer_neighbor": "labor", "layer_neighbour": "labor",
+                   "sample_layer_neighbor": "labor", "laborsampler": "labor"}
 _NO_ETYPES = np.empty(0, np.int8)  # a homogeneous graph's relations, for the LABOR kernel
 
 
@@ -35,11 +40,17 @@ def _mix(x):
 
 
 @nb.njit(inline="always")
-def _stream(seed, batch, layer, node):
+def _prefix(seed, batch, layer):
+    """What _stream(seed, batch, layer, node) hashes before the node: per-edge loops
+    compute it once per destination (LABOR's variates: one mix an edge, not four)."""
     h = _mix(np.uint64(seed) + _GOLDEN)
     h = _mix(h ^ np.uint64(batch))
-    h = _mix(h ^ np.uint64(layer))
-    return _mix(h ^ np.uint64(node))
+    return _mix(h ^ np.uint64(layer))
+
+
+@nb.njit(inline="always")
+def _stream(seed, batch, layer, node):
+    return _mix(_prefix(seed, batch, layer) ^ np.uint64(node))
 
 
 @nb.njit(inline="always")
@@ -217,16 +228,23 @@ def _sample_hop_typed(indptr, indices, etypes, dst, dst_batch, fanouts, seed, la
 
 
 @nb.njit(inline="always")
+def _variate(prefix, node):
+    """LABOR's variate of source `node` from the _prefix of its (seed, mini-batch, layer)."""
+    return np.float64(_mix(prefix ^ np.uint64(node)) >> np.uint64(11)) * (1.0 / 9007199254740992.0)
+
+
+@nb.njit(inline="always")
 def _uniform01(seed, batch, layer, node):
     """LABOR's variate r_u of source `node`: uniform in [0, 1), one per (seed, mini-batch,
     layer, node), shared by every destination that node is a neighbour of."""
-    return np.float64(_stream(seed, batch, layer, node) >> np.uint64(11)) * (1.0 / 9007199254740992.0)
+    return _variate(_prefix(seed, batch, layer), node)
 
 
 @nb.njit(cache=True, nogil=True)
-def _labor_kept(indices, start, d, keys, lo, hi, base, seed, batch, layer, threshold, out, o):
+def _labor_kept(indices, start, d, keys, lo, hi, base, prefix, threshold, out, o):
     """The sources u of indices[start:start+d] (less excluded keys base + u in keys[lo:hi])
-    with r_u <= threshold, written to out[o:] when out is not empty; returns how many."""
+    with r_u <= threshold (r_u: _variate(prefix, u)), written to out[o:] when out is not
+    empty; returns how many."""
     j, c = lo, 0
     for e in range(start, start + d):
         u = indices[e]
@@ -235,7 +253,7 @@ def _labor_kept(indices, start, d, keys, lo, hi, base, seed, batch, layer, thres
             j += 1
         if j < hi and keys[j] == key:
             continue
-        if threshold < 1.0 and _uniform01(seed, batch, layer, u) > threshold:
+        if threshold < 1.0 and _variate(prefix, u) > threshold:
             continue
         if out.shape[0]:
             out[o + c] = u
@@ -266,6 +284,7 @@ def _sample_hop_labor(indptr, indices, etypes, dst, dst_batch, fanouts, seed, la
         v = dst[i]
         a, b = indptr[v], indptr[v + 1]
         base = np.int64(v) * num_nodes
+        prefix = _prefix(seed, dst_batch[i], layer)
         if ex_keys.shape[0] > 0:
             ex_lo[i], ex_hi[i] = _exclusion_range(ex_ptr, ex_keys, dst_local[i], base, num_nodes)
         for r in range(num_rel + 1):
@@ -273,21 +292,21 @@ def _sample_hop_labor(indptr, indices, etypes, dst, dst_batch, fanouts, seed, la
         for r in range(num_rel):
             d = runs[i, r + 1] - runs[i, r]
             if ex_hi[i] > ex_lo[i]:  # the relation's in-degree after the exclusion
-                d = _labor_kept(indices, runs[i, r], d, ex_keys, ex_lo[i], ex_hi[i], base, seed, dst_batch[i],
-                                layer, 1.0, none, 0)
+                d = _labor_kept(indices, runs[i, r], d, ex_keys, ex_lo[i], ex_hi[i], base, prefix, 1.0, none, 0)
             f = fanouts[r]
             thresholds[i, r] = 1.0 if f < 0 or f >= d else f / d
             take[i, r] = _labor_kept(indices, runs[i, r], runs[i, r + 1] - runs[i, r], ex_keys, ex_lo[i],
-                                     ex_hi[i], base, seed, dst_batch[i], layer, thresholds[i, r], none, 0)
+                                     ex_hi[i], base, prefix, thresholds[i, r], none, 0)
     flat = _run_offsets(take)
     out = np.empty(flat[n * num_rel], np.int64)
     out_rel = np.empty(flat[n * num_rel], etypes.dtype)
     for i in nb.prange(n):
         base = np.int64(dst[i]) * num_nodes
+        prefix = _prefix(seed, dst_batch[i], layer)
         for r in range(num_rel):
             o = flat[i * num_rel + r]
             _labor_kept(indices, runs[i, r], runs[i, r + 1] - runs[i, r], ex_keys, ex_lo[i], ex_hi[i], base,
-                        seed, dst_batch[i], layer, thresholds[i, r], out, o)
+                        prefix, thresholds[i, r], out, o)
             for j in range(o, o + take[i, r]):
                 out_rel[j] = r
     return flat[::num_rel].copy(), out, out_rel
@@ -398,6 +417,17 @@ def _relabel(nodes, node_ptr, eptr, nbrs):
     return new_ptr, new_nodes, esrc, edst
 
 
+def sampling_method(name: object) -> str:
+    """The method `name` means, "uniform" or "labor": one of SAMPLING_METHODS or its
+    GraphBolt or DGL name ("sample_layer_neighbor", "LaborSampler", "neighbor", ...), in any
+    case; a ValueError naming the choices otherwise."""
+    key = name.strip().lower().replace("-", "_") if isinstance(name, str) else None
+    if key in SAMPLING_METHODS or key in _METHOD_ALIASES:
+        return _METHOD_ALIASES.get(key, key)
+    raise ValueError(f"method: {name!r}; expected one of {SAMPLING_METHODS} (or GraphBolt's and DGL's names: "
+                     f"{', '.join(sorted(_METHOD_ALIASES))}; any case)")
+
+
 def exclusion_keys(exclude: Sequence[np.ndarray] | None, num_nodes: int,
                    nbatch: int) -> tuple[np.ndarray, np.ndarray]:
     """Per mini-batch, the sorted keys dst * num_nodes + src of its excluded in-edges: each
@@ -462,9 +492,7 @@ class NeighborSampler:
     def __init__(self, indptr: np.ndarray, indices: np.ndarray, fanouts: Sequence[Any],
                  etypes: np.ndarray | None = None, num_relations: int = 1, feature_rows: int = -1,
                  method: str = "uniform"):
-        if method not in SAMPLING_METHODS:
-            raise ValueError(f"method: {method!r}; expected one of {SAMPLING_METHODS}")
-        self.method = method
+        self.method = sampling_method(method)
         self.indptr = np.ascontiguousarray(indptr, dtype=np.int64)
         self.indices = np.ascontiguousarray(indices)
         self.etypes = None if etypes is None else np.ascontiguousarray(etypes)

@@ -2,9 +2,9 @@
 """LABOR (layer-neighbour) sampling beside uniform neighbour sampling at the same fanouts.
 
 Rows, bytes and speed (`--preset`, a synthetic store; default `medium`): one epoch of
-NodeLoader over the training seeds per method and feature mode (memory: DGL's
-NeighborSampler / LaborSampler; ssd: gnnssd's numba kernels, the planner and io_uring
-within `--budget`), reporting distinct input rows per mini-batch, mini-batches per
+NodeLoader over the training seeds per method and feature mode (both sample with gnnssd's
+numba kernels; memory: features in RAM; ssd: the planner and io_uring within `--budget`),
+reporting distinct input rows per mini-batch, mini-batches per
 second, and for ssd the bytes read from the disk per useful byte (bytes_read /
 useful_bytes: the cold rows the mini-batches needed; the hot cache's set-up read is left
 out) and the bytes read per mini-batch. Methods alternate in one run, same seeds.
@@ -100,7 +100,7 @@ def main() -> int:
             store = Store.open(path)
             print(f"{'method':8} {'features':8} {'rows/mb':>9} {'mb/s':>7} {'read/useful':>11} {'MiB read/mb':>11}")
             for features in ("memory", "ssd"):
-                for method in METHODS:  # warm-up: numba's compilation and DGL's first call left out
+                for method in METHODS:  # warm-up: numba's compilation and first calls left out
                     epoch_of(store, method, features, [15, 10, 5], 1024, args.budget, 1)
                 for method in METHODS:
                     row = epoch_of(store, method, features, [15, 10, 5], 1024, args.budget, args.batches)

@@ -221,3 +221,17 @@ def test_bench_verify_times_the_first_and_the_stamped_open_and_writes_its_json(t
     assert row["stamped"] is True and row["nodes"] == 300
     assert row["topology_bytes"] == sum(f.stat().st_size for f in path.glob("*.npy"))
     assert row["open_s"] > 0 and row["stamped_open_s"] > 0 and row["first_over_stamped"] > 0
+
+
+def test_bench_loader_open_times_each_mode_by_part_and_writes_its_json(tiny_store, tmp_path):
+    out = tmp_path / "open.json"
+    result = subprocess.run([sys.executable, "scripts/bench_loader_open.py", "--store", str(tiny_store),
+                             "--features", "ssd,memory", "--repeats", "1", "--budget", "16MiB", "--json", str(out)],
+                            cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    modes = {m["features"]: m for m in json.loads(out.read_text())["modes"]}
+    assert set(modes) == {"ssd", "memory"}
+    assert "x sizing (sampled mini-batches)" in modes["ssd"]["fresh_loader"]["parts"]
+    assert "memory-mode features" in modes["memory"]["fresh_loader"]["parts"]
+    for mode in modes.values():
+        assert {"on_open_store", "beside_a_live_loader", "on_open_source", "edge_loader_on_open_source"} <= set(mode)

@@ -36,15 +36,15 @@ import logging
 import os
 import shutil
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
 from torch import nn
 
 from gnnssd.core import Config, ConfigError, SSDConfig, format_bytes
-from gnnssd.loading import backend_class, load_features
-from gnnssd.models import store_model
+from gnnssd.loading import FeatureSource, as_store, backend_class, load_features, private_scratch
+from gnnssd.models import is_mean_aggregation, store_model
 from gnnssd.pipeline import BlockWriter, DirectIO, FeatureFile, load_cost_model
 from gnnssd.sampler import hot_order
 from gnnssd.storage_format import PAGE, Store, atomic_file
@@ -330,6 +330,83 @@ def layerwise_inference(model: nn.Module, store: Store, features: str = "memory"
 def _runner(store: Store, ssd: SSDConfig, scratch_dir: Path, layer_dtype: np.dtype) -> LayerwiseSSD:
     return LayerwiseSSD(store, Path(scratch_dir) / "layerwise", ssd.memory_budget, ssd.queue_depth,
                         ssd.io_backend, layer_dtype)
+
+
+class LayerList(nn.Module):
+    """A user's model whose `layers` are modules taking (block, h), the shape of DGL's and
+    GraphBolt's examples, as the per-layer interface above: layer i is `layers[i]`, then
+    `activation` on every layer's output but the last's (what the examples' forward does
+    between layers; their dropout is the identity in eval mode). A GraphSAGE-mean layer
+    (dgl.nn.SAGEConv "mean") is computed by sequential passes in ssd mode."""
+
+    def __init__(self, model: nn.Module, activation: Callable[[torch.Tensor], torch.Tensor]):
+        super().__init__()
+        layers = getattr(model, "layers", None)
+        if not isinstance(layers, (list, tuple, nn.ModuleList)) or not layers:
+            raise TypeError(f"gnnssd.layerwise: the model ({type(model).__name__}) needs `layers`, a non-empty "
+                            "list (nn.ModuleList) of modules each called as layer(block, h)")
+        self.model, self.activation = model, activation
+        self.steps = list(layers)
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.steps)
+
+    def layer(self, i: int, block: Any, h: torch.Tensor) -> torch.Tensor:
+        h = self.steps[i](block, h)
+        return self.activation(h) if i < self.num_layers - 1 else h
+
+    def mean_aggregation(self, i: int) -> bool:
+        return is_mean_aggregation(self.steps[i])
+
+
+@torch.no_grad()
+def layerwise(model: nn.Module, source: Any, *, features: str | None = None, memory_budget: int | str | None = None,
+              activation: Callable[[torch.Tensor], torch.Tensor] = torch.relu, layers: int | None = None,
+              scratch_dir: str | Path | None = None) -> torch.Tensor:
+    """Every node's output of a user's model by layer-wise inference, row k for the
+    dataset's node k (float32, on the CPU): each layer for all nodes over all their
+    in-neighbours before the next, as DGL's and GraphBolt's `inference` examples do, equal
+    to mini-batch inference with every neighbour (fanouts -1).
+
+    `model.layers`: modules each called as layer(block, h) (see LayerList: `activation`,
+    default ReLU, follows every layer but the last; dropout is left out, as in eval mode).
+    `source`: a FeatureSource (its features mode, memory budget and, in memory mode, the
+    features it holds), or a Store or its path, opened with `features` (default memory)
+    and `memory_budget` (ssd mode: the layers' activations go to files of the scratch
+    directory, a private temporary one by default, and are read back within the budget).
+    `layers`: the first that many layers only (an embedding). The model's train/eval mode
+    is restored afterwards. A homogeneous store's nodes (a heterogeneous one: `gnnssd embed`
+    with the built-in models)."""
+    opened = source if isinstance(source, FeatureSource) else None
+    store = as_store(source.store if opened else source)
+    if not store.schema.is_homogeneous:
+        raise ValueError(f"gnnssd.layerwise: {store.path} is a heterogeneous store; its layer-wise inference takes "
+                         "a typed model (gnnssd.models.hetero: `gnnssd embed`)")
+    if opened is not None and (features is not None or memory_budget is not None):
+        raise TypeError("gnnssd.layerwise: features and memory_budget are the FeatureSource's; pass a Store to "
+                        "choose them here")
+    features = opened.features if opened else features or "memory"
+    ssd = opened.ssd if opened else SSDConfig() if memory_budget is None else SSDConfig(memory_budget=memory_budget)
+    steps, training = LayerList(model, activation), model.training
+    if layers is not None and not 1 <= layers <= steps.num_layers:
+        raise ValueError(f"layers: {layers}; the model has layers 1..{steps.num_layers}")
+    try:
+        if not backend_class(features).OUT_OF_CORE:
+            held = getattr(opened._backend, "features", None) if opened else None  # memory mode's rows, loaded once
+            h = layerwise_memory(steps, store, held if isinstance(held, torch.Tensor) else None, layers, ssd.memory_budget)
+            return h[torch.from_numpy(output_rows(store))]
+        scratch = Path(scratch_dir) if scratch_dir is not None else None
+        own = scratch is None
+        scratch = scratch or private_scratch()
+        try:
+            rows = list(layerwise_inference(steps, store, features, ssd, scratch, layers))
+            return torch.from_numpy(np.concatenate(rows))
+        finally:
+            if own:
+                shutil.rmtree(scratch, ignore_errors=True)
+    finally:
+        model.train(training)
 
 
 def layer_widths(config: Config, store: Store) -> list[int]:

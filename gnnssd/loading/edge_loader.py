@@ -6,9 +6,9 @@ features of all their endpoints, with the batch's own edges excluded from sampli
 as NodeLoader does: the seed order here is edge batches (`edge_groups`: each batch's
 endpoints and negatives), and the source's backend turns them into mini-batches through
 the same protocol as node batches, `backend.minibatches(seeds, fanouts, epoch,
-exclude=pairs)`: memory mode through DGL's `exclude_eids`, ssd mode through the mega-batch
-planner and its numba sampler, so edge mini-batches are planned ahead and read out of core
-like node mini-batches.
+exclude=pairs)`: every mode through gnnssd's numba sampler (ssd mode through the mega-batch
+planner), so edge mini-batches are planned ahead and read out of core like node
+mini-batches.
 
 On a heterogeneous store the edges are of one relation (`edges={"cites": (src, dst)}`,
 IDs within the relation's source and destination types, as `store.link_edges` gives

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from gnnssd.core import SamplerConfig, SSDConfig, StageTimer, bound_freed_memory, check_count, run_seed, select_device
-from gnnssd.sampler import SAMPLING_METHODS
+from gnnssd.sampler import sampling_method
 from gnnssd.storage_format import Store, mapped_take
 
 from .backends.baselines import MmapLoader, PerRowLoader
@@ -179,9 +179,9 @@ class FeatureSource:
                      method: str = SamplerConfig.method, **ssd: Any) -> FeatureSource:
         """A source from NodeLoader's keyword options: SSDConfig's fields by name
         (memory_budget, hot_fraction, ...), the sampling the buffers are sized for and
-        its `method` (uniform or labor: every loader over the source samples so)."""
-        if method not in SAMPLING_METHODS:
-            raise ValueError(f"method: {method!r}; expected one of {SAMPLING_METHODS}")
+        its `method` (uniform or labor, or GraphBolt's and DGL's names of them, any case:
+        gnnssd.sampler.sampling_method; every loader over the source samples so)."""
+        method = sampling_method(method)
         unknown = sorted(set(ssd) - _SSD_KEYS)
         if unknown:
             raise TypeError(f"unknown option(s) {', '.join(unknown)}; expected the loader's options or "

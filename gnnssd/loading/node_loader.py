@@ -26,7 +26,7 @@ import torch
 
 from gnnssd.core import MAX_COUNT, SamplerConfig, check_count, is_layer_fanouts, run_seed
 from gnnssd.sampler import SeedOrder, Sequential, Sharded, named_order, seed_batches
-from gnnssd.storage_format import GraphSchema, Store, shown
+from gnnssd.storage_format import GraphSchema, Store, mapped_take, shown
 
 from .feature_source import FeatureSource, SourceLoader
 from .typed import layer_fanouts
@@ -57,7 +57,9 @@ def check_nodes(nodes: Any, num_nodes: int, what: str = "seeds") -> np.ndarray:
     if array.size == 0:
         return np.empty(0, np.int64)
     if array.ndim != 1:
-        raise ValueError(f"{what}: shape {array.shape}; expected a 1-D array of node IDs or a boolean mask")
+        raise ValueError(f"{what}: shape {array.shape}; expected a 1-D array of node IDs or a boolean mask "
+                         "(or a GraphBolt ItemSet / ItemSetDict of seed_nodes; of (seed, label) pairs as "
+                         "an array, pass its node column, e.g. pairs[:, 0])")
     if not np.issubdtype(array.dtype, np.integer):
         raise ValueError(f"{what}: dtype {array.dtype} (e.g. {array[0]!r}); expected integer node IDs "
                          "or a boolean mask")
@@ -65,6 +67,48 @@ def check_nodes(nodes: Any, num_nodes: int, what: str = "seeds") -> np.ndarray:
     if bad.size:
         raise ValueError(f"{what}: node {bad[0]} outside 0..{num_nodes - 1}")
     return array.astype(np.int64)  # a copy: store arrays are read-only
+
+
+def graphbolt_items(seeds: Any) -> tuple[Any, Any]:
+    """(node IDs, labels or None) of a GraphBolt ItemSet (its seed_nodes, or its only
+    item; an int: all nodes below it) or ItemSetDict (a dict of them by node type); any
+    other `seeds` as given, with no labels. An item set of something other than nodes
+    (node_pairs, ...) is refused, naming what to pass instead."""
+    kind = type(seeds)
+    if kind.__name__ not in ("ItemSet", "ItemSetDict") or not kind.__module__.startswith("dgl.graphbolt"):
+        return seeds, None
+    if kind.__name__ == "ItemSetDict":
+        parts = {name: graphbolt_items(items) for name, items in seeds._itemsets.items()}
+        labels = {name: labels for name, (_, labels) in parts.items() if labels is not None}
+        return {name: ids for name, (ids, _) in parts.items()}, labels or None
+    items, names = seeds._items, seeds.names
+    if not isinstance(items, tuple):  # a count: nodes 0..count-1 (GraphBolt's all_nodes_set)
+        return np.arange(int(items)), None
+    names = names or (("seed_nodes", "labels") if len(items) == 2 else ("seed_nodes",) if len(items) == 1 else ())
+    if "seed_nodes" not in names:
+        raise ValueError(f"seeds: a GraphBolt ItemSet of {names or f'{len(items)} unnamed items'}; a NodeLoader takes "
+                         "an ItemSet of seed_nodes (with labels or not), node IDs or a boolean mask (node pairs: "
+                         "gnnssd.EdgeLoader)")
+    by_name = dict(zip(names, items))
+    return by_name["seed_nodes"], by_name.get("labels")
+
+
+def check_item_labels(labels: Any, store_ids: np.ndarray, store: Store) -> None:
+    """Labels that came with the seeds (a GraphBolt ItemSet's) must be the store's: a
+    mini-batch's `y` is read from the store, so a mismatch (another dataset's split, a
+    relabelling) is refused naming the first seed that differs."""
+    if isinstance(labels, dict):
+        labels = np.concatenate([np.asarray(labels[name]).reshape(-1) for name in labels])
+    given = labels.detach().cpu().numpy() if isinstance(labels, torch.Tensor) else np.asarray(labels)
+    stored = mapped_take(store.labels, store_ids).astype(np.int64)
+    if given.shape != stored.shape:
+        raise ValueError(f"seeds: the ItemSet's labels have shape {given.shape} for {len(stored)} seed nodes")
+    differ = np.flatnonzero(given.astype(np.int64) != stored)
+    if differ.size:
+        at = differ[0]
+        raise ValueError(f"seeds: the ItemSet labels seed {at} (of {len(stored)}) {given[at]}, the store "
+                         f"{store.path} {stored[at]} ({differ.size} differ); a mini-batch's labels come from the "
+                         "store: pass the store's own split, or node IDs without labels")
 
 
 def check_seeds(seeds: Any, schema: GraphSchema) -> np.ndarray:
@@ -86,11 +130,13 @@ def check_seeds(seeds: Any, schema: GraphSchema) -> np.ndarray:
 
 class NodeLoader(SourceLoader):
     """Mini-batches of `seeds` (the dataset's node IDs, as `store.train_idx` and the other
-    splits give them, or a boolean mask over the nodes) for node-level
+    splits give them, a boolean mask over the nodes, or a GraphBolt ItemSet / ItemSetDict
+    of seed_nodes, whose labels, if any, must be the store's) for node-level
     tasks, features from `source`: a FeatureSource shared with other loaders, or a Store or
     its path, for which the loader opens its own source from `source_options` (`features`:
     memory, ssd, mmap, per-row; `method`: uniform or labor neighbour sampling (see
-    SamplerConfig.method); SSDConfig's fields such as `memory_budget`; `seed`,
+    SamplerConfig.method; GraphBolt's and DGL's names too: "sample_layer_neighbor",
+    "LaborSampler", ...); SSDConfig's fields such as `memory_budget`; `seed`,
     `device`, `scratch_dir`, `eval_fanouts`/`eval_batch_size` that size the ssd buffers for
     evaluation loaders) and closes it with itself. Defaults follow the config.
 
@@ -145,11 +191,14 @@ class NodeLoader(SourceLoader):
         super().__init__(source, self._owns_source)
         try:
             layer_fanouts(source.store.schema, fanouts)  # a relation misspelt: refused now, not when iterated
+            seeds, labels = graphbolt_items(seeds)
             self.seeds = check_seeds(seeds, source.store.schema)
+            self.store_ids = source.store_ids(self.seeds)  # what the seed order and backend take
+            if labels is not None:
+                check_item_labels(labels, self.store_ids, source.store)
         except BaseException:
             self.close()
             raise
-        self.store_ids = source.store_ids(self.seeds)  # what the seed order and backend take
         self.fanouts, self.batch_size = fanouts, int(batch_size)
         self.drop_last = drop_last
         # the shuffle's seed; the source's seeds the neighbour draws

@@ -1,5 +1,6 @@
 """What every feature backend shares: the mini-batch it yields, its I/O counters, the
-labels, the store's graph for DGL's sampler, and the loader protocol.
+labels, the store's topology in RAM (and as a DGL graph, the tests' reference), and the
+loader protocol.
 
 The loader protocol every feature backend follows (memory, ssd, the baselines), which
 `NodeLoader` and `EdgeLoader` drive: `minibatches(batches, fanouts, epoch, exclude=None)`
@@ -10,8 +11,9 @@ lists, if any), `io_stats()` counts what reached the disk, `close()` releases it
 from __future__ import annotations
 
 import threading
+import weakref
 from dataclasses import dataclass, field, fields
-from typing import Any, Iterator
+from typing import Any, Callable, Hashable, Iterator, TypeVar
 
 import dgl
 import numpy as np
@@ -36,7 +38,9 @@ class MiniBatch:
     output_nodes of their one type; an edge batch's ends, of two types, in store ID
     order). As DGL's DataLoader does, `blocks[0].srcdata["feat"]` is `x` and
     `blocks[-1].dstdata["label"]` is `y`, and a mini-batch unpacks as DGL's tuple:
-    `for input_nodes, output_nodes, blocks in loader`."""
+    `for input_nodes, output_nodes, blocks in loader`. GraphBolt's names read the same
+    fields: `node_features["feat"]` is `x`, `labels` is `y`, `seed_nodes` is
+    `output_nodes` (per type on a heterogeneous store, keyed as GraphBolt keys them)."""
 
     input_nodes: torch.Tensor | dict[str, torch.Tensor]
     output_nodes: torch.Tensor | dict[str, torch.Tensor]
@@ -62,6 +66,36 @@ class MiniBatch:
     def __iter__(self) -> Iterator[Any]:
         """DGL's (input_nodes, output_nodes, blocks)."""
         return iter((self.input_nodes, self.output_nodes, self.blocks))
+
+    # GraphBolt's names (dgl.graphbolt.MiniBatch), read-only, so a GraphBolt loop body runs
+    # unchanged: `data.node_features["feat"]`, `data.labels`, `data.seed_nodes`.
+
+    @property
+    def node_features(self) -> dict[str, torch.Tensor] | dict[tuple[str, str], torch.Tensor]:
+        """GraphBolt's name for `x`: the input nodes' features by feature name, {"feat": x};
+        on a heterogeneous store by (node type, "feat") for each featured type, as GraphBolt
+        keys them."""
+        if isinstance(self.x, dict):
+            return {(node_type, "feat"): x for node_type, x in self.x.items()}
+        return {"feat": self.x}
+
+    @property
+    def labels(self) -> torch.Tensor | dict[str, torch.Tensor]:
+        """GraphBolt's name for `y`, the seeds' labels; on a heterogeneous store by the
+        seeds' node type, {type: y}, as GraphBolt gives them."""
+        if not isinstance(self.output_nodes, dict):
+            return self.y
+        seeded = [name for name, ids in self.output_nodes.items() if len(ids)]
+        if len(seeded) != 1:
+            raise ValueError(f"labels: this mini-batch's seeds are of node types {seeded}, and its y (the labels "
+                             "of all of them in store ID order) has no one type; use y")
+        return {seeded[0]: self.y}
+
+    @property
+    def seed_nodes(self) -> torch.Tensor | dict[str, torch.Tensor]:
+        """GraphBolt's name for `output_nodes`, the seeds (by node type on a
+        heterogeneous store)."""
+        return self.output_nodes
 
     @property
     def labelled(self) -> torch.Tensor:
@@ -124,6 +158,37 @@ def _to(value: Any, device: torch.device | str, non_blocking: bool) -> Any:
     return value.to(device, non_blocking=non_blocking)
 
 
+T = TypeVar("T")
+#: Per Store object, what its loaders share (see `store_shared`): key -> value, or a weak
+#: reference to it.
+_SHARED: weakref.WeakKeyDictionary[Store, dict[Hashable, Any]] = weakref.WeakKeyDictionary()
+_SHARED_LOCK = threading.Lock()
+
+
+def store_shared(store: Store, key: Hashable, make: Callable[[], T], weak: bool = True) -> T:
+    """What `make()` gives for `store` and `key`, made once and shared by the loaders of
+    this Store object: what a loader's open computes that depends on the store (and `key`)
+    only, not on which loader asks (memory mode's features and topology, the hot ranking,
+    the x arrays' sizing samples), so a loader opened per evaluation beside the training
+    one costs nothing. `weak`: held only while something else holds it (a large value's
+    memory goes with its last loader); else as long as the store object lives. Values
+    are read-only to their holders."""
+    found = store_held(store, key)
+    if found is not None:
+        return found
+    value = make()  # outside the lock: two threads may both make it, the later one is kept
+    with _SHARED_LOCK:
+        _SHARED.setdefault(store, {})[key] = weakref.ref(value) if weak else value
+    return value
+
+
+def store_held(store: Store, key: Hashable) -> Any:
+    """The value `store_shared` holds for `store` and `key`, or None."""
+    with _SHARED_LOCK:
+        held = _SHARED.get(store, {}).get(key)
+    return held() if isinstance(held, weakref.ref) else held
+
+
 class IOCounters:
     """Bytes and requests a loader sent to the disk since it was opened, and `useful_bytes`:
     the bytes of the cold rows its mini-batches needed (each mini-batch's distinct input rows
@@ -162,20 +227,25 @@ def check_memory(store: Store, features: str, needs: dict[str, int]) -> None:
                       "features from the SSD")
 
 
-def store_graph(store: Store) -> dgl.DGLGraph:
-    """The store's topology as a DGL graph, built from its CSC arrays.
-
-    The graph uses int64 IDs: with int32 IDs DGL 2.1's g-SpMM backward crashes
-    (segfault) on blocks sampled from a CSC-only graph. indptr is checked monotone and
-    indices in range first (open checks only their ends; this copies them anyway): DGL
-    aborts the process on a decreasing indptr and raises its own error on a bad index.
-    """
+def store_topology(store: Store) -> tuple[np.ndarray, np.ndarray]:
+    """The store's CSC (indptr, indices) as int64 arrays in RAM, checked first: indptr
+    monotone and indices in range (open checks only their ends; this copies them anyway),
+    so neither gnnssd's sampler nor DGL meets a bad one: DGL aborts the process on a
+    decreasing indptr."""
     check_indptr_monotone(store.path / "indptr.npy", store.indptr)
     check_range(store.path / "indices.npy", store.indices, 0, store.num_nodes, "a node ID")
-    indptr = torch.from_numpy(np.array(store.indptr, dtype=np.int64))
-    indices = torch.from_numpy(np.array(store.indices, dtype=np.int64))
+    return np.array(store.indptr, dtype=np.int64), np.array(store.indices, dtype=np.int64)
+
+
+def store_graph(store: Store) -> dgl.DGLGraph:
+    """The store's topology as a DGL graph, built from its checked CSC arrays
+    (store_topology), in store IDs: the reference tests sample DGL's way on.
+
+    The graph uses int64 IDs: with int32 IDs DGL 2.1's g-SpMM backward crashes
+    (segfault) on blocks sampled from a CSC-only graph."""
+    indptr, indices = store_topology(store)
     empty = torch.empty(0, dtype=torch.int64)
-    return dgl.graph(("csc", (indptr, indices, empty)), num_nodes=store.num_nodes)
+    return dgl.graph(("csc", (torch.from_numpy(indptr), torch.from_numpy(indices), empty)), num_nodes=store.num_nodes)
 
 
 class Labels:

@@ -11,6 +11,13 @@ from gnnssd.core import ConfigError, ModelConfig
 from gnnssd.storage_format import Store
 
 
+def is_mean_aggregation(conv: nn.Module) -> bool:
+    """Whether the layer `conv` sees its neighbours only through the mean of their rows:
+    GraphSAGE-mean, DGL's or gnnssd's (a compiled layer's source)."""
+    conv = getattr(conv, "_layer", conv)
+    return isinstance(conv, SAGEConvUDF) or (isinstance(conv, dglnn.SAGEConv) and conv._aggre_type == "mean")
+
+
 class BlockGNN(nn.Module):
     """`layers` graph convolutions; ReLU and dropout between them, none after the last.
 
@@ -31,9 +38,7 @@ class BlockGNN(nn.Module):
     def mean_aggregation(self, i: int) -> bool:
         """Whether layer i sees its neighbours only through the mean of their rows
         (GraphSAGE-mean): layer-wise inference may then sum the rows in any order."""
-        conv = getattr(self.convs[i], "_layer", self.convs[i])  # a compiled layer's source
-        return isinstance(conv, SAGEConvUDF) or (
-            isinstance(conv, dglnn.SAGEConv) and conv._aggre_type == "mean")
+        return is_mean_aggregation(self.convs[i])
 
     def layer(self, i: int, block: dgl.DGLGraph, h: torch.Tensor) -> torch.Tensor:
         h = self.convs[i](block, h)

@@ -1,2 +1,2 @@
-"""The feature backends behind FeatureSource: memory (DGL's sampler over rows in RAM),
+"""The feature backends behind FeatureSource: memory (gnnssd's sampler over rows in RAM),
 ssd (the mega-batch pipeline) and the baselines a user would try (mmap, per-row)."""

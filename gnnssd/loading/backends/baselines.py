@@ -1,14 +1,15 @@
 """The loaders gnnssd is measured against (scripts/bench_train.py), beside `memory`.
 
-- `MmapLoader`: DGL's sampler, features indexed out of a NumPy memmap of features.bin:
+- `MmapLoader`: features indexed out of a NumPy memmap of features.bin:
   what most users do today. Every missing page is a synchronous fault.
-- `PerRowLoader`: DGL's sampler, each input row not in an LRU cache (`LRUCache`, a row
+- `PerRowLoader`: each input row not in an LRU cache (`LRUCache`, a row
   source around its fallback as the hot cache is) read as its own page with O_DIRECT
   through the io_engine (`PageReads`): the Ginex / GraphBolt DiskBasedFeature way.
 
-Both sample exactly as `MemoryLoader` does (they share its `SampledLoader` base and its
-loader protocol), so for the same `dgl.seed` (and one thread) they yield the same blocks and
-the same `x`. `NodeLoader(..., features="mmap" | "per-row")` runs them.
+Both sample exactly as `MemoryLoader` does (they share its `SampledLoader` base: gnnssd's
+counter-based sampler, and its loader protocol), so for the same seed they yield the same
+blocks and the same `x`: only the way to the features differs. `NodeLoader(...,
+features="mmap" | "per-row")` runs them.
 """
 from __future__ import annotations
 

@@ -1,46 +1,50 @@
-"""`features: memory`: the reference loader, the plain DGL way.
+"""`features: memory`: the reference loader, everything in RAM.
 
-Features sit in RAM as one tensor; DGL's NeighborSampler makes the blocks of gnnssd's
-seed batches (`gnnssd.sampler.seed_batches`: the same seeds as every other mode), on a
-heterogeneous store from its DGLHeteroGraph with a fanout per relation; each mini-batch's
+Features sit in RAM as one tensor, the topology as int64 CSC arrays; gnnssd's own
+counter-based sampler (gnnssd.sampler.NeighborSampler, the one ssd mode plans with) makes
+the blocks of gnnssd's seed batches (`gnnssd.sampler.seed_batches`: the same seeds as every
+other mode), on a heterogeneous store with a fanout per relation; each mini-batch's
 inputs are gathered by indexing. Every other mode is measured against this one.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
-import dgl
 import numpy as np
 import torch
 
-from gnnssd.core import SamplerConfig, SSDConfig, StageTimer, epoch_seed
-from gnnssd.sampler import csc_edge_ids
+from gnnssd.core import SamplerConfig, SSDConfig, StageTimer
+from gnnssd.sampler import NeighborSampler
 from gnnssd.storage_format import Store
 
-from ..typed import dgl_fanouts, global_ids, layer_fanouts, relation_edge_ids, seeds_by_type, split_features
-from ..types import IOCounters, Labels, MiniBatch, check_memory, load_features, store_graph
+from ..typed import batch_parts, layer_fanouts, sampler_options
+from ..types import (IOCounters, Labels, MiniBatch, check_memory, load_features, store_held, store_shared,
+                     store_topology)
 
 
 class SampledLoader:
-    """DGL sampling over the store's graph plus a subclass's `_inputs(rows)`: the loaders
-    that fetch features per mini-batch (memory here; mmap and per-row in baselines).
+    """gnnssd's sampler over the store's topology in RAM plus a subclass's `_inputs(rows)`:
+    the loaders that fetch features per mini-batch (memory here; mmap and per-row in
+    baselines).
 
-    DGL's sampler draws from DGL's global RNG, reseeded from (seed, epoch) at the start of
-    each epoch's mini-batches, as the ssd pipeline's draws are; they repeat when DGL runs
-    on one thread (Config.deterministic); with more, its parallel loops vary them.
+    The draws are ssd mode's: counter-based, from (seed, epoch, the mini-batch's position
+    in the epoch, layer, node), so they repeat under a fixed seed whatever the thread
+    count, and a seed batch gets the same blocks in every mode. (DGL's samplers, which
+    this loader used before, vary with more than one thread; they stay the tests'
+    reference.)
     """
 
     #: What this backend can do (gnnssd.loading.feature_source.FeatureBackend): the features
-    #: in RAM, no budget or scratch of its own; edge mini-batches by DGL's exclude_eids.
+    #: in RAM, no budget or scratch of its own; edge mini-batches by the sampler's exclusion.
     OUT_OF_CORE = False
     MEMORY_BUDGET = False
     SCRATCH = False
     EDGE_BATCHES = True
 
-    #: How DGL samples: "uniform" (its NeighborSampler) or "labor" (its LaborSampler,
-    #: layer-neighbour sampling); `open` sets the source's `sampling.method`.
+    #: How the sampler draws: "uniform" or "labor" (layer-neighbour sampling); `open` sets
+    #: the source's `sampling.method`.
     method = "uniform"
 
     #: `features=` name of the mode, for its errors.
@@ -48,8 +52,13 @@ class SampledLoader:
 
     def __init__(self, store: Store, device: torch.device, timer: StageTimer, seed: int = 0):
         self.store, self.seed = store, seed
-        check_memory(store, self.NAME, self._memory_needs(store))
-        self.graph = store_graph(store) if store.schema.is_homogeneous else store.graph(store_ids=True)
+        check_memory(store, self.NAME, {part: n for part, n in self._memory_needs(store).items()
+                                        if store_held(store, part) is None})
+        # the topology in RAM: shared by this Store object's loaders (types.store_shared)
+        self.topology = store_shared(store, "topology as int64", lambda: _Topology(store))
+        self.indptr, self.indices = self.topology.arrays
+        self.etypes = None if store.etypes is None else store_shared(store, "edge types",
+                                                                     lambda: np.array(store.etypes))
         self.labels = Labels(store)
         self.device = device
         self.timer = timer
@@ -57,36 +66,24 @@ class SampledLoader:
 
     def minibatches(self, batches: list[np.ndarray], fanouts: list[int] | list[dict[str, int]], epoch: int = 0,
                     exclude: list[np.ndarray] | None = None, reuse_epochs: int = 1) -> Iterator[MiniBatch]:
-        """A mini-batch per array of seed nodes, sampled by DGL's NeighborSampler; with
-        `exclude`, batch b without the edges of the (E, 2) node pairs exclude[b] and their
-        reverses (DGL's `exclude_eids`; edge mini-batches, see gnnssd.loading.edge_loader).
-        `reuse_epochs` changes nothing here: the same epoch draws the same neighbours again."""
+        """A mini-batch per array of seed nodes, batch b drawn as ssd mode draws the
+        epoch's b-th mini-batch; with `exclude`, batch b without the edges of the (E, 2)
+        node pairs exclude[b] and their reverses (edge mini-batches, see
+        gnnssd.loading.edge_loader). `reuse_epochs` changes nothing here: the same epoch
+        draws the same neighbours again."""
         if exclude is not None and len(exclude) != len(batches):
             raise ValueError(f"exclude lists {len(exclude)} edge sets for {len(batches)} mini-batches")
         schema = self.store.schema
-        typed = not schema.is_homogeneous  # DGL's IDs by node type, and a fanout per relation
-        dgl.seed(epoch_seed(self.seed, epoch))  # before the sampler: DGL's LaborSampler draws its seed when made
-        sampler = self._dgl_sampler([dgl_fanouts(schema, f) for f in layer_fanouts(schema, fanouts)])
+        sampler = NeighborSampler(self.indptr, self.indices, layer_fanouts(schema, fanouts),
+                                  **sampler_options(self.store, self.etypes), method=self.method)
         for b, seeds in enumerate(batches):
-            with self.timer.stage("sample"):
-                excluded = None  # else the pairs' edges in either direction, per relation on a typed store
-                if exclude is not None:
-                    excluded = relation_edge_ids(self.graph, schema, exclude[b]) if typed else torch.from_numpy(
-                        csc_edge_ids(self.store.indptr, self.store.indices, exclude[b]))
-                input_nodes, output_nodes, blocks = sampler.sample(
-                    self.graph, seeds_by_type(schema, seeds) if typed else torch.from_numpy(seeds),
-                    exclude_eids=excluded)
-            x = self._typed_inputs(input_nodes) if typed else self._inputs(input_nodes.numpy())
+            with self.timer.stage("sample"):  # batch IDs as the ssd planner's (sampler.Planner)
+                mfgs = sampler.sample(seeds, self.seed, (epoch << 32) + b, None if exclude is None else exclude[b])
+            x = self._inputs(np.asarray(mfgs.input_rows))
             with self.timer.stage("transfer"):
-                y = self.labels[torch.from_numpy(global_ids(schema, output_nodes)) if typed else output_nodes]
-                batch = MiniBatch(input_nodes, output_nodes, blocks, x, y).to(self.device, non_blocking=True)
+                y = self.labels[torch.from_numpy(mfgs.seeds)]
+                batch = MiniBatch(**batch_parts(mfgs, schema, x), y=y).to(self.device, non_blocking=True)
             yield batch
-
-    def _typed_inputs(self, input_nodes: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """x of a typed mini-batch's featured types, gathered by `_inputs` from their global rows."""
-        schema = self.store.schema
-        featured = {t.name: input_nodes[t.name] for t in schema.node_types if t.features}
-        return split_features(schema, input_nodes, self._inputs(global_ids(schema, featured)))
 
     @classmethod
     def open(cls, store: Store, ssd: SSDConfig, sampling: SamplerConfig, seed: int, device: torch.device,
@@ -99,23 +96,17 @@ class SampledLoader:
         self.method = method
         return self
 
-    def _dgl_sampler(self, fanouts: list[Any]) -> dgl.dataloading.BlockSampler:
-        """DGL's sampler of this loader's `method` with `fanouts` (per layer)."""
-        if self.method == "labor":
-            return dgl.dataloading.LaborSampler(fanouts)
-        return dgl.dataloading.NeighborSampler(fanouts)
-
     def io_stats(self) -> dict[str, int]:
         return self.io.as_dict()
 
     def _memory_needs(self, store: Store) -> dict[str, int]:
-        """Bytes this loader holds in RAM, by part: DGL's int64 topology (subclasses add
-        what they keep; labels are read per mini-batch: types.Labels)."""
-        if store.schema.is_homogeneous:
-            topology = {"topology as int64": 8 * (store.num_nodes + 1 + store.num_edges)}
-        else:  # DGL's heterograph: int64 COO per relation, then the CSC its sampler builds
-            topology = {"topology as a DGL heterograph": 8 * store.num_nodes + 40 * store.num_edges}
-        return topology
+        """Bytes this loader holds in RAM, by part: the int64 topology and a typed store's
+        edge types (subclasses add what they keep; labels are read per mini-batch:
+        types.Labels)."""
+        needs = {"topology as int64": 8 * (store.num_nodes + 1 + store.num_edges)}
+        if store.etypes is not None:
+            needs["edge types"] = store.etypes.nbytes
+        return needs
 
     def _inputs(self, rows: np.ndarray) -> torch.Tensor:
         raise NotImplementedError
@@ -126,6 +117,13 @@ class SampledLoader:
 
     def close(self) -> None:
         """Nothing to release by default."""
+
+
+class _Topology:
+    """The store's checked int64 CSC (types.store_topology), as one shared value."""
+
+    def __init__(self, store: Store):
+        self.arrays = store_topology(store)
 
 
 class MemoryLoader(SampledLoader):
@@ -139,8 +137,10 @@ class MemoryLoader(SampledLoader):
 
     def __init__(self, store: Store, device: torch.device, timer: StageTimer, seed: int = 0):
         super().__init__(store, device, timer, seed)
-        self.features = load_features(store)
-        self.io.add(bytes_read=store.feature_bytes)
+        loaded = store_held(store, "features as float32") is None
+        self.features = store_shared(store, "features as float32", lambda: load_features(store))
+        if loaded:  # a loader sharing another's features read nothing
+            self.io.add(bytes_read=store.feature_bytes)
 
     def _inputs(self, rows: np.ndarray) -> torch.Tensor:
         with self.timer.stage("gather"):

@@ -29,12 +29,11 @@ from gnnssd.core import (ConfigError, SamplerConfig, SSDConfig, StageTimer, disk
 from gnnssd.pipeline import (BUFFERS, DirectIO, FeatureFile, HotCache, HotRanking, KeptSamples,
                              MegaBatchBuffers, PlanWorker, Recycler, RepackReport, check_numba_threads, delete,
                              load_cost_model, numba_threads, repacked_windows, samples_key, x_dtype, x_pool_bytes)
-from gnnssd.sampler import (HotRows, MegaBatchPlan, MFGs, NeighborSampler, PlanConfig, Planner, pages_plan,
-                            to_dgl_blocks)
+from gnnssd.sampler import HotRows, MegaBatchPlan, MFGs, NeighborSampler, PlanConfig, Planner, pages_plan
 from gnnssd.storage_format import Store
 
-from ..typed import layer_fanouts, typed_batch_parts
-from ..types import IOCounters, Labels, MiniBatch
+from ..typed import batch_parts, layer_fanouts, sampler_options
+from ..types import IOCounters, Labels, MiniBatch, store_shared
 
 log = logging.getLogger("gnnssd.ssd")
 
@@ -48,6 +47,8 @@ PLAN_SHARE, MIN_PLAN_BYTES = 8, 8 << 20
 #: waiting for a repack window or kept for a replay waits spilled to disk, as a stub).
 #: Each plan gets 1/PLANS_ALIVE of the bytes.
 PLANS_ALIVE = 2 + BUFFERS
+#: The seed of the few mini-batches the buffers and x arrays are sized for (SSDLoader._sampled_inputs).
+SIZING_SEED = 0
 
 
 def plan_bytes_in_flight(budget: int) -> int:
@@ -153,31 +154,32 @@ class SSDLoader:
     def _sampled_inputs(self) -> dict[str, list[np.ndarray]]:
         """The input rows of a few sampled mini-batches (one per split) with the training
         and with the evaluation settings ("training", "evaluation"): what the buffers and
-        the x arrays are sized for."""
+        the x arrays are sized for. Drawn with SIZING_SEED, not the loader's seed: the same
+        store and settings size every loader alike, so they are sampled once per Store object
+        and settings (types.store_shared: a loader opened per evaluation on an open store
+        samples nothing here)."""
         sampler_cfg = self.sampling
         settings = {"training": (sampler_cfg.fanouts, sampler_cfg.batch_size),
                     "evaluation": sampler_cfg.evaluation(self.store.num_edges)}
-        rng = np.random.default_rng(self.seed)
+        key = ("x sizing", repr(settings), sampler_cfg.method)
+        return store_shared(self.store, key, lambda: self._sample_inputs(settings), weak=False)
+
+    def _sample_inputs(self, settings: dict[str, tuple[list[Any], int]]) -> dict[str, list[np.ndarray]]:
+        sampler_cfg = self.sampling
+        rng = np.random.default_rng(SIZING_SEED)
         sampled: dict[str, list[np.ndarray]] = {}
         for use, (fanouts, batch_size) in settings.items():
             inputs = sampled[use] = []
             sampler = NeighborSampler(self.store.indptr, self.store.indices,
-                                      layer_fanouts(self.store.schema, fanouts), **self._typing(),
+                                      layer_fanouts(self.store.schema, fanouts), **sampler_options(self.store),
                                       method=sampler_cfg.method)
             splits = [np.asarray(s) for s in (self.store.train_store_ids, self.store.valid_store_ids,
                                               self.store.test_store_ids)]
             # a link store has no node splits: its seeds (edge endpoints) are any nodes
             for nodes in [s for s in splits if len(s)] or [np.arange(self.store.num_nodes)]:
                 seeds = np.sort(rng.choice(nodes, min(len(nodes), batch_size), replace=False))
-                inputs.append(np.asarray(sampler.sample(seeds, self.seed).input_rows))
+                inputs.append(np.asarray(sampler.sample(seeds, SIZING_SEED).input_rows))
         return sampled
-
-    def _typing(self) -> dict[str, Any]:
-        """The sampler's options for a typed store (none for a homogeneous one)."""
-        if self.store.etypes is None:
-            return {}
-        return {"etypes": self.store.etypes, "num_relations": len(self.store.schema.relations),
-                "feature_rows": self.store.feature_rows}
 
     def minibatches(self, batches: list[np.ndarray], fanouts: list[int], epoch: int = 0,
                     exclude: list[np.ndarray] | None = None, reuse_epochs: int = 1) -> Iterator[MiniBatch]:
@@ -235,7 +237,7 @@ class SSDLoader:
                          method=self.sampling.method)
         planner = Planner(self.store.indptr, self.store.indices, cfg, self.hot.members,
                           max_rows=self.budget.buffer_rows, max_bytes=self.plan_bytes // PLANS_ALIVE,
-                          **self._typing())
+                          **sampler_options(self.store))
         directory.mkdir(parents=True, exist_ok=True)
         spill = directory if self.block_budget or reuse else None
         rest = None if exclude is None else exclude[first:]
@@ -380,11 +382,7 @@ class SSDLoader:
             if cuda and not x.is_pinned():
                 x = x.pin_memory()
             y = self.labels[torch.from_numpy(mfgs.seeds)]
-            if self.store.schema.is_homogeneous:
-                parts = {"input_nodes": torch.from_numpy(mfgs.input_nodes),
-                         "output_nodes": torch.from_numpy(mfgs.seeds), "blocks": to_dgl_blocks(mfgs), "x": x}
-            else:
-                parts = typed_batch_parts(mfgs, self.store.schema, x)
+            parts = batch_parts(mfgs, self.store.schema, x)
         with self.timer.stage("transfer"):
             batch = MiniBatch(**parts, y=y).to(self.device, non_blocking=True)
             if cuda:  # the pool array is reused only once this asynchronous copy is done
