@@ -96,7 +96,8 @@ class NodeLoader(SourceLoader):
     splits give them, or a boolean mask over the nodes) for node-level
     tasks, features from `source`: a FeatureSource shared with other loaders, or a Store or
     its path, for which the loader opens its own source from `source_options` (`features`:
-    memory, ssd, mmap, per-row; `method`: uniform or labor neighbour sampling (see
+    memory, ssd, mmap, per-row, device: the whole store on `device`, see
+    gnnssd.loading.backends.device; `method`: uniform or labor neighbour sampling (see
     SamplerConfig.method); SSDConfig's fields such as `memory_budget`; `seed`,
     `device`, `scratch_dir`, `eval_fanouts`/`eval_batch_size` that size the ssd buffers for
     evaluation loaders) and closes it with itself. Defaults follow the config.
