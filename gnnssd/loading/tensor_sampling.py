@@ -8,10 +8,12 @@ all candidate edges of a layer (no loop per node), and come out as the compiler'
 Its randomness is the numba sampler's (gnnssd.sampler.sampling): counter-based streams per
 (seed, mini-batch, layer, node) from the same splitmix64 hash, written here in int64 torch
 ops, so a draw depends on nothing but those four numbers. LABOR draws each source's
-variate r_u exactly as the numba sampler does, so its blocks are the numba sampler's,
-edge for edge; uniform sampling without replacement keeps, per destination, the
-min(fanout, degree) in-edges with the smallest random keys (a uniform sample; the numba
-sampler draws the same distribution with Floyd's algorithm, not the same edges). Sources
+variate r_u, and uniform sampling without replacement runs Floyd's algorithm as the numba
+sampler does (one step for all nodes at a time), so their blocks are the numba sampler's,
+edge for edge; above a fanout of 32, where the numba sampler turns to reservoir sampling,
+a node keeps the `fanout` in-edges of smallest random keys (the same distribution, not
+the same edges). Uniform sampling touches only the sampled edges, LABOR every in-edge of
+a layer's nodes (as the numba sampler does). Sources
 are numbered as the numba sampler numbers them: a block's destinations first, then new
 sources in order of first appearance, edges in CSC order, so with fanout -1 the blocks are
 identical to its blocks.
@@ -28,6 +30,7 @@ _MASK64 = (1 << 64) - 1
 _M1 = 0xBF58476D1CE4E5B9
 _M2 = 0x94D049BB133111EB
 _GOLDEN = 0x9E3779B97F4A7C15
+_FLOYD_MAX = 32  # the numba sampler's switch from Floyd's algorithm to reservoir sampling
 #: What the numba sampler's `method`s mean here too.
 TENSOR_METHODS = ("uniform", "labor")
 
@@ -100,44 +103,79 @@ class TensorSampler:
 
     def _hop(self, dst: torch.Tensor, fanout: int, seed: int, batch_id: int,
              layer: int) -> tuple[CSCBlock, torch.Tensor]:
-        """One layer: the in-edges kept for every node of `dst`, as a block, and the nodes
-        of the next layer (dst, then the new sources)."""
-        device, n = dst.device, dst.numel()
+        """One layer: the in-edges sampled for every node of `dst`, as a block, and the
+        nodes of the next layer (dst, then the new sources)."""
         start = self.indptr[dst]
         degree = self.indptr[dst + 1] - start
-        cand_ptr = torch.zeros(n + 1, dtype=torch.int64, device=device)
-        torch.cumsum(degree, 0, out=cand_ptr[1:])
-        total = int(cand_ptr[-1])
-        owner = torch.repeat_interleave(torch.arange(n, device=device), degree, output_size=total)
-        position = torch.arange(total, device=device) - cand_ptr[owner]
+        if self.method == "labor" and fanout >= 0:
+            owner, position = self._labor(dst, start, degree, fanout, seed, batch_id, layer)
+        else:
+            owner, position = self._uniform(dst, degree, fanout, seed, batch_id, layer)
         edge_ids = start[owner] + position
-        sources = self.indices[edge_ids].to(torch.int64)
-        keep = self._kept(dst, degree, owner, position, sources, fanout, seed, batch_id, layer)
-        kept_ptr = torch.zeros(total + 1, dtype=torch.int64, device=device)
-        torch.cumsum(keep, 0, out=kept_ptr[1:])
-        local, nodes = _relabel(dst, sources[keep])
-        block = CSCBlock(kept_ptr[cand_ptr], local, nodes.numel(), n, edge_ids[keep])
-        return block, nodes
+        local, nodes = _relabel(dst, self.indices[edge_ids].to(torch.int64))
+        indptr = torch.zeros(dst.numel() + 1, dtype=torch.int64, device=dst.device)
+        torch.cumsum(torch.bincount(owner, minlength=dst.numel()), 0, out=indptr[1:])
+        return CSCBlock(indptr, local, nodes.numel(), dst.numel(), edge_ids), nodes
 
-    def _kept(self, dst: torch.Tensor, degree: torch.Tensor, owner: torch.Tensor, position: torch.Tensor,
-              sources: torch.Tensor, fanout: int, seed: int, batch_id: int, layer: int) -> torch.Tensor:
-        """Which candidate edges (grouped by destination, CSC order within each) are sampled."""
-        if fanout < 0:
-            return torch.ones_like(owner, dtype=torch.bool)
-        if self.method == "labor":  # kept iff r_u <= fanout / degree (1: all when degree <= fanout)
-            threshold = torch.where(degree > fanout, fanout / degree.clamp(min=1).to(torch.float64), 1.0)
-            return labor_variates(seed, batch_id, layer, sources) <= threshold[owner]
-        keep = degree[owner] <= fanout  # all in-edges of nodes with at most `fanout`
-        heavy = torch.nonzero(~keep).squeeze(1)
-        if heavy.numel():  # the others: the `fanout` smallest random keys among each node's in-edges
-            who = owner[heavy]
-            keys = _mix(streams(seed, batch_id, layer, dst)[who] + position[heavy] * _signed(_GOLDEN))
-            order = torch.argsort((who << 32) | _shr(keys, 32))
-            heavy_degree = torch.where(degree > fanout, degree, 0)
-            first = torch.cumsum(heavy_degree, 0) - heavy_degree  # where each node's run starts in `order`
-            rank = torch.arange(heavy.numel(), device=dst.device) - first[who[order]]
-            keep[heavy[order[rank < fanout]]] = True
-        return keep
+    def _uniform(self, dst: torch.Tensor, degree: torch.Tensor, fanout: int, seed: int, batch_id: int,
+                 layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(destination index, position among its in-edges) of each sampled edge, grouped by
+        destination: every in-edge of a node with at most `fanout` (in CSC order), else
+        `fanout` distinct ones (_draw_positions)."""
+        count = degree if fanout < 0 else degree.clamp(max=fanout)
+        owner, position = _runs(count)
+        heavy = torch.nonzero(degree > count).squeeze(1) if fanout >= 0 else owner[:0]
+        if heavy.numel():
+            drawn = _draw_positions(streams(seed, batch_id, layer, dst[heavy]), degree[heavy], fanout)
+            first = torch.cumsum(count, 0) - count  # where each node's run starts
+            position[(first[heavy].unsqueeze(1) + torch.arange(fanout, device=dst.device)).reshape(-1)] = \
+                drawn.reshape(-1)
+        return owner, position
+
+    def _labor(self, dst: torch.Tensor, start: torch.Tensor, degree: torch.Tensor, fanout: int, seed: int,
+               batch_id: int, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(destination index, position) of the in-edges u -> v with r_u <= fanout / degree(v)
+        (all of them when degree <= fanout), in CSC order."""
+        owner, position = _runs(degree)
+        sources = self.indices[start[owner] + position].to(torch.int64)
+        threshold = torch.where(degree > fanout, fanout / degree.clamp(min=1).to(torch.float64), 1.0)
+        keep = labor_variates(seed, batch_id, layer, sources) <= threshold[owner]
+        return owner[keep], position[keep]
+
+
+def _runs(count: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(i repeated count[i] times, 0..count[i]-1 for each i): one entry per edge of a layer."""
+    total = int(count.sum())
+    owner = torch.repeat_interleave(torch.arange(count.numel(), device=count.device), count, output_size=total)
+    first = torch.cumsum(count, 0) - count
+    return owner, torch.arange(total, device=count.device) - first[owner]
+
+
+def _below(state: torch.Tensor, j: torch.Tensor) -> torch.Tensor:
+    """Draw j of each stream, uniform in [0, j] (the numba sampler's _below(state, j, j + 1))."""
+    r = _mix(state + j * _signed(_GOLDEN))
+    return _shr(_shr(r, 32) * (j + 1), 32)
+
+
+def _draw_positions(state: torch.Tensor, degree: torch.Tensor, k: int) -> torch.Tensor:
+    """k distinct positions in [0, degree) per node (rows; degree > k), drawn from its stream:
+    Floyd's algorithm as the numba sampler runs it (the same positions in the same order)
+    up to _FLOYD_MAX, one step for all nodes at a time; above it the k smallest of a random
+    key per position (a uniform sample too, not the numba sampler's reservoir draws)."""
+    if k <= _FLOYD_MAX:
+        out = torch.empty(degree.numel(), k, dtype=torch.int64, device=degree.device)
+        for q in range(k):
+            j = degree - k + q
+            t = _below(state, j)
+            taken = (out[:, :q] == t.unsqueeze(1)).any(1)
+            out[:, q] = torch.where(taken, j, t)
+        return out
+    owner, position = _runs(degree)
+    keys = _shr(_mix(state[owner] + position * _signed(_GOLDEN)), 32)
+    order = torch.argsort((owner << 32) | keys)  # by node, then key
+    first = torch.cumsum(degree, 0) - degree
+    rank = torch.arange(owner.numel(), device=degree.device) - first[owner[order]]
+    return position[order[rank < k]].view(-1, k)
 
 
 def _relabel(dst: torch.Tensor, sources: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
