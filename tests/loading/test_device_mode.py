@@ -140,3 +140,23 @@ def test_the_config_takes_device_and_its_reserve_and_refuses_bad_values(store_pa
         _config(store_path, tmp_path, features="device", ssd={"device_reserve": 1.5})
     with pytest.raises(ConfigError, match=r"features: 'gpu' is invalid; expected one of \['memory', 'ssd', 'device'\]"):
         _config(store_path, tmp_path, features="gpu")
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="torch sees no CUDA device")
+@pytest.mark.parametrize("method", ["uniform", "labor"])
+def test_on_a_gpu_the_minibatches_are_those_of_the_cpu(store_path, method):
+    """features: device on CUDA (the device check runs it): the store's arrays on the GPU,
+    every mini-batch's blocks, x and y equal to the same loader's on the CPU (the draws
+    are counter-based: the same on any device)."""
+    store = Store.open(store_path)
+    batches = {}
+    for device in ("cpu", "cuda"):
+        with _loader(store, device=device, method=method) as loader:
+            batches[device] = [mb for mb in loader]
+    assert batches["cuda"][0].x.is_cuda and batches["cuda"][0].blocks[0].indptr.is_cuda
+    for a, b in zip(batches["cpu"], batches["cuda"]):
+        assert torch.equal(a.x, b.x.cpu()) and torch.equal(a.y, b.y.cpu())
+        assert torch.equal(a.input_nodes, b.input_nodes.cpu())
+        for x, y in zip(a.blocks, b.blocks):
+            assert torch.equal(x.indptr, y.indptr.cpu()) and torch.equal(x.indices, y.indices.cpu())
