@@ -25,7 +25,7 @@ import psutil
 import torch
 
 from gnnssd.core import ConfigError, SamplerConfig, SSDConfig, StageTimer, format_bytes
-from gnnssd.pipeline.direct_io import DirectIO
+from gnnssd.pipeline import DirectIO
 from gnnssd.storage_format import Store, StoreError
 
 from ..tensor_sampling import TensorSampler
