@@ -1,4 +1,5 @@
-"""Same config and seeds, `features: memory` vs `features: ssd`: mean test accuracy.
+"""Same config and seeds, `features: memory` vs `features: ssd` (and `features: device`,
+the whole store on the device, here the CPU): mean test accuracy.
 
 These graphs are small, so the ssd runs get no hot cache (hot_fraction 0): every input
 row of every mega-batch comes from features.bin through the io_engine (or is carried over
@@ -55,25 +56,32 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="fewer epochs")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--datasets", default=",".join(DATASETS), help=f"some of {','.join(DATASETS)}")
+    parser.add_argument("--modes", default="ssd,device", help="the modes compared with memory: ssd, device")
     args = parser.parse_args()
+    modes = ["memory", *args.modes.split(",")]
     rows = []
     with tempfile.TemporaryDirectory() as work:
-        for name, spec in DATASETS.items():
+        for name in args.datasets.split(","):
+            spec = DATASETS[name]
             store = write_store(Path(work) / name, spec["source"]())
             feature_mib = Store.open(store).feature_bytes / 2**20
-            accuracy = {mode: [run(store, Path(work) / f"{name}-{mode}-{s}", spec, mode, s,
-                                   5 if args.quick else None) for s in range(args.seeds)]
-                        for mode in ("memory", "ssd")}
-            means = {mode: statistics.mean(v) for mode, v in accuracy.items()}
-            rows.append({"dataset": name, "feature_mib": round(feature_mib, 2),
-                         "ssd_budget": spec["ssd"]["memory_budget"], "seeds": args.seeds,
-                         "memory_acc": accuracy["memory"], "ssd_acc": accuracy["ssd"],
-                         "memory_mean": means["memory"], "ssd_mean": means["ssd"],
-                         "difference_points": 100 * (means["ssd"] - means["memory"])})
-    print(f"{'dataset':10} {'features':>9} {'budget':>7} {'memory mean':>12} {'ssd mean':>9} {'ssd-mem (pts)':>14}")
+            row = {"dataset": name, "feature_mib": round(feature_mib, 2), "ssd_budget": spec["ssd"]["memory_budget"],
+                   "seeds": args.seeds}
+            for mode in modes:
+                row[f"{mode}_acc"] = [run(store, Path(work) / f"{name}-{mode}-{s}", spec, mode, s,
+                                          5 if args.quick else None) for s in range(args.seeds)]
+                row[f"{mode}_mean"] = statistics.mean(row[f"{mode}_acc"])
+            for mode in modes[1:]:  # "difference_points": ssd's, as earlier runs wrote it
+                key = "difference_points" if mode == "ssd" else f"{mode}_difference_points"
+                row[key] = 100 * (row[f"{mode}_mean"] - row["memory_mean"])
+            rows.append(row)
+    print(f"{'dataset':10} {'features':>9} {'budget':>7} " + " ".join(f"{m + ' mean':>12}" for m in modes)
+          + " " + " ".join(f"{m + '-mem (pts)':>16}" for m in modes[1:]))
     for r in rows:
-        print(f"{r['dataset']:10} {r['feature_mib']:>7.2f}Mi {r['ssd_budget']:>7} {r['memory_mean']:>12.4f} "
-              f"{r['ssd_mean']:>9.4f} {r['difference_points']:>14.2f}")
+        diffs = [r["difference_points" if m == "ssd" else f"{m}_difference_points"] for m in modes[1:]]
+        print(f"{r['dataset']:10} {r['feature_mib']:>7.2f}Mi {r['ssd_budget']:>7} "
+              + " ".join(f"{r[m + '_mean']:>12.4f}" for m in modes) + " " + " ".join(f"{d:>16.2f}" for d in diffs))
     if args.json:
         args.json.write_text(json.dumps({"rows": rows}, indent=2))
 

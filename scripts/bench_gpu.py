@@ -16,15 +16,20 @@ plain torch ops, end to end against compute-only and memory mode, loader threads
     loader's stage times, and the foreground wait: time the training loop spent waiting for
     its next mini-batch (copy not hidden, or loader too slow).
 (c) loader-only: ssd mode without a model, with 1, 2, 4, 8, 16 numba threads (one process each).
+(d) device tier: the same training with `features: device` (the whole store on the GPU, sampled and
+    gathered there: issue 47) against compute-only: mini-batches/s, the ratio, the load time and
+    the device memory it took.
 
     python scripts/bench_gpu.py --store STORE [--typed-store STORE] [--quick] [--json out.json]
-                                [--parts layers,e2e,threads]
+                                [--parts layers,e2e,threads,device]
 
-Prints a table per part and writes every figure to --json. Needs CUDA for (a) and (b).
+Prints a table per part and writes every figure to --json. Needs CUDA for (a), and for (b) and (d)
+unless --device cpu (a dry run of their code, no figure to keep).
 """
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import subprocess
@@ -230,15 +235,23 @@ def _train(model: torch.nn.Module, batches, n: int, warmup: int) -> dict[str, fl
     return {"batches": measured, "batches/s": measured / elapsed, "wait share": wait / elapsed}
 
 
-def bench_e2e(store: Store, quick: bool, budget_share: float, batches: int | None) -> list[dict[str, Any]]:
+def _e2e_length(quick: bool, batches: int | None) -> tuple[int, int]:
+    """(mini-batches trained, of which warm-up) of one system in (b) and (d)."""
     n, warmup = (40, 5) if quick else (150, 10)
-    n = batches or n
-    rows = []
-    # compute-only: the same kind of mini-batches, sampled beforehand, already on the GPU
+    return batches or n, warmup
+
+
+def compute_only(store: Store, n: int, warmup: int) -> dict[str, Any]:
+    """Training on mini-batches sampled beforehand and already on the device: the rate a loader can at best feed."""
     held = [mb.to(DEVICE) for mb in sample_batches(store, min(n, 30), seed=1)]
     sync()
     cycle = (held[i % len(held)] for i in range(n))
-    rows.append({"system": f"compute-only (held on {DEVICE.type})", **_train(_model(store), cycle, n, warmup)})
+    return {"system": f"compute-only (held on {DEVICE.type})", **_train(_model(store), cycle, n, warmup)}
+
+
+def bench_e2e(store: Store, quick: bool, budget_share: float, batches: int | None) -> list[dict[str, Any]]:
+    n, warmup = _e2e_length(quick, batches)
+    rows = [compute_only(store, n, warmup)]
     budget = ssd_budget(store, budget_share, DEVICE)
     for system, options in (("memory (rows in RAM)", {"features": "memory"}),
                             (f"gnnssd ssd (budget {budget_share:g} of features + x arrays)",
@@ -252,6 +265,31 @@ def bench_e2e(store: Store, quick: bool, budget_share: float, batches: int | Non
     for row in rows:
         row["vs compute-only"] = row["batches/s"] / base
     table(f"(b) end to end, 3-layer GraphSAGE, batch {BATCH}, fanouts {FANOUTS}", rows)
+    return rows
+
+
+# --- (d) the device tier ----------------------------------------------------------------
+
+def bench_device(store: Store, quick: bool, batches: int | None) -> list[dict[str, Any]]:
+    """`features: device` end to end against compute-only (issue 47's target: >= 0.4x)."""
+    n, warmup = _e2e_length(quick, batches)
+    rows = [compute_only(store, n, warmup)]
+    used = torch.cuda.memory_allocated(DEVICE) if DEVICE.type == "cuda" else 0
+    start = time.perf_counter()
+    with NodeLoader(store, store.train_idx, fanouts=FANOUTS, batch_size=BATCH, shuffle=True, seed=0,
+                    device=DEVICE, features="device") as loader:
+        sync()
+        loaded = time.perf_counter() - start
+        stored = torch.cuda.memory_allocated(DEVICE) - used if DEVICE.type == "cuda" else None
+        loader.stage_times()  # not the load
+        epochs = (mb for _ in itertools.count() for mb in loader)  # as many as n takes
+        result = _train(_model(store), epochs, n, warmup)
+        stages = {f"{k} s/mb": v / max(result["batches"] + warmup, 1) for k, v in loader.stage_times().items()}
+    rows.append({"system": "gnnssd device (store on the device)", **result, **stages, "load s": loaded,
+                 "store bytes on device": stored})
+    for row in rows:
+        row["vs compute-only"] = row["batches/s"] / rows[0]["batches/s"]
+    table(f"(d) device tier, 3-layer GraphSAGE, batch {BATCH}, fanouts {FANOUTS}", rows)
     return rows
 
 
@@ -305,7 +343,7 @@ def main() -> None:
     parser.add_argument("--json")
     parser.add_argument("--parts", default="layers,e2e,threads")
     parser.add_argument("--budget-share", type=float, default=1 / 8)
-    parser.add_argument("--device", default="cuda", help="cpu: dry-run (b) without a GPU")
+    parser.add_argument("--device", default="cuda", help="cpu: dry-run (b) and (d) without a GPU")
     parser.add_argument("--e2e-batches", type=int, help="mini-batches per system in (b) (default 40, 150)")
     parser.add_argument("--loader-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--batches", type=int, default=20, help=argparse.SUPPRESS)
@@ -325,7 +363,8 @@ def main() -> None:
     parts = args.parts.split(",")
     typed = Store.open(args.typed_store) if args.typed_store else None
     runs = {"layers": lambda: bench_layers(store, args.quick, typed), "e2e": lambda: bench_e2e(store, args.quick, args.budget_share, args.e2e_batches),
-            "threads": lambda: bench_threads(args.store, args.quick, args.budget_share)}
+            "threads": lambda: bench_threads(args.store, args.quick, args.budget_share),
+            "device": lambda: bench_device(store, args.quick, args.e2e_batches)}
     for part in parts:
         try:
             figures[part] = runs[part]()

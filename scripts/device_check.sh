@@ -7,7 +7,7 @@
 # wheels, DGL made importable on this
 # torch (scripts/device_patch_dgl.py), liburing unpacked, gnnssd built (io_uring or the
 # thread fallback, said), the CUDA tests, then scripts/bench_gpu.py on a `medium` store and a typed `mag-small` store made
-# there. Every step's output goes to $OUT (default bench_out); a failing step is reported
+# there, then the device tier (bench_gpu.py's part (d): `features: device` on medium). Every step's output goes to $OUT (default bench_out); a failing step is reported
 # and the next one still runs. With GNNSSD_PY set (a ready interpreter) the install is skipped;
 # TESTS_K selects tests (pytest -k), PARTS the benchmark's parts, E2E_BATCHES its (b) length.
 set -uo pipefail
@@ -52,7 +52,7 @@ PY
 
 step "tests: the CUDA ones (marked cuda) and the compiler's CPU lowering ones on this stack"
 timeout 240 $PY -m pytest -q -p no:cacheprovider tests/compiler/test_cuda.py tests/compiler/test_compiler_csc.py \
-  tests/compiler/test_compiler_hetero.py -k "${TESTS_K:-not cora and not interpreter and not trains}" -W ignore::DeprecationWarning 2>&1 | tee "$OUT/pytest_cuda.txt" | tail -25
+  tests/compiler/test_compiler_hetero.py tests/loading/test_tensor_sampling.py tests/loading/test_device_mode.py -k "${TESTS_K:-not cora and not interpreter and not trains}" -W ignore::DeprecationWarning 2>&1 | tee "$OUT/pytest_cuda.txt" | tail -25
 
 step "store: synthetic medium"
 [ -f "$STORE/manifest.json" ] || $PY -m gnnssd preprocess synthetic --preset medium --out "$STORE" --order degree 2>&1 | tail -3
@@ -63,4 +63,6 @@ TYPED=${TYPED:-$SCRATCH/gnnssd-mag-small}
 
 step "bench_gpu"
 timeout 330 $PY scripts/bench_gpu.py --store "$STORE" --typed-store "$TYPED" --quick --e2e-batches ${E2E_BATCHES:-40} --parts ${PARTS:-layers,e2e,threads} --json "$OUT/bench_gpu.json" 2>&1 | tee "$OUT/bench_gpu.txt"
+step "device tier: medium with features: device (the store on the GPU) against compute-only"
+timeout ${DEVICE_TIMEOUT:-240} $PY scripts/bench_gpu.py --store "$STORE" --quick --e2e-batches ${E2E_BATCHES:-40} --parts device --json "$OUT/bench_gpu_device.json" 2>&1 | tee "$OUT/bench_gpu_device.txt"
 step "done"

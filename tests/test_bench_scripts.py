@@ -235,3 +235,19 @@ def test_bench_loader_open_times_each_mode_by_part_and_writes_its_json(tiny_stor
     assert "memory-mode features" in modes["memory"]["fresh_loader"]["parts"]
     for mode in modes.values():
         assert {"on_open_store", "beside_a_live_loader", "on_open_source", "edge_loader_on_open_source"} <= set(mode)
+
+
+def test_bench_gpu_device_part_dry_runs_on_the_cpu_and_writes_its_json(tiny_store, tmp_path):
+    """(d), the device tier of scripts/device_check.sh, with --device cpu: compute-only and
+    features: device train, and their ratio is in the JSON."""
+    out = tmp_path / "gpu.json"
+    result = subprocess.run(
+        [sys.executable, "scripts/bench_gpu.py", "--store", str(tiny_store), "--device", "cpu", "--parts", "device",
+         "--quick", "--e2e-batches", "7", "--json", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = json.loads(out.read_text())["device"]
+    assert [r["system"] for r in rows] == ["compute-only (held on cpu)", "gnnssd device (store on the device)"], rows
+    for row in rows:
+        assert row["batches"] == 2 and row["batches/s"] > 0 and row["vs compute-only"] > 0, row
+    assert rows[1]["load s"] > 0 and rows[1]["sample s/mb"] > 0 and rows[1]["gather s/mb"] > 0

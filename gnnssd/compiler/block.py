@@ -53,6 +53,17 @@ class CSCBlock:
             raise ValueError(f"CSCBlock: {self.num_dst} destinations but {self.num_src} sources "
                              "(a block's destinations are its first sources)")
 
+    def __getattr__(self, name: str) -> None:
+        """What a dgl.nn layer given a CSC block asks for (graph.local_scope, ...): refused
+        saying why and naming the layers that run on CSC blocks."""
+        if name.startswith("_"):
+            raise AttributeError(name)
+        raise AttributeError(f"'CSCBlock' has no attribute {name!r}: a CSC block is not a DGL graph, and dgl.nn "
+                             "layers take DGL graphs only. On CSC blocks (features: device, or a GPU with PyPI's "
+                             "CPU-only DGL) use gnnssd's compiled layers: gnnssd.compile of a DGL-style "
+                             "message/reduce layer (gnnssd.compiler's SAGEConvUDF, GraphConvUDF, GATConvUDF), "
+                             "or the built-in models with model.compile: true")
+
     @classmethod
     def from_dgl(cls, block: dgl.DGLGraph) -> CSCBlock:
         """The CSC of a DGL block (its edge IDs kept when DGL recorded them)."""

@@ -217,6 +217,9 @@ class SSDConfig:
     #: consumer widens it; set by a GPU consumer that widens on the device. Other dtypes:
     #: no effect.
     widen_on_device: bool = False
+    #: `features: device`: the share of the device's memory kept free for training (the
+    #: store's arrays must fit in its free memory less this share of its total).
+    device_reserve: float = field(default=0.2, metadata=_check(lambda v: 0 <= v < 1, "in [0, 1)"))
 
     def __post_init__(self) -> None:
         _parse_sizes(self)
@@ -251,7 +254,9 @@ class TrainConfig:
 class Config:
     store: str
     run_dir: str
-    features: Literal["memory", "ssd"] = "memory"
+    #: memory: rows in RAM; ssd: streamed from the SSD; device: the whole store on the
+    #: training device, sampled and gathered there (gnnssd.loading.backends.device).
+    features: Literal["memory", "ssd", "device"] = "memory"
     seed: int = 0
     #: Bit-identical reruns: one CPU thread for torch and DGL kernels, whose parallel
     #: reductions otherwise sum in a varying order (runs then agree only to rounding).

@@ -27,11 +27,13 @@ import dgl
 import numpy as np
 import torch
 
+from gnnssd.compiler import CSCBlock
 from gnnssd.core import SamplerConfig, SSDConfig, StageTimer, bound_freed_memory, check_count, run_seed, select_device
 from gnnssd.sampler import sampling_method
 from gnnssd.storage_format import Store, mapped_take
 
 from .backends.baselines import MmapLoader, PerRowLoader
+from .backends.device import DeviceLoader
 from .backends.memory import MemoryLoader
 from .backends.ssd import SSDLoader
 from .types import MiniBatch
@@ -67,7 +69,8 @@ class FeatureBackend(Protocol):
 
 #: `features=` name -> backend class; each opens with
 #: `cls.open(store, ssd, sampling, seed, device, timer, scratch_dir)`.
-BACKENDS: dict[str, type] = {"memory": MemoryLoader, "ssd": SSDLoader, "mmap": MmapLoader, "per-row": PerRowLoader}
+BACKENDS: dict[str, type] = {"memory": MemoryLoader, "ssd": SSDLoader, "mmap": MmapLoader, "per-row": PerRowLoader,
+                             "device": DeviceLoader}
 
 
 def backend_class(features: str) -> type:
@@ -226,11 +229,9 @@ class FeatureSource:
             return batch
         original = _PrefixLookup(self, batch.input_nodes)
         for block in batch.blocks:  # a homogeneous store's blocks: the one node type "_N"
-            for nodes, types in ((block.srcnodes, block.srctypes), (block.dstnodes, block.dsttypes)):
-                for node_type in types:
-                    data = nodes[node_type].data
-                    if dgl.NID in data:
-                        data[dgl.NID] = original(node_type, data[dgl.NID])
+            for node_type, data in _node_frames(block):
+                if dgl.NID in data:
+                    data[dgl.NID] = original(node_type, data[dgl.NID])
         return dataclasses.replace(batch, input_nodes=original.of(batch.input_nodes),
                                    output_nodes=original.of(batch.output_nodes))
 
@@ -280,6 +281,16 @@ class _PrefixLookup:
         if not isinstance(ids, dict):
             return self(self.source.store.schema.type_names[0], ids)
         return {name: self(name, v) for name, v in ids.items()}
+
+
+def _node_frames(block: dgl.DGLGraph | CSCBlock) -> list[tuple[str, dict[str, torch.Tensor]]]:
+    """(node type, its frame) of each source and destination node type of a block: a DGL
+    block's, or a CSCBlock's (features: device), whose one type is "_N"."""
+    if isinstance(block, CSCBlock):
+        return [("_N", block.srcdata), ("_N", block.dstdata)]
+    return [(node_type, nodes[node_type].data) for nodes, types in ((block.srcnodes, block.srctypes),
+                                                                    (block.dstnodes, block.dsttypes))
+            for node_type in types]
 
 
 def _begins(ids: torch.Tensor, full: torch.Tensor) -> bool:

@@ -134,7 +134,8 @@ class NodeLoader(SourceLoader):
     of seed_nodes, whose labels, if any, must be the store's) for node-level
     tasks, features from `source`: a FeatureSource shared with other loaders, or a Store or
     its path, for which the loader opens its own source from `source_options` (`features`:
-    memory, ssd, mmap, per-row; `method`: uniform or labor neighbour sampling (see
+    memory, ssd, mmap, per-row, device: the whole store on `device`, see
+    gnnssd.loading.backends.device; `method`: uniform or labor neighbour sampling (see
     SamplerConfig.method; GraphBolt's and DGL's names too: "sample_layer_neighbor",
     "LaborSampler", ...); SSDConfig's fields such as `memory_budget`; `seed`,
     `device`, `scratch_dir`, `eval_fanouts`/`eval_batch_size` that size the ssd buffers for

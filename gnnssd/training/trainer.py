@@ -78,7 +78,8 @@ class TaskTrainer(abc.ABC):
             use_single_thread()
         seed_everything(cfg.seed)
         built = self._build_model(model)
-        self.device = distributed.rank_device(device_for(built, select_device(cfg.device), cfg.device), self.ranks)
+        self.device = distributed.rank_device(device_for(built, select_device(cfg.device), cfg.device,
+                                                         csc_blocks=cfg.features == "device"), self.ranks)
         self.scratch = Scratch(self.run_dir)  # each rank its own
         self.lock: RunLock | None = None
         self.source = self._open_source()
