@@ -40,7 +40,7 @@ def check_fanouts(fanouts: Any) -> list[Any]:
     values = list(fanouts) if isinstance(fanouts, (list, tuple)) else None
     if not values or not all(is_layer_fanouts(f) for f in values):
         raise ValueError(f"fanouts: {shown(fanouts)}; expected a non-empty list of positive integers "
-                         f"up to {MAX_COUNT:,} (one per layer; -1 = all neighbours), or per layer a dict "
+                         f"(one per layer; -1 = all neighbours) up to {MAX_COUNT:,}, or per layer a dict "
                          "of them by relation name")
     return [{k: int(v) for k, v in f.items()} if isinstance(f, dict) else int(f) for f in values]
 
