@@ -176,15 +176,8 @@ def writable_file(path: Path, folder: Path, size: int = 0) -> BinaryIO:
     to someone's file) and must lie inside `folder` below no link (UnsafeOutputError)."""
     path = Path(path)
     _check_inside(path, Path(folder))
+    fd = _open_own_file(path, "is a symbolic link")
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise UnsafeOutputError(f"{path}: is a symbolic link (to {os.readlink(path)}); gnnssd writes "
-                                    "its working files only as regular files of their own: remove it") from None
-        raise write_error(path, exc) from None
-    try:
-        _check_own_file(fd, path)
         os.set_blocking(fd, True)
         os.ftruncate(fd, size)
         os.lseek(fd, size, os.SEEK_SET)
@@ -195,6 +188,25 @@ def writable_file(path: Path, folder: Path, size: int = 0) -> BinaryIO:
         os.close(fd)
         raise
     return open(fd, "r+b")
+
+
+def _open_own_file(path: Path, link_is: str) -> int:
+    """`path` opened for reading and writing (created if absent, non-blocking: a FIFO does not
+    hang the open), never through a link (UnsafeOutputError saying `path` `link_is`), and
+    refused unless it is a regular file with one link."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafeOutputError(f"{path}: {link_is} (to {os.readlink(path)}); gnnssd writes its working "
+                                    "files and locks only as regular files of their own: remove it") from None
+        raise write_error(path, exc) from None
+    try:
+        _check_own_file(fd, path)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _check_own_file(fd: int, path: Path) -> None:
@@ -231,15 +243,8 @@ def exclusive_lock(path: Path, busy: Callable[[str], Exception]) -> Iterator[Non
     another holder removed meanwhile is retaken on the new file, so two never both hold it."""
     path = Path(path)
     while True:
+        fd = _open_own_file(path, "the lock file is a symbolic link")
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise UnsafeOutputError(f"{path}: the lock file is a symbolic link (to {os.readlink(path)}); "
-                                        "gnnssd never writes through one: remove it") from None
-            raise write_error(path, exc) from None
-        try:
-            _check_own_file(fd, path)
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"

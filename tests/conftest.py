@@ -54,3 +54,18 @@ def random_graph_arrays(num_nodes: int = 300, num_edges: int = 2000, dim: int = 
         "labels": rng.integers(classes, size=num_nodes),
         "splits": {"train": order[:100], "valid": order[100:150], "test": order[150:200]},
     }
+
+
+def tiny_degree_store(folder: Path):
+    """The `tiny` synthetic store in degree order, written into `folder` and opened; the test
+    is skipped where the folder refuses O_DIRECT (tmpfs), which ssd mode needs."""
+    from gnnssd.datasets import synthetic_source
+    from gnnssd.sampler import node_order
+    from gnnssd.storage_format import Store, write_store
+
+    path = write_store(folder / "tiny", synthetic_source("tiny"), order=node_order("degree"))
+    try:
+        os.close(os.open(Path(path) / "features.bin", os.O_RDONLY | os.O_DIRECT))
+    except OSError:
+        pytest.skip("the test directory refuses O_DIRECT (tmpfs?)")
+    return Store.open(path)

@@ -5,30 +5,20 @@ whatever the thread count (DGL's threaded sampler drew different edges; issue 48
 DGL's samplers stay the reference for the draws' distribution (tests/sampler)."""
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import numba
 import numpy as np
 import pytest
 
 import gnnssd
-from gnnssd.datasets import synthetic_source
-from gnnssd.sampler import node_order
 from gnnssd.storage_format import write_store
 
+from tests.conftest import tiny_degree_store
 from tests.hetero_graph import ToyHeteroSource
 
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> gnnssd.Store:
-    path = write_store(tmp_path_factory.mktemp("memory_sampling") / "tiny", synthetic_source("tiny"),
-                       order=node_order("degree"))
-    try:
-        os.close(os.open(Path(path) / "features.bin", os.O_RDONLY | os.O_DIRECT))
-    except OSError:
-        pytest.skip("the test directory refuses O_DIRECT (tmpfs?)")
-    return gnnssd.Store.open(path)
+    return tiny_degree_store(tmp_path_factory.mktemp("memory_sampling"))
 
 
 def _epoch(store: gnnssd.Store, features: str, method: str = "uniform", epoch: int = 1,

@@ -2,7 +2,6 @@
 Trainer with a user's model."""
 from __future__ import annotations
 
-import os
 import typing
 import warnings
 from pathlib import Path
@@ -14,25 +13,18 @@ from torch import nn
 
 import gnnssd
 from gnnssd.core.config import SamplerConfig, config_from_dict
-from gnnssd.datasets import synthetic_source
-from gnnssd.sampler import Proximity, SeedOrder, Shuffled, node_order, seed_batches
+from gnnssd.sampler import Proximity, SeedOrder, Shuffled, seed_batches
 from gnnssd.sampler.seed_order import SEED_ORDERS, shard
 from gnnssd.storage_format import write_store
 
-from tests.conftest import REPO
+from tests.conftest import REPO, tiny_degree_store
 
 FANOUTS = [4, 3]
 
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> gnnssd.Store:
-    path = write_store(tmp_path_factory.mktemp("node_loader") / "tiny", synthetic_source("tiny"),
-                       order=node_order("degree"))
-    try:
-        os.close(os.open(Path(path) / "features.bin", os.O_RDONLY | os.O_DIRECT))
-    except OSError:
-        pytest.skip("the test directory refuses O_DIRECT (tmpfs?)")
-    return gnnssd.Store.open(path)
+    return tiny_degree_store(tmp_path_factory.mktemp("node_loader"))
 
 
 def _loader(store: gnnssd.Store, features: str, **options) -> gnnssd.NodeLoader:
@@ -225,12 +217,11 @@ def test_memory_mode_larger_than_the_available_memory_is_refused_at_once(tmp_pat
     """Features (or the topology) that do not fit in RAM: a ConfigError naming the parts
     and suggesting features: ssd, before anything is loaded."""
     import psutil
+    from gnnssd.datasets import ArraySource
+    from gnnssd.storage_format import Store
 
     from gnnssd import NodeLoader
     from gnnssd.core.config import ConfigError
-    from gnnssd.datasets import ArraySource
-    from gnnssd.storage_format import Store, write_store
-
     from tests.conftest import random_graph_arrays
 
     store = Store.open(write_store(tmp_path / "s", ArraySource(**random_graph_arrays(num_nodes=500, dim=64))))
