@@ -161,17 +161,17 @@ def _check_optimizer(optimizer: Any, refuse: Any) -> None:
 
 
 def _check_best(best: Any, epoch: int, refuse: Any) -> None:
-    """{valid_S, test_S, epoch, state} for the task's selection score S."""
-    scores = sorted(k for k in best if isinstance(k, str) and k.startswith(("valid_", "test_"))) \
-        if isinstance(best, dict) else []
-    shaped = (isinstance(best, dict) and len(scores) == 2 and set(best) == {"epoch", "state", *scores}
-              and scores[0].removeprefix("test_") == scores[1].removeprefix("valid_"))
-    if not shaped:
+    """{valid_S, test_S, epoch, state} for the task's selection score S (test_S absent in a
+    checkpoint written before any evaluation by an earlier version)."""
+    valid = [k for k in best if isinstance(k, str) and k.startswith("valid_")] if isinstance(best, dict) else []
+    test = f"test_{valid[0].removeprefix('valid_')}" if len(valid) == 1 else None
+    if not (len(valid) == 1 and set(best) <= {"epoch", "state", valid[0], test}
+            and {"epoch", "state", valid[0]} <= set(best)):
         raise refuse("best", best, "{'valid_S': score, 'test_S': score or None, 'epoch': e, 'state': "
                      "weights or None} for the task's selection score S")
-    test, valid = scores
-    if not (_is_number(best[valid]) and (best[test] is None or _is_number(best[test]))):
-        raise refuse(f"best.{valid}", (best[valid], best[test]), "numbers (the test score may be None)")
+    (valid,) = valid
+    if not (_is_number(best[valid]) and (best.get(test) is None or _is_number(best[test]))):
+        raise refuse(f"best.{valid}", (best[valid], best.get(test)), "numbers (the test score may be None)")
     if not (_is_int(best["epoch"], 0) and best["epoch"] <= epoch):
         raise refuse("best.epoch", best["epoch"], f"an epoch from 0 to the checkpoint's {epoch}")
     if not (best["state"] is None or _is_tensors(best["state"])):

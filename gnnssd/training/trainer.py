@@ -94,7 +94,8 @@ class TaskTrainer(abc.ABC):
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.train.lr,
                                           weight_decay=cfg.train.weight_decay)
         self.epochs_done = 0
-        self.best: dict[str, Any] = {f"valid_{self.SELECTION}": -1.0, "epoch": 0, "state": None}
+        self.best: dict[str, Any] = {f"valid_{self.SELECTION}": -1.0, f"test_{self.SELECTION}": None, "epoch": 0,
+                                     "state": None}
         self.metrics = MetricsLog(self.run_dir)
 
     # --- what a task implements (gnnssd.training.node_task, gnnssd.training.link) ------------------------

@@ -83,7 +83,7 @@ def test_what_the_backends_declare_is_what_the_layers_above_do(store: Store) -> 
         else:
             with pytest.raises(ValueError, match=rf"features: '{name}'; expected one of \('memory', 'ssd'\)"):
                 EdgeLoader(store, edges, fanouts=FANOUTS, batch_size=1, features=name, device="cpu")
-    with pytest.raises(ValueError, match=r"features: 'disk'; expected one of \('memory', 'ssd', 'mmap', 'per-row'\)"):
+    with pytest.raises(ValueError, match=r"features: 'disk'; expected one of \('memory', 'ssd', 'mmap', 'per-row', 'device'\)"):
         backend_class("disk")
 
 
