@@ -7,11 +7,11 @@ enough to describe all layers, to save a plan, and to gather the input features.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from gnnssd.storage_format import GraphSchema
+from gnnssd.storage_format import ONE_RELATION, GraphSchema
 
 
 @dataclass(frozen=True)
@@ -24,8 +24,9 @@ class MFGs:
     edge_ptr: np.ndarray  # int64 (L+1,): block i's edges are edge_*[edge_ptr[i]:edge_ptr[i+1]]
     edge_src: np.ndarray  # int32 local source index
     edge_dst: np.ndarray  # int32 local destination index
-    #: Typed graphs: the relation of every edge (int8/int16), see storage_format.schema.
-    edge_type: np.ndarray | None = None
+    #: The relation of every edge (int8/int16), see storage_format.schema; empty
+    #: (ONE_RELATION) on a graph of one relation, whose edges are all relation 0.
+    edge_type: np.ndarray = field(default_factory=lambda: ONE_RELATION)
     #: Nodes 0..feature_rows-1 have feature rows (-1: all nodes do).
     feature_rows: int = -1
 
@@ -54,7 +55,7 @@ class MFGs:
     def nbytes(self) -> int:
         """Bytes of its arrays."""
         arrays = (self.nodes, self.num_src, self.num_dst, self.edge_ptr, self.edge_src, self.edge_dst, self.edge_type)
-        return sum(a.nbytes for a in arrays if a is not None)
+        return sum(a.nbytes for a in arrays)
 
     def edges(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         """Local (source, destination) indices of block i's edges."""
@@ -68,14 +69,13 @@ class MFGs:
         )
 
 
-def to_dgl_blocks(mfgs: MFGs, device: str = "cpu", schema: GraphSchema | None = None) -> list:
-    """DGLBlocks for `mfgs` (no re-sampling); srcdata/dstdata[dgl.NID] hold node IDs.
-    With the `schema` of a typed graph, heterogeneous blocks (see typed_dgl_blocks)."""
+def to_dgl_blocks(mfgs: MFGs, device: str = "cpu") -> list:
+    """Plain DGLBlocks for `mfgs` (no re-sampling; one node type, one relation);
+    srcdata/dstdata[dgl.NID] hold node IDs. Which form a model gets (these, or
+    typed_dgl_blocks) is gnnssd.loading's choice (its form.py), not the sampler's."""
     import dgl
     import torch
 
-    if schema is not None and not schema.is_homogeneous:
-        return typed_dgl_blocks(mfgs, schema, device)
     nodes = torch.from_numpy(mfgs.nodes)
     blocks = []
     for i in range(mfgs.num_layers):

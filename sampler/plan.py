@@ -21,7 +21,7 @@ from typing import Iterator
 import numba as nb
 import numpy as np
 
-from gnnssd.storage_format import writable_file
+from gnnssd.storage_format import ONE_RELATION, writable_file
 
 from . import bitset
 from .blocks import MFGs
@@ -469,7 +469,7 @@ class Planner:
         config: PlanConfig,
         hot_rows: HotRows | np.ndarray | None = None,
         max_rows: int | None = None,
-        etypes: np.ndarray | None = None,
+        etypes: np.ndarray = ONE_RELATION,
         num_relations: int = 1,
         feature_rows: int = -1,
         max_bytes: int | None = None,
@@ -607,8 +607,7 @@ def _plan_arrays(plan: MegaBatchPlan) -> dict[str, np.ndarray]:
             np.uint8,
         ),
     }
-    if mb and mb[0].edge_type is not None:
-        arrays["edge_type"] = np.concatenate([m.edge_type for m in mb])
+    arrays["edge_type"] = np.concatenate([m.edge_type for m in mb] or [ONE_RELATION])
     if plan.read is not None:
         arrays.update({f"read_{k}": v for k, v in plan.read.to_arrays().items()})
     return arrays
@@ -626,7 +625,7 @@ def _plan_from_arrays(a: dict[str, np.ndarray]) -> MegaBatchPlan:
             edge_ptr=a["edge_ptr"][i],
             edge_src=a["edge_src"][edge_off[i] : edge_off[i + 1]],
             edge_dst=a["edge_dst"][edge_off[i] : edge_off[i + 1]],
-            edge_type=a["edge_type"][edge_off[i] : edge_off[i + 1]] if "edge_type" in a else None,
+            edge_type=a["edge_type"][edge_off[i] : edge_off[i + 1]],
             feature_rows=int(a["feature_rows"][i]),
         )
         for i in range(len(a["node_len"]))

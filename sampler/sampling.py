@@ -15,7 +15,12 @@ from typing import Any, Sequence
 import numba as nb
 import numpy as np
 
+from gnnssd.storage_format import ONE_RELATION
+
 from .blocks import MFGs
+
+#: One hop's (ptr, sampled node IDs, their relations).
+_Hop = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
@@ -28,7 +33,6 @@ SAMPLING_METHODS = ("uniform", "labor")
 _METHOD_ALIASES = {"neighbor": "uniform", "neighbour": "uniform", "sample_neighbor": "uniform",
                    "neighborsampler": "uniform", "layer_neighbor": "labor", "layer_neighbour": "labor",
                    "sample_layer_neighbor": "labor", "laborsampler": "labor"}
-_NO_ETYPES = np.empty(0, np.int8)  # a homogeneous graph's relations, for the LABOR kernel
 
 
 @nb.njit(inline="always")
@@ -269,7 +273,7 @@ def _sample_hop_labor(indptr, indices, etypes, dst, dst_batch, fanouts, seed, la
     exclusion; each destination keeps k_r edges on average, and destinations that share a
     source share its variate, so fewer distinct sources are drawn than by independent
     uniform samples. A homogeneous graph is one relation (etypes empty). Returns (ptr,
-    sampled node IDs, their relations)."""
+    sampled node IDs, their relations: empty for one relation, as etypes)."""
     n = dst.shape[0]
     num_nodes = indptr.shape[0] - 1
     num_rel = fanouts.shape[0]
@@ -299,7 +303,7 @@ def _sample_hop_labor(indptr, indices, etypes, dst, dst_batch, fanouts, seed, la
                                      ex_hi[i], base, prefix, thresholds[i, r], none, 0)
     flat = _run_offsets(take)
     out = np.empty(flat[n * num_rel], np.int64)
-    out_rel = np.empty(flat[n * num_rel], etypes.dtype)
+    out_rel = np.empty(flat[n * num_rel] if typed else 0, etypes.dtype)
     for i in nb.prange(n):
         base = np.int64(dst[i]) * num_nodes
         prefix = _prefix(seed, dst_batch[i], layer)
@@ -307,8 +311,9 @@ def _sample_hop_labor(indptr, indices, etypes, dst, dst_batch, fanouts, seed, la
             o = flat[i * num_rel + r]
             _labor_kept(indices, runs[i, r], runs[i, r + 1] - runs[i, r], ex_keys, ex_lo[i], ex_hi[i], base,
                         prefix, thresholds[i, r], out, o)
-            for j in range(o, o + take[i, r]):
-                out_rel[j] = r
+            if typed:
+                for j in range(o, o + take[i, r]):
+                    out_rel[j] = r
     return flat[::num_rel].copy(), out, out_rel
 
 
@@ -479,10 +484,14 @@ class NeighborSampler:
     fanouts[i] is the fanout of block i (input layer first, as in DGL); -1 takes all
     in-neighbours. Holds nothing node-sized besides the graph it is given.
 
-    A typed graph (`etypes`: the relation of every edge, see storage_format.schema) takes
-    a fanout per relation: fanouts[i] is then an (R,) array (one number: all relations),
-    and the blocks record each edge's relation. `feature_rows`: nodes 0..feature_rows-1
-    have feature rows (the blocks' `input_rows`); default all.
+    `etypes` is the relation of every edge (see storage_format.schema); empty, its default
+    (`ONE_RELATION`), for a graph of one relation. A typed graph (etypes not empty) takes a
+    fanout per relation: fanouts[i] is then an (R,) array (one number: all relations), and
+    the blocks record each edge's relation (`MFGs.edge_type`, empty for one relation). The
+    hop kernel is chosen here, once: one relation takes `_sample_hop`, which skips the
+    per-relation runs (the same draws as before the typed kernel existed, and faster).
+    `feature_rows`: nodes 0..feature_rows-1 have feature rows (the blocks' `input_rows`);
+    default all.
 
     `method`: "uniform" (each destination draws min(fanout, degree) in-neighbours without
     replacement) or "labor" (layer-neighbour sampling, `_sample_hop_labor`: fanout
@@ -490,15 +499,17 @@ class NeighborSampler:
     """
 
     def __init__(self, indptr: np.ndarray, indices: np.ndarray, fanouts: Sequence[Any],
-                 etypes: np.ndarray | None = None, num_relations: int = 1, feature_rows: int = -1,
+                 etypes: np.ndarray = ONE_RELATION, num_relations: int = 1, feature_rows: int = -1,
                  method: str = "uniform"):
         self.method = sampling_method(method)
         self.indptr = np.ascontiguousarray(indptr, dtype=np.int64)
         self.indices = np.ascontiguousarray(indices)
-        self.etypes = None if etypes is None else np.ascontiguousarray(etypes)
+        self.etypes = np.ascontiguousarray(etypes)
         self.feature_rows = int(feature_rows)
-        if self.etypes is None:
-            self.fanouts = tuple(int(f) for f in fanouts)
+        self._hop = (self._labor_hop if self.method == "labor" else
+                     self._typed_hop if len(self.etypes) else self._one_relation_hop)
+        if not len(self.etypes):
+            self.fanouts = tuple(int(np.asarray(f).item()) for f in fanouts)
             low = min(self.fanouts, default=0)
         else:
             self.fanouts = tuple(np.broadcast_to(np.asarray(f, np.int64), (num_relations,)).copy()
@@ -532,18 +543,7 @@ class NeighborSampler:
             dst_batch = np.repeat(batch_ids, counts)
             dst_local = np.repeat(np.arange(nbatch, dtype=np.int64), counts)
             _check_destinations(self.indptr, self.indices, nodes)
-            if self.method == "labor":
-                eptr, nbrs, rels = _sample_hop_labor(
-                    self.indptr, self.indices, _NO_ETYPES if self.etypes is None else self.etypes, nodes, dst_batch,
-                    np.atleast_1d(np.asarray(self.fanouts[layer], np.int64)), seed, layer, dst_local, ex_ptr, ex_keys)
-                rels = None if self.etypes is None else rels
-            elif self.etypes is None:
-                eptr, nbrs = _sample_hop(self.indptr, self.indices, nodes, dst_batch, self.fanouts[layer], seed,
-                                         layer, dst_local, ex_ptr, ex_keys)
-                rels = None
-            else:
-                eptr, nbrs, rels = _sample_hop_typed(self.indptr, self.indices, self.etypes, nodes, dst_batch,
-                                                     self.fanouts[layer], seed, layer, dst_local, ex_ptr, ex_keys)
+            eptr, nbrs, rels = self._hop(nodes, dst_batch, self.fanouts[layer], seed, layer, dst_local, ex_ptr, ex_keys)
             _check_sources(nbrs, len(self.indptr) - 1)
             new_ptr, new_nodes, esrc, edst = _relabel(nodes, node_ptr, eptr, nbrs)
             hops.append((node_ptr, new_ptr, eptr[node_ptr], esrc, edst, rels))
@@ -560,9 +560,27 @@ class NeighborSampler:
                     edge_ptr=np.concatenate([[0], np.cumsum([len(s) for s, _ in edges])]).astype(np.int64),
                     edge_src=np.concatenate([s for s, _ in edges]),
                     edge_dst=np.concatenate([d for _, d in edges]),
-                    edge_type=None if self.etypes is None else np.concatenate(
-                        [rels[e[b] : e[b + 1]] for _, _, e, _, _, rels in hops]),
+                    edge_type=np.concatenate([rels[e[b] : e[b + 1]] for _, _, e, _, _, rels in hops]),
                     feature_rows=self.feature_rows,
                 )
             )
         return out
+
+    # The hop kernels, each (ptr, sampled node IDs, their relations) of one layer's
+    # destinations `nodes`; sample_many calls the one chosen at construction.
+
+    def _one_relation_hop(self, nodes: np.ndarray, dst_batch: np.ndarray, fanout: Any, seed: int, layer: int,
+                          dst_local: np.ndarray, ex_ptr: np.ndarray, ex_keys: np.ndarray) -> _Hop:
+        eptr, nbrs = _sample_hop(self.indptr, self.indices, nodes, dst_batch, fanout, seed, layer, dst_local,
+                                 ex_ptr, ex_keys)
+        return eptr, nbrs, ONE_RELATION
+
+    def _typed_hop(self, nodes: np.ndarray, dst_batch: np.ndarray, fanout: Any, seed: int, layer: int,
+                   dst_local: np.ndarray, ex_ptr: np.ndarray, ex_keys: np.ndarray) -> _Hop:
+        return _sample_hop_typed(self.indptr, self.indices, self.etypes, nodes, dst_batch, fanout, seed, layer,
+                                 dst_local, ex_ptr, ex_keys)
+
+    def _labor_hop(self, nodes: np.ndarray, dst_batch: np.ndarray, fanout: Any, seed: int, layer: int,
+                   dst_local: np.ndarray, ex_ptr: np.ndarray, ex_keys: np.ndarray) -> _Hop:
+        return _sample_hop_labor(self.indptr, self.indices, self.etypes, nodes, dst_batch,
+                                 np.atleast_1d(np.asarray(fanout, np.int64)), seed, layer, dst_local, ex_ptr, ex_keys)

@@ -21,7 +21,7 @@ _EXPORTS = by_name({
     ".order": ("Permutation",),
     ".partial_dir": ("new_output_folder", "output_lock"),
     ".paths": ("contained",),
-    ".schema": ("GraphSchema", "NodeType"),
+    ".schema": ("ONE_RELATION", "GraphSchema", "NodeType"),
     ".small_files": ("SmallFileError", "opened_regular", "parse_yaml", "read_small_json", "read_small_text",
                      "read_small_yaml"),
     ".source": ("DatasetSource", "TypedSource", "edge_chunks", "edge_count", "schema_of"),

@@ -17,6 +17,7 @@ import numpy as np
 
 from .atomic import writable_file
 from .mapping import npy_header, release_pages
+from .schema import ONE_RELATION
 
 
 def index_dtype(num_nodes: int) -> np.dtype:
@@ -173,7 +174,7 @@ def _place_rows(rows, indptr, new_start, data, out):
 
 def renumber_csc_to_file(indptr: np.ndarray, indices: np.ndarray, perm: np.ndarray,
                          inv: np.ndarray, out: Path, chunk_edges: int,
-                         progress: Callable[[int, int], None], etypes: np.ndarray | None = None,
+                         progress: Callable[[int, int], None], etypes: np.ndarray = ONE_RELATION,
                          etypes_out: Path | None = None) -> tuple[np.ndarray, np.ndarray]:
     """`renumber_csc` with the new indices written to the .npy file `out` (returned
     mapped), in two sequential passes, as the feature rows are reordered: the new rows are
@@ -183,9 +184,9 @@ def renumber_csc_to_file(indptr: np.ndarray, indices: np.ndarray, perm: np.ndarr
     a chunk; the old indices' mapped pages are released after every chunk (random reads of
     old rows would keep the whole file resident). `inv` in the indices' dtype costs no copy.
 
-    With `etypes` (a typed graph's relation of every edge) each row is sorted by
-    (relation, new source), as the typed topology keeps it, and the relations are written
-    to `etypes_out`: the window files then hold relation * N + source as int64."""
+    With `etypes_out`, `etypes` is a typed graph's relation of every edge: each row is
+    sorted by (relation, new source), as the typed topology keeps it, and the relations are
+    written to `etypes_out`: the window files then hold relation * N + source as int64."""
     n = indptr.shape[0] - 1
     new_indptr = _renumbered_indptr(indptr, perm)
     total = int(new_indptr[-1])
@@ -196,8 +197,7 @@ def renumber_csc_to_file(indptr: np.ndarray, indices: np.ndarray, perm: np.ndarr
         stale.unlink()
     paths = [out.with_name(f"{out.name}.window-{w}") for w in range(windows)]
     small_inv = inv if inv.dtype == indices.dtype else inv.astype(indices.dtype)
-    key_dtype = indices.dtype if etypes is None else np.dtype(np.int64)
-    no_etypes = np.empty(0, np.int8)
+    key_dtype = indices.dtype if etypes_out is None else np.dtype(np.int64)
     old_bounds = bucket_bounds(np.asarray(indptr), chunk_edges)
     steps = len(old_bounds) - 1 + windows
     files = [writable_file(path, out.parent) for path in paths]
@@ -206,13 +206,11 @@ def renumber_csc_to_file(indptr: np.ndarray, indices: np.ndarray, perm: np.ndarr
         for k, (lo, hi) in enumerate(zip(old_bounds[:-1].tolist(), old_bounds[1:].tolist())):
             window = np.searchsorted(bounds, small_inv[lo:hi], side="right") - 1
             grouped = np.empty(int(indptr[hi] - indptr[lo]), dtype=key_dtype)
-            _group_by_window(indptr, indices, small_inv, no_etypes if etypes is None else etypes,
-                             lo, hi, window, grouped, starts)
+            _group_by_window(indptr, indices, small_inv, etypes, lo, hi, window, grouped, starts)
             for w in np.flatnonzero(np.diff(starts)).tolist():
                 files[w].write(grouped[starts[w]:starts[w + 1]].data)
             release_pages(indices)
-            if etypes is not None:
-                release_pages(etypes)
+            release_pages(etypes)
             progress(k + 1, steps)
     finally:
         for f in files:
@@ -221,7 +219,7 @@ def renumber_csc_to_file(indptr: np.ndarray, indices: np.ndarray, perm: np.ndarr
         f = stack.enter_context(writable_file(out, out.parent))
         f.write(npy_header(indices.dtype, total))
         g = None
-        if etypes is not None:
+        if etypes_out is not None:
             g = stack.enter_context(writable_file(etypes_out, etypes_out.parent))
             g.write(npy_header(etypes.dtype, total))
         for w, path in enumerate(paths):

@@ -8,7 +8,9 @@ types. Types with features come first, so the feature rows are the prefix of the
 [0, feature_rows): one file, one I/O engine, one hot cache for all of them.
 
 A homogeneous graph is the one-type, one-relation case (`GraphSchema.homogeneous`); its
-manifest has no "schema" key and no etypes file.
+manifest has no "schema" key and no etypes file, and its edge types are `ONE_RELATION`, an
+empty array: every edge is relation 0. Edge types are an array on every graph, so the
+layers above carry one shape and only the sampler picks a kernel by their count.
 """
 from __future__ import annotations
 
@@ -23,6 +25,9 @@ DEFAULT_NODE_TYPE = "_N"
 DEFAULT_RELATION = "_E"
 #: The longest name a node type or relation may have (bytes of UTF-8): one file name.
 MAX_NAME_BYTES = 255
+#: The edge types of a graph with one relation: none stored, every edge is relation 0.
+ONE_RELATION = np.empty(0, np.int8)
+ONE_RELATION.setflags(write=False)
 
 
 def check_name(name: object, what: str) -> None:

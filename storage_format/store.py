@@ -18,7 +18,7 @@ from .manifest import (ETYPES, FEATURE_DTYPES, FEATURES, MANIFEST, PAGE, PAGE_CH
 from .mapping import mapped_take
 from .page_crc import first_bad_page, page_checksum_error
 from .quantize import dequantize_rows
-from .schema import GraphSchema, NodeType
+from .schema import ONE_RELATION, GraphSchema, NodeType
 from .small_files import read_small
 from .verified import VerifiedStamps
 
@@ -190,11 +190,11 @@ class Store:
         return schema
 
     @cached_property
-    def etypes(self) -> np.ndarray | None:
+    def etypes(self) -> np.ndarray:
         """The relation (index into schema.relations) of every edge, aligned with indices;
-        None for a homogeneous store."""
+        empty (`ONE_RELATION`: every edge is relation 0) on a store of one relation."""
         if self.schema.is_homogeneous:
-            return None
+            return ONE_RELATION
         return load_stored_array(self.path / f"{ETYPES}.npy")
 
     def _check_etypes(self) -> None:
@@ -260,7 +260,7 @@ class Store:
         their checksums, and on a typed store one over the edges."""
         check_indptr_monotone(self.path / "indptr.npy", self.indptr)
         check_inverse(self.path / "perm.npy", self.perm, self.inv)
-        if self.etypes is not None:
+        if not self.schema.is_homogeneous:
             check_within_types(self.path / "perm.npy", self.perm, self.schema)
             check_typed_edges(self.path / f"{ETYPES}.npy", self.indptr, self.indices,
                               self.etypes, self.schema)

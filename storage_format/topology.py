@@ -21,6 +21,7 @@ from .link_split import (LinkSplit, checked_link_split, held_out_mask, random_li
 from .manifest import ETYPES
 from .order import Permutation, order_name, resolve_order
 from .progress import record, state_of
+from .schema import ONE_RELATION
 from .source import DatasetSource, edge_chunks, edge_count, schema_of
 from .steps import RUNTIME_BYTES, _step, spare_memory
 from .typed_csc import checked_relation_edges, typed_csc, typed_csc_to_files
@@ -50,14 +51,14 @@ def _store_topology(partial: Path, source: DatasetSource, order: str | Permutati
     name = order_name(order)
     if not state_of(partial, "renumber")["done"]:
         schema = schema_of(source)
+        typed = not schema.is_homogeneous  # node types to keep apart, relations stored beside the CSC
         with _step(steps, "topology"):
             indptr, indices = _resumable_csc(partial, source, link, limit, notify)
         with _step(steps, "order"):
-            perm = _resumable_order(partial, order, indptr, indices, train_idx,
-                                    None if schema.is_homogeneous else schema.offsets)
-        etypes = None if schema.is_homogeneous else np.load(partial / CSC_ETYPES, mmap_mode="r")
+            perm = _resumable_order(partial, order, indptr, indices, train_idx, schema.offsets if typed else None)
+        etypes = np.load(partial / CSC_ETYPES, mmap_mode="r") if typed else ONE_RELATION
         with _step(steps, "renumber"):
-            _renumber(partial, name, indptr, indices, etypes, perm, limit, notify)
+            _renumber(partial, name, indptr, indices, etypes, typed, perm, limit, notify)
         del indptr, indices, etypes
     dtype = index_dtype(source.num_nodes)
     perm = np.arange(source.num_nodes, dtype=dtype) if name == "original" else np.load(partial / ORDER_PERM)
@@ -104,9 +105,9 @@ def _resumable_order(partial: Path, order: str | Permutation, indptr: np.ndarray
     return np.load(partial / ORDER_PERM)
 
 
-def _renumber(partial: Path, order: str, indptr: np.ndarray, indices: np.ndarray, etypes: np.ndarray | None,
-              perm: np.ndarray, limit: int, notify: Callable[[str, int, int], None]) -> None:
-    """Write the topology in store order: indices.npy (and a typed graph's etypes.npy) in
+def _renumber(partial: Path, order: str, indptr: np.ndarray, indices: np.ndarray, etypes: np.ndarray,
+              typed: bool, perm: np.ndarray, limit: int, notify: Callable[[str, int, int], None]) -> None:
+    """Write the topology in store order: indices.npy (and a `typed` graph's etypes.npy) in
     the partial folder, renumbered out of core (each row sorted by relation, then source),
     or the source-order files linked when the order is the original."""
     final, final_etypes = partial / "indices.npy", partial / f"{ETYPES}.npy"
@@ -115,18 +116,18 @@ def _renumber(partial: Path, order: str, indptr: np.ndarray, indices: np.ndarray
     if order == "original":
         new_indptr = indptr
         os.link(partial / CSC_INDICES, final)
-        if etypes is not None:
+        if typed:
             os.link(partial / CSC_ETYPES, final_etypes)
     else:
         # pass 1 holds a chunk and the old pages it mapped; pass 2 a window and its file;
         # beside them the new indptr (node-sized, made inside) is counted here. A typed
         # graph's windows hold int64 keys (relation, source).
         spare = spare_memory(limit) - indptr.nbytes
-        value_bytes = indices.dtype.itemsize if etypes is None else 8
+        value_bytes = 8 if typed else indices.dtype.itemsize
         chunk = min(RENUMBER_CHUNK_EDGES, max(1 << 16, spare // (4 * value_bytes)))
         new_indptr, _ = renumber_csc_to_file(indptr, indices, perm, _inverse(perm, indices.dtype), final, chunk,
                                              lambda done, total: notify("renumber", done, total),
-                                             etypes, final_etypes)
+                                             etypes, final_etypes if typed else None)
     _save_array(partial / STORE_INDPTR, new_indptr)
     record(partial, "renumber", {"done": 1})
     for staged in (CSC_INDICES, CSC_ETYPES):

@@ -43,7 +43,7 @@ import torch
 from torch import nn
 
 from gnnssd.core import Config, ConfigError, SSDConfig, format_bytes
-from gnnssd.loading import FeatureSource, as_store, backend_class, load_features, private_scratch
+from gnnssd.loading import FeatureSource, as_store, backend_class, load_features, plain_form_only, private_scratch
 from gnnssd.models import is_mean_aggregation, store_model
 from gnnssd.pipeline import BlockWriter, DirectIO, FeatureFile, load_cost_model
 from gnnssd.sampler import hot_order
@@ -380,9 +380,9 @@ def layerwise(model: nn.Module, source: Any, *, features: str | None = None, mem
     with the built-in models)."""
     opened = source if isinstance(source, FeatureSource) else None
     store = as_store(source.store if opened else source)
-    if not store.schema.is_homogeneous:
-        raise ValueError(f"gnnssd.layerwise: {store.path} is a heterogeneous store; its layer-wise inference takes "
-                         "a typed model (gnnssd.models.hetero: `gnnssd embed`)")
+    plain_form_only(store.schema, ValueError(
+        f"gnnssd.layerwise: {store.path} is a heterogeneous store; its layer-wise inference takes "
+        "a typed model (gnnssd.models.hetero: `gnnssd embed`)"))
     if opened is not None and (features is not None or memory_budget is not None):
         raise TypeError("gnnssd.layerwise: features and memory_budget are the FeatureSource's; pass a Store to "
                         "choose them here")

@@ -31,6 +31,7 @@ from gnnssd.sampler import Sequential, Sharded
 from gnnssd.storage_format import GraphSchema, Store, random_negatives
 
 from .feature_source import BACKENDS, FeatureSource, SourceLoader
+from .form import typed_form
 from .node_loader import NodeLoader, _ranks, check_fanouts
 from .typed import layer_fanouts
 from .types import MiniBatch
@@ -99,7 +100,7 @@ def edge_groups(edges: np.ndarray, batch_size: int, negatives: int, dst_nodes: t
 def relation_edges(edges: Any, schema: GraphSchema) -> tuple[tuple[str, str, str] | None, np.ndarray]:
     """(relation, (E, 2) edges in the store's global IDs) of a loader's `edges`: on a
     heterogeneous store a dict of one relation's edges within its end types."""
-    if schema.is_homogeneous:
+    if not typed_form(schema):
         array = as_edge_array(edges)
         bad = array[(array < 0) | (array >= schema.num_nodes)]
         if bad.size:
@@ -199,7 +200,8 @@ class EdgeLoader(SourceLoader):
                 for group, batch in zip(groups, batches):
                     batch = self.source.with_original_ids(batch)
                     yield EdgeBatch(batch.input_nodes, batch.output_nodes, batch.blocks, batch.x, batch.y,
-                                    torch.from_numpy(group.pos), torch.from_numpy(group.neg), self.relation)
+                                    torch.from_numpy(group.pos), torch.from_numpy(group.neg), self.relation,
+                                    typed=batch.typed)
                     del batch  # not held while the next one is made (its x would stay alive)
                     self._check_still_open()
                 self._check_still_open()

@@ -29,6 +29,7 @@ from gnnssd.sampler import SeedOrder, Sequential, Sharded, named_order, seed_bat
 from gnnssd.storage_format import GraphSchema, Store, mapped_take, shown
 
 from .feature_source import FeatureSource, SourceLoader
+from .form import typed_form
 from .typed import layer_fanouts
 from .types import MiniBatch
 
@@ -114,7 +115,7 @@ def check_item_labels(labels: Any, store_ids: np.ndarray, store: Store) -> None:
 def check_seeds(seeds: Any, schema: GraphSchema) -> np.ndarray:
     """Seeds as node IDs of the store's ID space. On a heterogeneous store: a dict of one
     node type's IDs ({"paper": ids}, as DGL takes them), or the target type's IDs."""
-    if schema.is_homogeneous:
+    if not typed_form(schema):
         return check_nodes(seeds, schema.num_nodes)
     name = schema.target
     if isinstance(seeds, dict):

@@ -40,7 +40,9 @@ class MiniBatch:
     `blocks[-1].dstdata["label"]` is `y`, and a mini-batch unpacks as DGL's tuple:
     `for input_nodes, output_nodes, blocks in loader`. GraphBolt's names read the same
     fields: `node_features["feat"]` is `x`, `labels` is `y`, `seed_nodes` is
-    `output_nodes` (per type on a heterogeneous store, keyed as GraphBolt keys them)."""
+    `output_nodes` (per type on a heterogeneous store, keyed as GraphBolt keys them).
+    `typed` says which of the two forms it has, as the one boundary chose it for the store
+    (gnnssd.loading.form.typed_form): nothing here guesses it from the values."""
 
     input_nodes: torch.Tensor | dict[str, torch.Tensor]
     output_nodes: torch.Tensor | dict[str, torch.Tensor]
@@ -49,11 +51,13 @@ class MiniBatch:
     y: torch.Tensor
     #: The blocks as CSC tensors on y's device, made on first use (see `csc_blocks`).
     csc: list[CSCBlock] | list[TypedCSCBlock] | None = field(default=None, kw_only=True)
+    #: The typed form (dicts by node type, heterogeneous blocks; see form.typed_form), else plain.
+    typed: bool = field(default=False, kw_only=True)
 
     def __post_init__(self) -> None:
         if not self.blocks or self.blocks[0].device != self.y.device:  # CPU blocks of a GPU batch
             return
-        if isinstance(self.x, dict):  # per type (DGL's dict assignment to a block's dstdata is off)
+        if self.typed:  # per type (DGL's dict assignment to a block's dstdata is off)
             for name, x in self.x.items():
                 self.blocks[0].srcnodes[name].data["feat"] = x
             seeded = [name for name, ids in self.output_nodes.items() if len(ids)]
@@ -75,7 +79,7 @@ class MiniBatch:
         """GraphBolt's name for `x`: the input nodes' features by feature name, {"feat": x};
         on a heterogeneous store by (node type, "feat") for each featured type, as GraphBolt
         keys them."""
-        if isinstance(self.x, dict):
+        if self.typed:
             return {(node_type, "feat"): x for node_type, x in self.x.items()}
         return {"feat": self.x}
 
@@ -83,7 +87,7 @@ class MiniBatch:
     def labels(self) -> torch.Tensor | dict[str, torch.Tensor]:
         """GraphBolt's name for `y`, the seeds' labels; on a heterogeneous store by the
         seeds' node type, {type: y}, as GraphBolt gives them."""
-        if not isinstance(self.output_nodes, dict):
+        if not self.typed:
             return self.y
         seeded = [name for name, ids in self.output_nodes.items() if len(ids)]
         if len(seeded) != 1:
@@ -115,7 +119,7 @@ class MiniBatch:
         """The blocks in CSC form on the host: `csc` once made, else built from the DGL blocks."""
         if self.csc is not None:
             return self.csc
-        kind = TypedCSCBlock if isinstance(self.x, dict) else CSCBlock
+        kind = TypedCSCBlock if self.typed else CSCBlock
         return [kind.from_dgl(block) for block in self.blocks]
 
     @property
@@ -143,14 +147,14 @@ class MiniBatch:
         host["csc"] = self._host_csc()
         blocks = host.pop("blocks")
         with DeviceCopy(target) as copy:
-            moved = {name: value if value is None or isinstance(value, tuple) else copy.move(value, widen=name == "x")
+            moved = {name: value if value is None or isinstance(value, (tuple, bool)) else copy.move(value, widen=name == "x")
                      for name, value in host.items()}
         return type(self)(**moved, blocks=[b.to(target) for b in blocks] if dgl_has_cuda() else blocks)
 
 
 def _to(value: Any, device: torch.device | str, non_blocking: bool) -> Any:
-    if value is None:
-        return None
+    if value is None or isinstance(value, bool):  # (typed: no tensor)
+        return value
     if isinstance(value, list):
         return [b.to(device) for b in value]
     if isinstance(value, dict):
@@ -219,7 +223,7 @@ def check_memory(store: Store, features: str, needs: dict[str, int]) -> None:
     total, available = sum(needs.values()), psutil.virtual_memory().available
     if total <= available:
         return
-    parts = ", ".join(f"{name} {format_bytes(n)}" for name, n in needs.items())
+    parts = ", ".join(f"{name} {format_bytes(n)}" for name, n in needs.items() if n)  # (0: this store has none)
     suggest = format_bytes(max(min(available // 2, store.feature_bytes // 8), 64 << 20))
     raise ConfigError(f"features: {features} needs about {format_bytes(total)} of RAM for the store "
                       f"{store.path} ({parts}); {format_bytes(available)} is available. Use "

@@ -69,7 +69,7 @@ class NodeTrainer(TaskTrainer):
         fanouts, batch_size = self.config.sampler.evaluation(self.store.num_edges)
         self.model.eval()
         for batch in self.loader.with_seeds(nodes, fanouts=fanouts, batch_size=batch_size):
-            scored = (self.model(batch.model_blocks, batch.x).cpu(), _target_ids(batch.output_nodes).cpu(),
+            scored = (self.model(batch.model_blocks, batch.x).cpu(), _target_ids(batch).cpu(),
                       batch.y.cpu())
             del batch  # not held while the next one is made: one x in memory
             yield scored
@@ -103,8 +103,8 @@ class NodeTrainer(TaskTrainer):
         return by_node[nodes]
 
 
-def _target_ids(output_nodes: torch.Tensor | dict[str, torch.Tensor]) -> torch.Tensor:
-    """The output node IDs of a mini-batch (of the one type of its seeds on a typed store)."""
-    if isinstance(output_nodes, dict):
-        return next(ids for ids in output_nodes.values() if len(ids))
-    return output_nodes
+def _target_ids(batch: MiniBatch) -> torch.Tensor:
+    """The output node IDs of a mini-batch (of the one type of its seeds in the typed form)."""
+    if batch.typed:
+        return next(ids for ids in batch.output_nodes.values() if len(ids))
+    return batch.output_nodes

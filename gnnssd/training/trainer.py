@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from gnnssd.core import (Config, ConfigError, ModelConfig, SamplerConfig, as_config, current, epoch_seed, format_bytes,
                          seed_everything, select_device, uninterruptible, use_single_thread)
-from gnnssd.loading import FeatureSource, backend_class
+from gnnssd.loading import FeatureSource, backend_class, typed_form
 from gnnssd.models import device_for, store_model
 from gnnssd.storage_format import Store, shown
 
@@ -135,7 +135,7 @@ class TaskTrainer(abc.ABC):
         gradient (data-parallel training must then look for them every step): on a
         heterogeneous store, the relations into a type a mini-batch's layer has no node of
         (the last layer's non-target types, the other types of a link task's relation)."""
-        return not self.store.schema.is_homogeneous
+        return typed_form(self.store.schema)
 
     def _output_dim(self) -> int:
         return self.output_dim(self.config, self.store)

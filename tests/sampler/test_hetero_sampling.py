@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from gnnssd.sampler import NeighborSampler, node_order
-from gnnssd.sampler.blocks import to_dgl_blocks
+from gnnssd.loading.form import to_dgl_blocks
 from gnnssd.storage_format import Store, write_store
 from tests.hetero_graph import ToyHeteroSource
 

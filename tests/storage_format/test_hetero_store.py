@@ -81,7 +81,7 @@ def test_every_named_order_keeps_each_type_a_range(order, tmp_path):
 def test_flattened_store_is_the_union_of_relations_with_zero_rows(toy, tmp_path):
     source, _ = toy
     flat = Store.open(write_store(tmp_path / "flat", FlattenedSource(source)), verify=True)
-    assert flat.schema.is_homogeneous and flat.etypes is None
+    assert flat.schema.is_homogeneous and len(flat.etypes) == 0
     dst = np.repeat(np.arange(flat.num_nodes), np.diff(np.asarray(flat.indptr)))
     pairs = {(int(s), int(d)) for s, d in zip(flat.indices, dst)}
     expected = {(int(s), int(d)) for r in range(5) for s, d in zip(*source.edges[r])}

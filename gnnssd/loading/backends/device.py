@@ -29,6 +29,7 @@ from gnnssd.pipeline import DirectIO
 from gnnssd.storage_format import Store, StoreError
 
 from ..tensor_sampling import TensorSampler
+from ..form import plain_form_only
 from ..types import IOCounters, MiniBatch
 
 #: Bytes of one read request of the feature stream (many are in flight per bounce buffer).
@@ -59,10 +60,9 @@ class DeviceLoader:
 
     def __init__(self, store: Store, ssd: SSDConfig, device: torch.device, timer: StageTimer,
                  seed: int = 0, method: str = SamplerConfig.method):
-        if not store.schema.is_homogeneous:
-            raise ConfigError(f"features: device: the store {store.path} is heterogeneous "
-                              f"({', '.join(store.schema.type_names)}); device sampling takes one node "
-                              "and edge type for now: use features: memory or ssd")
+        plain_form_only(store.schema, ConfigError(
+            f"features: device: the store {store.path} is heterogeneous ({', '.join(store.schema.type_names)}); "
+            "device sampling takes one node and edge type for now: use features: memory or ssd"))
         self.store, self.device, self.timer, self.seed, self.method = store, device, timer, seed, method
         self.io = IOCounters()
         check_fits(store, ssd, device)

@@ -19,7 +19,8 @@ from gnnssd.core import SamplerConfig, SSDConfig, StageTimer
 from gnnssd.sampler import NeighborSampler
 from gnnssd.storage_format import Store
 
-from ..typed import batch_parts, layer_fanouts, sampler_options
+from ..form import batch_parts
+from ..typed import layer_fanouts, sampler_options
 from ..types import (IOCounters, Labels, MiniBatch, check_memory, load_features, store_held, store_shared,
                      store_topology)
 
@@ -57,8 +58,7 @@ class SampledLoader:
         # the topology in RAM: shared by this Store object's loaders (types.store_shared)
         self.topology = store_shared(store, "topology as int64", lambda: _Topology(store))
         self.indptr, self.indices = self.topology.arrays
-        self.etypes = None if store.etypes is None else store_shared(store, "edge types",
-                                                                     lambda: np.array(store.etypes))
+        self.etypes = store_shared(store, "edge types", lambda: np.array(store.etypes))
         self.labels = Labels(store)
         self.device = device
         self.timer = timer
@@ -100,13 +100,10 @@ class SampledLoader:
         return self.io.as_dict()
 
     def _memory_needs(self, store: Store) -> dict[str, int]:
-        """Bytes this loader holds in RAM, by part: the int64 topology and a typed store's
-        edge types (subclasses add what they keep; labels are read per mini-batch:
-        types.Labels)."""
-        needs = {"topology as int64": 8 * (store.num_nodes + 1 + store.num_edges)}
-        if store.etypes is not None:
-            needs["edge types"] = store.etypes.nbytes
-        return needs
+        """Bytes this loader holds in RAM, by part: the int64 topology and the edge types
+        (none on one relation; subclasses add what they keep; labels are read per
+        mini-batch: types.Labels)."""
+        return {"topology as int64": 8 * (store.num_nodes + 1 + store.num_edges), "edge types": store.etypes.nbytes}
 
     def _inputs(self, rows: np.ndarray) -> torch.Tensor:
         raise NotImplementedError

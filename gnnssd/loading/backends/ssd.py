@@ -32,7 +32,8 @@ from gnnssd.pipeline import (BUFFERS, DirectIO, FeatureFile, HotCache, HotRankin
 from gnnssd.sampler import HotRows, MegaBatchPlan, MFGs, NeighborSampler, PlanConfig, Planner, pages_plan
 from gnnssd.storage_format import Store
 
-from ..typed import batch_parts, layer_fanouts, sampler_options
+from ..form import batch_parts
+from ..typed import layer_fanouts, sampler_options
 from ..types import IOCounters, Labels, MiniBatch, store_shared
 
 log = logging.getLogger("gnnssd.ssd")
@@ -170,9 +171,8 @@ class SSDLoader:
         sampled: dict[str, list[np.ndarray]] = {}
         for use, (fanouts, batch_size) in settings.items():
             inputs = sampled[use] = []
-            sampler = NeighborSampler(self.store.indptr, self.store.indices,
-                                      layer_fanouts(self.store.schema, fanouts), **sampler_options(self.store),
-                                      method=sampler_cfg.method)
+            sampler = NeighborSampler(self.store.indptr, self.store.indices, layer_fanouts(self.store.schema, fanouts),
+                                      **sampler_options(self.store, self.store.etypes), method=sampler_cfg.method)
             splits = [np.asarray(s) for s in (self.store.train_store_ids, self.store.valid_store_ids,
                                               self.store.test_store_ids)]
             # a link store has no node splits: its seeds (edge endpoints) are any nodes
@@ -237,7 +237,7 @@ class SSDLoader:
                          method=self.sampling.method)
         planner = Planner(self.store.indptr, self.store.indices, cfg, self.hot.members,
                           max_rows=self.budget.buffer_rows, max_bytes=self.plan_bytes // PLANS_ALIVE,
-                          **sampler_options(self.store))
+                          **sampler_options(self.store, self.store.etypes))
         directory.mkdir(parents=True, exist_ok=True)
         spill = directory if self.block_budget or reuse else None
         rest = None if exclude is None else exclude[first:]
