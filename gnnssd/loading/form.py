@@ -46,10 +46,10 @@ def batch_parts(mfgs: MFGs, schema: GraphSchema, rows: torch.Tensor) -> dict[str
     """input_nodes, output_nodes, blocks, x and typed of the sampled `mfgs` (rows: the
     float32 features of mfgs.input_rows), for a MiniBatch: what every backend that samples
     with gnnssd's sampler hands out, in the form `schema` takes (per node type when typed)."""
+    blocks = to_dgl_blocks(mfgs, schema=schema)
     if not typed_form(schema):
         return {"input_nodes": torch.from_numpy(mfgs.input_nodes), "output_nodes": torch.from_numpy(mfgs.seeds),
-                "blocks": plain_dgl_blocks(mfgs), "x": rows, "typed": False}
-    blocks = typed_dgl_blocks(mfgs, schema)
+                "blocks": blocks, "x": rows, "typed": False}
     inputs = dict(blocks[0].srcdata[dgl.NID])
     outputs = {name: ids for name, ids in blocks[-1].dstdata[dgl.NID].items() if len(ids)}
     types = schema.type_of(mfgs.input_rows)
