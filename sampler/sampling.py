@@ -16,6 +16,7 @@ import numba as nb
 import numpy as np
 
 from .blocks import MFGs
+from .fanouts import relation_array
 
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
@@ -477,11 +478,12 @@ class NeighborSampler:
     """Samples the blocks of many mini-batches at once on one CSC graph.
 
     fanouts[i] is the fanout of block i (input layer first, as in DGL); -1 takes all
-    in-neighbours. Holds nothing node-sized besides the graph it is given.
+    in-neighbours: the (layers, relations) array of a store's `Fanouts` (sampler.fanouts),
+    or per layer one number (every relation) or one per relation. Holds nothing node-sized
+    besides the graph it is given.
 
     A typed graph (`etypes`: the relation of every edge, see storage_format.schema) takes
-    a fanout per relation: fanouts[i] is then an (R,) array (one number: all relations),
-    and the blocks record each edge's relation. `feature_rows`: nodes 0..feature_rows-1
+    a fanout per relation, and the blocks record each edge's relation. `feature_rows`: nodes 0..feature_rows-1
     have feature rows (the blocks' `input_rows`); default all.
 
     `method`: "uniform" (each destination draws min(fanout, degree) in-neighbours without
@@ -497,16 +499,8 @@ class NeighborSampler:
         self.indices = np.ascontiguousarray(indices)
         self.etypes = None if etypes is None else np.ascontiguousarray(etypes)
         self.feature_rows = int(feature_rows)
-        if self.etypes is None:
-            self.fanouts = tuple(int(f) for f in fanouts)
-            low = min(self.fanouts, default=0)
-        else:
-            self.fanouts = tuple(np.broadcast_to(np.asarray(f, np.int64), (num_relations,)).copy()
-                                 for f in fanouts)
-            low = min((int(f.min()) for f in self.fanouts), default=0)
-        if low < -1:
-            raise ValueError(f"fanouts {[np.asarray(f).tolist() for f in self.fanouts]}: expected "
-                             "-1 (all neighbours) or a count >= 0 per layer")
+        array = relation_array(fanouts, num_relations)  # (layers, relations)
+        self.fanouts = tuple(array[:, 0].tolist()) if self.etypes is None else tuple(array)
 
     def sample(self, seeds: np.ndarray, seed: int, batch_id: int = 0,
                exclude: np.ndarray | None = None) -> MFGs:

@@ -17,18 +17,6 @@ from gnnssd.sampler import MFGs, to_dgl_blocks, typed_dgl_blocks
 from gnnssd.storage_format import GraphSchema, Store
 
 
-def layer_fanouts(schema: GraphSchema, fanouts: list[Any]) -> list[Any]:
-    """Fanouts as the sampler takes them: ints for a homogeneous store; for a typed one a
-    tuple per layer with a fanout per relation (from one number, or a dict by relation
-    name whose missing relations take none)."""
-    if schema.is_homogeneous:
-        if any(isinstance(f, dict) for f in fanouts):
-            raise ValueError(f"fanouts {fanouts}: per-relation fanouts need a heterogeneous store; "
-                             "this one has one node type and one relation")
-        return list(fanouts)
-    return [tuple(schema.relation_fanouts(f).tolist()) for f in fanouts]
-
-
 def sampler_options(store: Store, etypes: np.ndarray | None = None) -> dict[str, Any]:
     """gnnssd.sampler.NeighborSampler's options for a typed store (none for a homogeneous
     one): the relation of every edge (`etypes`, default the store's mapped array), the
