@@ -16,7 +16,7 @@ import json
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import numba as nb
 import numpy as np
@@ -31,7 +31,7 @@ from .sampling import NeighborSampler
 
 @dataclass(frozen=True)
 class PlanConfig:
-    fanouts: tuple[int, ...]
+    fanouts: tuple[Any, ...]  # per layer one fanout or one per relation: NeighborSampler's
     mega_batch: int  # M: mini-batches per mega-batch
     seed: int = 0
     method: str = "uniform"  # NeighborSampler's: uniform or labor

@@ -18,6 +18,7 @@ import numpy as np
 from gnnssd.storage_format import ONE_RELATION
 
 from .blocks import MFGs
+from .fanouts import relation_array
 
 #: One hop's (ptr, sampled node IDs, their relations).
 _Hop = tuple[np.ndarray, np.ndarray, np.ndarray]
@@ -482,7 +483,9 @@ class NeighborSampler:
     """Samples the blocks of many mini-batches at once on one CSC graph.
 
     fanouts[i] is the fanout of block i (input layer first, as in DGL); -1 takes all
-    in-neighbours. Holds nothing node-sized besides the graph it is given.
+    in-neighbours: the (layers, relations) array of a store's `Fanouts` (sampler.fanouts),
+    or per layer one number (every relation) or one per relation. Holds nothing node-sized
+    besides the graph it is given.
 
     `etypes` is the relation of every edge (see storage_format.schema); empty, its default
     (`ONE_RELATION`), for a graph of one relation. A typed graph (etypes not empty) takes a
@@ -508,16 +511,8 @@ class NeighborSampler:
         self.feature_rows = int(feature_rows)
         self._hop = (self._labor_hop if self.method == "labor" else
                      self._typed_hop if len(self.etypes) else self._one_relation_hop)
-        if not len(self.etypes):
-            self.fanouts = tuple(int(np.asarray(f).item()) for f in fanouts)
-            low = min(self.fanouts, default=0)
-        else:
-            self.fanouts = tuple(np.broadcast_to(np.asarray(f, np.int64), (num_relations,)).copy()
-                                 for f in fanouts)
-            low = min((int(f.min()) for f in self.fanouts), default=0)
-        if low < -1:
-            raise ValueError(f"fanouts {[np.asarray(f).tolist() for f in self.fanouts]}: expected "
-                             "-1 (all neighbours) or a count >= 0 per layer")
+        array = relation_array(fanouts, num_relations)  # (layers, relations)
+        self.fanouts = tuple(array) if len(self.etypes) else tuple(array[:, 0].tolist())
 
     def sample(self, seeds: np.ndarray, seed: int, batch_id: int = 0,
                exclude: np.ndarray | None = None) -> MFGs:

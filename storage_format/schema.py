@@ -15,7 +15,7 @@ layers above carry one shape and only the sampler picks a kernel by their count.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -147,22 +147,6 @@ class GraphSchema:
 
     def etype_dtype(self) -> np.dtype:
         return np.dtype(np.int8) if len(self.relations) <= 127 else np.dtype(np.int16)
-
-    def relation_fanouts(self, fanout: int | dict[str, int] | Sequence[int]) -> np.ndarray:
-        """int64 (R,) fanout per relation from one number (all relations), a dict by
-        relation name (relations it leaves out take no neighbours) or one per relation."""
-        if isinstance(fanout, (list, tuple, np.ndarray)):
-            if len(fanout) != len(self.relations):
-                raise ValueError(f"fanouts {list(fanout)}: one per relation expected, the graph has "
-                                 f"{len(self.relations)}")
-            return np.asarray(fanout, np.int64)
-        if not isinstance(fanout, dict):
-            return np.full(len(self.relations), int(fanout), np.int64)
-        names = [r for _, r, _ in self.relations]
-        unknown = sorted(set(fanout) - set(names))
-        if unknown:
-            raise ValueError(f"fanouts name relations {unknown}; the graph's relations are {names}")
-        return np.array([int(fanout.get(name, 0)) for name in names], np.int64)
 
     def to_manifest(self) -> dict[str, Any]:
         return {"node_types": [{"name": t.name, "count": t.count, "features": t.features,

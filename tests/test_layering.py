@@ -32,7 +32,7 @@ ALLOWED = {
     "gnnssd.datasets": {"gnnssd.storage_format"},
     "gnnssd.pipeline": {"gnnssd.storage_format", "gnnssd.sampler", "gnnssd.io_engine"},
     "gnnssd.compiler": set(),
-    "gnnssd.core": {"gnnssd.storage_format"},
+    "gnnssd.core": {"gnnssd.storage_format", "gnnssd.sampler"},
     "gnnssd.loading": _LOWER | {"gnnssd.core", "gnnssd.compiler"},
     "gnnssd.models": {"gnnssd.storage_format", "gnnssd.compiler", "gnnssd.core"},
     "gnnssd.training": _LOWER | {"gnnssd.core", "gnnssd.loading", "gnnssd.models"},

@@ -8,8 +8,8 @@ from gnnssd.storage_format import by_name, lazy_exports
 _EXPORTS = by_name({
     ".allocator": ("bound_freed_memory",),
     ".budget": ("disk_share", "format_bytes", "parse_bytes", "resolve_block_budget", "ssd_split"),
-    ".config": ("MAX_COUNT", "Config", "ConfigError", "ModelConfig", "SamplerConfig", "SSDConfig", "as_config",
-                "check_count", "is_layer_fanouts", "load_config"),
+    ".config": ("Config", "ConfigError", "ModelConfig", "SamplerConfig", "SSDConfig", "as_config",
+                "check_count", "load_config"),
     ".logs": ("setup_logging",),
     ".ranks": ("Ranks", "current", "launched_by_torchrun", "torchrun_environment"),
     ".runtime": ("dgl_has_cuda", "epoch_seed", "one_interrupt", "run_seed", "seed_everything", "select_device",

@@ -18,6 +18,7 @@ from typing import Any, Literal
 import numpy as np
 import tomllib
 
+from gnnssd.sampler import FANOUTS_EXPECTED, MAX_COUNT, Fanouts
 from gnnssd.storage_format import SmallFileError, parse_yaml, read_small_text, shown
 
 from .budget import AUTO, exact_size, parse_bytes
@@ -28,9 +29,6 @@ class ConfigError(ValueError):
 
 
 CONFIG_BYTES = 1 << 20  # a config file: a few KiB of keys
-#: The largest count an argument or key may give (epochs, fanouts, ...): what a C int
-#: holds, as DGL's and numba's kernels take them.
-MAX_COUNT = 2**31 - 1
 
 
 def _shown(value: Any) -> str:
@@ -94,25 +92,11 @@ class ModelConfig:
     featureless: Literal["zeros", "embedding"] = "embedding"
 
 
-def is_fanout(value: Any, low: int = 1) -> bool:
-    """A fanout: -1 (all neighbours) or an integer from `low` (0 inside a relation dict: none
-    of that relation) to MAX_COUNT."""
-    return is_count(value, -1, MAX_COUNT) and (value == -1 or value >= low)
-
-
-def is_layer_fanouts(value: Any) -> bool:
-    """One layer's fanout, or on a heterogeneous store a non-empty dict of them by relation name."""
-    if isinstance(value, dict):
-        return len(value) > 0 and all(isinstance(k, str) and is_fanout(v, 0) for k, v in value.items())
-    return is_fanout(value)
-
-
-def _fanouts(value: list[int | dict[str, int]]) -> bool:
-    return len(value) > 0 and all(is_layer_fanouts(f) for f in value)
-
-
-FANOUTS_EXPECTED = (f"a non-empty list of positive fanouts up to {MAX_COUNT:,} (-1 = all neighbours), one per "
-                    "layer; on a heterogeneous store a layer may be a dict of fanouts by relation name")
+#: A fanouts key: the file's list checked item by item as written (a wrong item named by its
+#: index), then parsed once into the one fanouts value (gnnssd.sampler.Fanouts), which
+#: checks the counts; a config file shows it as its list again.
+FANOUTS = {"file": list[int | dict[str, int]], "parse": Fanouts.parse, "show": Fanouts.to_list,
+           "expected": FANOUTS_EXPECTED}
 
 
 #: Above this many edges the default evaluation samples like training (SamplerConfig.evaluation):
@@ -123,12 +107,11 @@ FULL_NEIGHBOUR_EVAL_EDGES = 10_000_000
 
 @dataclass
 class SamplerConfig:
-    fanouts: list[int | dict[str, int]] = field(default_factory=lambda: [10, 10],
-                               metadata=_check(_fanouts, FANOUTS_EXPECTED))
+    fanouts: Fanouts = field(default_factory=lambda: Fanouts((10, 10)), metadata=FANOUTS)
     batch_size: int = field(default=1024, metadata=_check(_positive, "a positive integer"))
     #: Fanouts for evaluation and prediction; default: all neighbours, or on a graph of more
     #: than FULL_NEIGHBOUR_EVAL_EDGES edges the training fanouts (see `evaluation`).
-    eval_fanouts: list[int | dict[str, int]] | None = field(default=None, metadata=_check(_fanouts, FANOUTS_EXPECTED))
+    eval_fanouts: Fanouts | None = field(default=None, metadata=FANOUTS)
     eval_batch_size: int = field(default=4096, metadata=_check(_positive, "a positive integer"))
     #: Training seed order per epoch: "random" (uniform shuffle) or "proximity" (runs of
     #: `seed_window` consecutive store IDs, visited in random order, shuffled inside; with a
@@ -146,17 +129,20 @@ class SamplerConfig:
     #: distinct input rows per mini-batch).
     method: Literal["uniform", "labor"] = "uniform"
 
-    def evaluation(self, num_edges: int) -> tuple[list[int], int]:
+    def __post_init__(self) -> None:
+        _parse_fields(self)
+
+    def evaluation(self, num_edges: int) -> tuple[Fanouts, int]:
         """(fanouts, batch size) of evaluation on a graph of `num_edges` edges: the
         configured ones; by default all neighbours, except on a graph larger than
         FULL_NEIGHBOUR_EVAL_EDGES, where a power-law graph's all-neighbour mini-batch would
         gather most of the graph: there the training fanouts and (at most) batch size, as
         DGL's papers100M examples evaluate (exact all-neighbour inference: `predict --layerwise`)."""
         if self.eval_fanouts is not None:
-            return list(self.eval_fanouts), self.eval_batch_size
+            return self.eval_fanouts, self.eval_batch_size
         if num_edges > FULL_NEIGHBOUR_EVAL_EDGES:
-            return list(self.fanouts), min(self.eval_batch_size, self.batch_size)
-        return [-1] * len(self.fanouts), self.eval_batch_size
+            return self.fanouts, min(self.eval_batch_size, self.batch_size)
+        return Fanouts.all_neighbours(len(self.fanouts)), self.eval_batch_size
 
 
 def _bytes_or_auto(value: Any) -> int | str:
@@ -165,21 +151,31 @@ def _bytes_or_auto(value: Any) -> int | str:
 
 
 SIZES = "bytes, or a number with B/KiB/MiB/GiB/TiB or KB/MB/GB/TB"
+
+
+def _shown_size(value: int | str) -> int | str:
+    """A size as a file would hold it ('3GiB' where a unit divides it; "auto" as it is)."""
+    return exact_size(value) if isinstance(value, int) else value
+
+
 #: A size field: the file says "1.25GiB" or 1342177280, the config holds the int; `parse`
 #: runs once, where the value is read (_build, or __post_init__ for a dataclass made in code).
-POSITIVE_SIZE = {"parse": parse_bytes, **_check(_positive, f"a size above 0: {SIZES}")}
-SIZE_OR_AUTO = {"parse": _bytes_or_auto, "expected": f"auto, or a size: {SIZES}"}
+POSITIVE_SIZE = {"parse": parse_bytes, "show": _shown_size, **_check(_positive, f"a size above 0: {SIZES}")}
+SIZE_OR_AUTO = {"parse": _bytes_or_auto, "show": _shown_size, "expected": f"auto, or a size: {SIZES}"}
 
 
-def _parse_sizes(obj: Any) -> None:
-    """Parse the size fields of a dataclass made in code (e.g. SSDConfig(memory_budget="1GiB")),
-    or refuse them naming the field: a size is held as bytes wherever it came from."""
+def _parse_fields(obj: Any) -> None:
+    """Parse the parsed fields (sizes, fanouts) of a dataclass made in code (e.g.
+    SSDConfig(memory_budget="1GiB"), SamplerConfig(fanouts=[15, 10])), or refuse them naming
+    the field: a value is held in its one parsed form wherever it came from."""
     for f in dataclasses.fields(obj):
         if "parse" in f.metadata:
             setattr(obj, f.name, _parsed(f, getattr(obj, f.name), f.name))
 
 
 def _parsed(f: dataclasses.Field, value: Any, key: str) -> Any:
+    if value is None and f.default is None:  # an optional field left unset
+        return None
     try:
         parsed = f.metadata["parse"](value)
     except ValueError:
@@ -222,7 +218,7 @@ class SSDConfig:
     device_reserve: float = field(default=0.2, metadata=_check(lambda v: 0 <= v < 1, "in [0, 1)"))
 
     def __post_init__(self) -> None:
-        _parse_sizes(self)
+        _parse_fields(self)
 
 
 @dataclass
@@ -303,17 +299,19 @@ class Config:
         """The config as a file would hold it (sizes as '3GiB' where a unit divides them)."""
         data = dataclasses.asdict(self)
         data.pop("base_dir")
-        _show_sizes(self, data)
+        _show_parsed(self, data)
         return data
 
 
-def _show_sizes(obj: Any, data: dict[str, Any]) -> None:
+def _show_parsed(obj: Any, data: dict[str, Any]) -> None:
+    """The parsed fields of `obj` in `data` as a file writes them (sizes as '3GiB' where a
+    unit divides them, fanouts as their list)."""
     for f in dataclasses.fields(obj):
         value = getattr(obj, f.name)
-        if dataclasses.is_dataclass(value):
-            _show_sizes(value, data[f.name])
-        elif "parse" in f.metadata and isinstance(value, int):
-            data[f.name] = exact_size(value)
+        if "show" in f.metadata:
+            data[f.name] = None if value is None else f.metadata["show"](value)
+        elif dataclasses.is_dataclass(value):
+            _show_parsed(value, data[f.name])
 
 
 def as_config(config: Config | str | Path, overrides: dict[str, Any] | None = None) -> Config:
@@ -384,12 +382,18 @@ def _build(cls: type, data: Any, prefix: str) -> Any:
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
                 raise ConfigError(f"{key}: required key missing")
             continue
-        value = (_parsed(f, data[name], key) if "parse" in f.metadata
+        value = (_parsed(f, _file_shaped(f, data[name], key), key) if "parse" in f.metadata
                  else _convert(hints[name], data[name], key))
         if "check" in f.metadata and value is not None and not f.metadata["check"](value):
             raise ConfigError(f"{key}: {_shown(data[name])} is invalid; expected {f.metadata['expected']}")
         values[name] = value
     return cls(**values)
+
+
+def _file_shaped(f: dataclasses.Field, value: Any, key: str) -> Any:
+    """A parsed field's value as the file gave it, checked against the file's shape first
+    when the field has one (fanouts: each wrong item named by its key, `sampler.fanouts[1]`)."""
+    return value if value is None or "file" not in f.metadata else _convert(f.metadata["file"], value, key)
 
 
 def _convert(hint: Any, value: Any, key: str) -> Any:

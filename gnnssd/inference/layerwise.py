@@ -19,19 +19,20 @@ The model must expose the per-layer interface of gnnssd.models.builtin.BlockGNN:
 `num_layers` and `layer(i, block, h)` (layer i on one DGL block, activation included), and
 may expose `mean_aggregation(i)`.
 
-On a heterogeneous store (gnnssd.models.hetero' models) each layer is computed for every
-node of the types a later layer reads (gnnssd.inference.blocks.layer_types: all the types
-the next layer's destinations and their in-neighbours are; at the last layer the target
-type), in chunks within each type's ID range, as heterogeneous blocks over the typed CSC;
-`h` and the layer's output are dicts of rows by node type (gnnssd.inference.typed). Layer 0
-reads the featured types' rows, and the featureless types' zeros or the model's
-`embeddings[type]` rows; the layers' outputs are a tensor, or a scratch file, per node type.
-Outputs are the target type's rows, by its dataset IDs.
+One loop serves every store, a homogeneous one as the one-type case: each layer is
+computed for every node of the types a later layer reads (gnnssd.inference.blocks.layer_types:
+all the types the next layer's destinations and their in-neighbours are; at the last layer
+the target type), type by type in chunks within the type's ID range, each type by its
+strategy (sequential passes for a mean layer, else chunks over gathered in-neighbour rows
+behind a cache of the most referenced ones); on a heterogeneous store (gnnssd.models.hetero'
+models) as heterogeneous blocks over the typed CSC, `h` and the layer's output dicts of rows
+by node type (gnnssd.inference.typed). Layer 0 reads the featured types' rows, and the
+featureless types' zeros or the model's `embeddings[type]` rows; the layers' outputs are a
+tensor, or a scratch file, per node type. Outputs are the target type's rows, by its dataset IDs.
 """
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import os
 import shutil
@@ -52,8 +53,8 @@ from gnnssd.training import check_classifies, load_checkpoint, reading, trainer_
 
 from .blocks import CHUNK_SHARE, chunk_bounds, input_types, layer_types
 from .mean import mean_layer_chunks
-from .rows import StoredRows, TensorRows
-from .typed import check_typed_model, first_inputs, layer_chunks, layer_chunks_of_type
+from .rows import Rows, StoredRows, TensorRows
+from .typed import check_typed_model, first_inputs, layer_chunks_of_type
 
 log = logging.getLogger("gnnssd.inference.layerwise")
 
@@ -109,9 +110,10 @@ def _filled(chunks: Iterator[torch.Tensor], total: int) -> torch.Tensor:
 class LayerwiseSSD:
     """Layer-wise inference with features and activations on disk, within `budget`.
 
-    Layer outputs go to `scratch_dir/layer{i}.bin` (rows of `layer_dtype`: float32, or
-    float16 where the disk cannot hold float32 ones; offset 0, padded to a page), each read
-    back through the io_engine by the next layer and deleted after it.
+    Layer outputs go to `scratch_dir/layer{i}.type{t}.bin`, a file per node type (rows of
+    `layer_dtype`: float32, or float16 where the disk cannot hold float32 ones; offset 0,
+    padded to a page), each read back through the io_engine by the next layer and deleted
+    after it; `run` writes the last layer's as `layer{i}.bin`.
     """
 
     def __init__(self, store: Store, scratch_dir: Path, budget: int, queue_depth: int = 128,
@@ -122,6 +124,7 @@ class LayerwiseSSD:
         self.io = DirectIO(queue_depth, backend, checksums={store.features_path: store.page_checksums()})
         self.model = load_cost_model(store.path)
         self.bytes_read = self.bytes_written = 0
+        self._rankings: dict[tuple[int, ...], np.ndarray] = {}  # see _ranking
 
     @torch.no_grad()
     def run(self, model: nn.Module, layers: int | None = None) -> tuple[Path, int]:
@@ -133,34 +136,46 @@ class LayerwiseSSD:
 
     @torch.no_grad()
     def store_order_outputs(self, model: nn.Module, layers: int | None = None) -> Iterator[torch.Tensor]:
-        """The rows of layer `layers` - 1 (default the last; a typed store's target type's)
-        in store order, chunk by chunk, never written to disk: for a consumer that reduces
-        each row (predict's argmax), one layer file less."""
-        if not self.store.schema.is_homogeneous:
-            yield from self._typed_outputs(model, layers or model.num_layers)
-            return
-        last = (layers or model.num_layers) - 1
-        source, path = self._last_input(model, last)
-        try:
-            yield from self._layer_chunks(model, last, source)
-        finally:
-            self._consumed(source, path)
-
-    def _last_input(self, model: nn.Module, last: int) -> tuple[StoredRows, Path]:
-        """The input of layer `last`: features.bin, or the file of layer last-1 (the files
-        of earlier layers deleted once read)."""
+        """The rows of layer `layers` - 1 (default the last) of the target type (a
+        homogeneous store's: every node, its one type) in store order, chunk by chunk, never
+        written to disk: for a consumer that reduces each row (predict's argmax), one layer
+        file less. Each earlier layer is written as a file per node type it computes, read
+        by the next layer (through a cache of its most referenced rows, or by sequential
+        passes for a mean-aggregation layer) and deleted after it."""
+        store, schema = self.store, self.store.schema
+        if not schema.is_homogeneous:
+            check_typed_model(model)
         model.eval()
         self.scratch_dir.mkdir(parents=True, exist_ok=True)
-        path = self.store.features_path
-        source = self._rows(path, self.store.feat_dim, self.store.feat_dtype, self.store.as_float32)
-        for i in range(last):
-            out = self.scratch_dir / f"layer{i}.bin"
-            try:
-                dim = self._write(self._layer_chunks(model, i, source), out)
-            finally:
+        types = layer_types(schema, layers or model.num_layers)
+        reads = input_types(schema, types[0])
+        features = self._rows(store.features_path, store.feat_dim, store.feat_dtype, store.as_float32)
+        opened = [(features, store.features_path)]
+        try:
+            featured = [t for t in reads if schema.node_types[t].features]
+            hot = self._hot(model, 0, types[0], featured, store.feature_rows, store.feat_dim)
+            inputs = first_inputs(model, store, features.cached(hot, store.feature_rows), reads)
+            for i, computed in enumerate(types[:-1]):
+                written = {}
+                for t in computed:
+                    out = self.scratch_dir / f"layer{i}.type{t}.bin"
+                    written[t] = out, self._write(self._type_chunks(model, i, inputs, t), out)
+                for source, path in opened:
+                    self._consumed(source, path)
+                opened, inputs = [], {}
+                dim = max(d for _, d in written.values())
+                hot = self._hot(model, i + 1, types[i + 1], computed,
+                                sum(schema.node_types[t].count for t in computed), dim)
+                for t, (path, width) in written.items():
+                    lo, hi = (int(x) for x in schema.offsets[t:t + 2])
+                    source = self._rows(path, width, self.layer_dtype)
+                    opened.append((source, path))
+                    mine = hot[(hot >= lo) & (hot < hi)] - lo
+                    inputs[schema.type_names[t]] = source.cached(mine, hi - lo)
+            yield from self._type_chunks(model, len(types) - 1, inputs, schema.type_id(schema.target))
+        finally:
+            for source, path in opened:
                 self._consumed(source, path)
-            path, source = out, self._rows(out, dim, self.layer_dtype)
-        return source, path
 
     def _consumed(self, source: StoredRows, path: Path) -> None:
         """Close a layer's input, count its reads, and delete it if it is a layer file."""
@@ -190,78 +205,49 @@ class LayerwiseSSD:
         self.bytes_written += os.path.getsize(out)
         return first.shape[1]
 
-    @functools.cached_property
-    def _most_referenced(self) -> np.ndarray:
-        """Every node by how many in-neighbour lists name it, most first: the same for every
-        layer of a homogeneous store, so ranked once per run (an argsort of all nodes)."""
-        return hot_order(self.store.indptr, self.store.indices, [-1])
+    @staticmethod
+    def _by_passes(model: nn.Module, i: int) -> bool:
+        """Whether layer i is computed by sequential passes: its neighbour input is the mean
+        of its in-neighbours' rows (a one-type model's `mean_aggregation(i)`)."""
+        return getattr(model, "mean_aggregation", lambda i: False)(i)
 
-    def _layer_chunks(self, model: nn.Module, i: int, source: StoredRows) -> Iterator[torch.Tensor]:
-        """Layer i's output rows in store order: by sequential passes for a mean-aggregation
-        layer, else by chunks over gathered in-neighbour rows and a cache of the most
-        referenced ones."""
+    def _type_chunks(self, model: nn.Module, i: int, inputs: dict[str, Rows],
+                     t: int) -> Iterator[torch.Tensor]:
+        """Layer i's output rows of node type t in store order, by the type's strategy:
+        sequential passes over its input for a mean-aggregation layer, else chunks over
+        gathered in-neighbour rows (gnnssd.inference.typed; its inputs cached by `_hot`)."""
         store = self.store
-        if getattr(model, "mean_aggregation", lambda i: False)(i):
+        if self._by_passes(model, i):
+            source = inputs[store.schema.type_names[t]]
             # chunk inputs: own rows, means, their concatenation and the output
             chunk_rows = max(self.budget // CHUNK_SHARE // (source.dim * 4 * 4), 1)
             return mean_layer_chunks(model, i, source, store.indptr, store.indices, self.budget, chunk_rows)
-        bounds = chunk_bounds(store.indptr, source.row_bytes, self.budget)
-        # the cache: what the budget leaves after chunk inputs (and their float32 copies,
-        # model temporaries) and the writer's buffers, less its index (HOT_INDEX_BYTES per row)
-        hot_bytes = max(self.budget // 2 - store.num_nodes * HOT_INDEX_BYTES, 0)
-        hot = self._most_referenced[:hot_bytes // (source.dim * 4)]
-        return layer_chunks(model, i, store, source.cached(hot, store.num_nodes), bounds)
+        return layer_chunks_of_type(model, i, store, inputs, t, self.budget)
 
-    def _typed_outputs(self, model: nn.Module, layers: int) -> Iterator[torch.Tensor]:
-        """The target type's rows of layer `layers` - 1 of a typed model, chunk by chunk;
-        each earlier layer written as a file per node type it computes, each read through a
-        cache of its most referenced rows by the next layer and deleted after it."""
-        check_typed_model(model)
-        model.eval()
-        store, schema = self.store, self.store.schema
-        self.scratch_dir.mkdir(parents=True, exist_ok=True)
-        types = layer_types(schema, layers)
-        reads = input_types(schema, types[0])
-        featured = [t for t in reads if schema.node_types[t].features]
-        features = self._rows(store.features_path, store.feat_dim, store.feat_dtype, store.as_float32)
-        opened = [(features, store.features_path)]
-        try:
-            hot = self._hot(types[0], featured, store.feature_rows, store.feat_dim)
-            inputs = first_inputs(model, store, features.cached(hot, store.feature_rows), reads)
-            for i, computed in enumerate(types[:-1]):
-                written = {}
-                for t in computed:
-                    out = self.scratch_dir / f"layer{i}.type{t}.bin"
-                    written[t] = out, self._write(layer_chunks_of_type(model, i, store, inputs, t, self.budget), out)
-                for source, path in opened:
-                    self._consumed(source, path)
-                opened, inputs = [], {}
-                dim = max(d for _, d in written.values())
-                hot = self._hot(types[i + 1], computed, sum(schema.node_types[t].count for t in computed), dim)
-                for t, (path, width) in written.items():
-                    lo, hi = (int(x) for x in schema.offsets[t:t + 2])
-                    source = self._rows(path, width, self.layer_dtype)
-                    opened.append((source, path))
-                    mine = hot[(hot >= lo) & (hot < hi)] - lo
-                    inputs[schema.type_names[t]] = source.cached(mine, hi - lo)
-            yield from layer_chunks_of_type(model, len(types) - 1, store, inputs, schema.type_id(schema.target),
-                                          self.budget)
-        finally:
-            for source, path in opened:
-                self._consumed(source, path)
-
-    def _hot(self, computed: list[int], files: list[int], slots: int, dim: int) -> np.ndarray:
+    def _hot(self, model: nn.Module, i: int, computed: list[int], files: list[int], slots: int,
+             dim: int) -> np.ndarray:
         """The store IDs of nodes of types `files` (rows read from files) most referenced
         as in-neighbours of the types `computed`, as many rows of `dim` as half the budget
-        holds beside the index of `slots` cache slots (HOT_INDEX_BYTES each)."""
-        store, offsets = self.store, self.store.schema.offsets
-        seeds = np.concatenate([np.arange(offsets[t], offsets[t + 1]) for t in computed])
-        read = np.zeros(store.num_nodes, bool)
-        for t in files:
-            read[offsets[t]:offsets[t + 1]] = True
-        order = hot_order(store.indptr, store.indices, [-1], seeds)
+        holds beside the index of `slots` cache slots (HOT_INDEX_BYTES each); none for a
+        layer i computed by sequential passes, which reads its input start to end."""
         count = max(self.budget // 2 - slots * HOT_INDEX_BYTES, 0) // (dim * 4)
+        if self._by_passes(model, i) or count == 0:
+            return np.empty(0, np.int64)
+        read = np.zeros(self.store.num_nodes, bool)
+        for t in files:
+            read[self.store.schema.offsets[t]:self.store.schema.offsets[t + 1]] = True
+        order = self._ranking(tuple(computed))
         return order[read[order]][:count]
+
+    def _ranking(self, computed: tuple[int, ...]) -> np.ndarray:
+        """Every node by how many in-neighbour lists of the types `computed` name it, most
+        first (an argsort of all nodes): ranked once per run for each set of types (a
+        homogeneous store's every layer has the same)."""
+        if computed not in self._rankings:
+            offsets = self.store.schema.offsets
+            seeds = np.concatenate([np.arange(offsets[t], offsets[t + 1]) for t in computed])
+            self._rankings[computed] = hot_order(self.store.indptr, self.store.indices, [-1], seeds)
+        return self._rankings[computed]
 
     def original_order(self, layer_file: Path, dim: int) -> Iterator[np.ndarray]:
         """The layer file's rows in original node order (a typed store's target type's by

@@ -44,8 +44,8 @@ class StoredRows:
     def cached(self, hot: np.ndarray, num_rows: int) -> StoredRows:
         """These rows with rows `hot` (of `num_rows`) held in memory by a hot cache (one
         sorted, coalesced read), the rest read per call: in-neighbour lists of power-law
-        graphs name few nodes often."""
-        return StoredRows(HotCache(self.source, hot, num_rows), self.as_float32)
+        graphs name few nodes often. No rows to hold: these rows as they are."""
+        return StoredRows(HotCache(self.source, hot, num_rows), self.as_float32) if len(hot) else self
 
 
 class OffsetRows:

@@ -27,13 +27,12 @@ import numpy as np
 import torch
 
 from gnnssd.core import check_count
-from gnnssd.sampler import Sequential, Sharded
+from gnnssd.sampler import Fanouts, Sequential, Sharded
 from gnnssd.storage_format import GraphSchema, Store, random_negatives
 
 from .feature_source import BACKENDS, FeatureSource, SourceLoader
 from .form import typed_form
-from .node_loader import NodeLoader, _ranks, check_fanouts
-from .typed import layer_fanouts
+from .node_loader import NodeLoader, _ranks
 from .types import MiniBatch
 
 #: The backends that serve edge mini-batches (their EDGE_BATCHES flag).
@@ -145,10 +144,10 @@ class EdgeLoader(SourceLoader):
     """
 
     def __init__(self, source: FeatureSource | Store | str | Path, edges: Any, *,
-                 fanouts: list[int] | list[dict[str, int]], batch_size: int, negatives: int = 1,
+                 fanouts: Fanouts | list[int] | list[dict[str, int]], batch_size: int, negatives: int = 1,
                  shuffle: bool = True, seed: int | None = None, drop_last: bool = False,
                  rank: int | None = None, world_size: int | None = None, **source_options: Any):
-        fanouts = check_fanouts(fanouts)
+        fanouts = Fanouts.parse(fanouts)
         batch_size, negatives = check_count(batch_size, "batch_size", 1), check_count(negatives, "negatives", 1)
         self.rank, self.world_size = _ranks(rank, world_size)
         self._shard = Sequential() if self.world_size == 1 else Sharded(Sequential(), self.rank, self.world_size)
@@ -164,7 +163,7 @@ class EdgeLoader(SourceLoader):
                                                 **source_options)
         super().__init__(source, self._owns_source)
         try:
-            layer_fanouts(self.store.schema, fanouts)  # a relation misspelt: refused now, not when iterated
+            fanouts.array(self.store.schema)  # a relation misspelt: refused now, not when iterated
             self.relation, self.edges = relation_edges(edges, self.store.schema)
         except BaseException:
             self.close()
@@ -208,7 +207,8 @@ class EdgeLoader(SourceLoader):
         finally:
             batches.close()
 
-    def node_batches(self, nodes: Any, fanouts: list[int] | list[dict[str, int]], batch_size: int) -> Iterator[MiniBatch]:
+    def node_batches(self, nodes: Any, fanouts: Fanouts | list[int] | list[dict[str, int]],
+                     batch_size: int) -> Iterator[MiniBatch]:
         """Node mini-batches of `nodes` (NodeLoader's seeds: on a heterogeneous store a
         dict of one type's IDs) in order through the same source (evaluation embeddings)."""
         view = NodeLoader(self.source, nodes, fanouts=fanouts, batch_size=batch_size, rank=0, world_size=1)

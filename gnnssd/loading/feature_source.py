@@ -29,7 +29,7 @@ import torch
 
 from gnnssd.compiler import CSCBlock
 from gnnssd.core import SamplerConfig, SSDConfig, StageTimer, bound_freed_memory, check_count, run_seed, select_device
-from gnnssd.sampler import sampling_method
+from gnnssd.sampler import Fanouts, sampling_method
 from gnnssd.storage_format import Store, mapped_take
 
 from .backends.baselines import MmapLoader, PerRowLoader
@@ -56,7 +56,7 @@ class FeatureBackend(Protocol):
     EDGE_BATCHES: bool
     timer: StageTimer
 
-    def minibatches(self, batches: list[np.ndarray], fanouts: list[int] | list[dict[str, int]], epoch: int = 0,
+    def minibatches(self, batches: list[np.ndarray], fanouts: Fanouts | list[Any], epoch: int = 0,
                     exclude: list[np.ndarray] | None = None, reuse_epochs: int = 1) -> Iterator[MiniBatch]:
         ...
 
@@ -176,8 +176,8 @@ class FeatureSource:
     @classmethod
     def from_options(cls, store: Store | str | Path, *, features: str = "memory", seed: int | None = None,
                      device: str | torch.device = "auto", scratch_dir: str | Path | None = None,
-                     fanouts: list[int] | list[dict[str, int]] | None = None, batch_size: int | None = None,
-                     eval_fanouts: list[int] | list[dict[str, int]] | None = None,
+                     fanouts: Fanouts | list[Any] | None = None, batch_size: int | None = None,
+                     eval_fanouts: Fanouts | list[Any] | None = None,
                      eval_batch_size: int = SamplerConfig.eval_batch_size,
                      method: str = SamplerConfig.method, **ssd: Any) -> FeatureSource:
         """A source from NodeLoader's keyword options: SSDConfig's fields by name
@@ -189,7 +189,7 @@ class FeatureSource:
         if unknown:
             raise TypeError(f"unknown option(s) {', '.join(unknown)}; expected the loader's options or "
                             f"SSDConfig's fields {sorted(_SSD_KEYS)}")
-        sampling = SamplerConfig(fanouts=list(fanouts or SamplerConfig().fanouts),
+        sampling = SamplerConfig(fanouts=fanouts or SamplerConfig().fanouts,
                                  batch_size=batch_size or SamplerConfig.batch_size,
                                  eval_fanouts=eval_fanouts, eval_batch_size=eval_batch_size, method=method)
         return cls(store, features, SSDConfig(**ssd), sampling, seed=seed, device=device, scratch_dir=scratch_dir)

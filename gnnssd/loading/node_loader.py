@@ -24,26 +24,13 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
-from gnnssd.core import MAX_COUNT, SamplerConfig, check_count, is_layer_fanouts, run_seed
-from gnnssd.sampler import SeedOrder, Sequential, Sharded, named_order, seed_batches
-from gnnssd.storage_format import GraphSchema, Store, mapped_take, shown
+from gnnssd.core import SamplerConfig, check_count, run_seed
+from gnnssd.sampler import Fanouts, SeedOrder, Sequential, Sharded, named_order, seed_batches
+from gnnssd.storage_format import GraphSchema, Store, mapped_take
 
 from .feature_source import FeatureSource, SourceLoader
 from .form import typed_form
-from .typed import layer_fanouts
 from .types import MiniBatch
-
-
-def check_fanouts(fanouts: Any) -> list[Any]:
-    """A non-empty list of fanouts from 1 to MAX_COUNT or -1 (all neighbours), one per layer;
-    on a heterogeneous store a layer may be a dict of fanouts by relation name (0: none of
-    that relation), or a clear error (10**30 overflowed in the sampler, unnamed)."""
-    values = list(fanouts) if isinstance(fanouts, (list, tuple)) else None
-    if not values or not all(is_layer_fanouts(f) for f in values):
-        raise ValueError(f"fanouts: {shown(fanouts)}; expected a non-empty list of positive integers "
-                         f"(one per layer; -1 = all neighbours) up to {MAX_COUNT:,}, or per layer a dict "
-                         "of them by relation name")
-    return [{k: int(v) for k, v in f.items()} if isinstance(f, dict) else int(f) for f in values]
 
 
 def check_nodes(nodes: Any, num_nodes: int, what: str = "seeds") -> np.ndarray:
@@ -169,13 +156,14 @@ class NodeLoader(SourceLoader):
     mini-batches. `with_seeds` loaders are not sharded.
     """
 
-    def __init__(self, source: FeatureSource | Store | str | Path, seeds: Any, *, fanouts: list[int] | list[dict[str, int]],
+    def __init__(self, source: FeatureSource | Store | str | Path, seeds: Any, *,
+                 fanouts: Fanouts | list[int] | list[dict[str, int]],
                  batch_size: int, shuffle: bool = False, seed: int | None = None, drop_last: bool = False,
                  rank: int | None = None, world_size: int | None = None,
                  seed_order: str | SeedOrder = SamplerConfig.seed_order,
                  seed_window: int = SamplerConfig.seed_window,
                  reuse_epochs: int = SamplerConfig.reuse_epochs, first_epoch: int = 0, **source_options: Any):
-        fanouts = check_fanouts(fanouts)
+        fanouts = Fanouts.parse(fanouts)
         if not isinstance(seed_order, SeedOrder):
             named = named_order(seed_order, seed_window)  # a bad name is refused, shuffled or not
             seed_order = named if shuffle else Sequential()
@@ -192,7 +180,7 @@ class NodeLoader(SourceLoader):
                             "is already open; pass them to it, or pass a Store to open one here")
         super().__init__(source, self._owns_source)
         try:
-            layer_fanouts(source.store.schema, fanouts)  # a relation misspelt: refused now, not when iterated
+            fanouts.array(source.store.schema)  # a relation misspelt: refused now, not when iterated
             seeds, labels = graphbolt_items(seeds)
             self.seeds = check_seeds(seeds, source.store.schema)
             self.store_ids = source.store_ids(self.seeds)  # what the seed order and backend take
@@ -208,12 +196,12 @@ class NodeLoader(SourceLoader):
         self.order = seed_order if self.world_size == 1 else Sharded(seed_order, self.rank, self.world_size)
         self.reuse_epochs, self.first_epoch = reuse_epochs, first_epoch
 
-    def with_seeds(self, seeds: Any, *, fanouts: list[int] | list[dict[str, int]] | None = None, batch_size: int | None = None,
-                   shuffle: bool = False, drop_last: bool = False) -> NodeLoader:
+    def with_seeds(self, seeds: Any, *, fanouts: Fanouts | list[int] | list[dict[str, int]] | None = None,
+                   batch_size: int | None = None, shuffle: bool = False, drop_last: bool = False) -> NodeLoader:
         """A loader over other seeds (e.g. a validation split) sharing this one's source
         (features, hot cache and buffers); closing it releases nothing, closing this one
         releases the source it opened."""
-        return NodeLoader(self.source, seeds, fanouts=list(fanouts or self.fanouts),
+        return NodeLoader(self.source, seeds, fanouts=fanouts or self.fanouts,
                           batch_size=batch_size or self.batch_size, shuffle=shuffle, seed=self.seed,
                           drop_last=drop_last, rank=0, world_size=1)
 

@@ -1,29 +1,12 @@
-"""Heterogeneous graphs on the loaders' side: the per-type views of one global ID space.
-
-A typed store numbers all nodes globally, each type a contiguous range (see
-storage_format.schema); users and DGL speak per-type IDs. These helpers convert between
-the two at the loaders' edges: seeds and fanouts in; the mini-batches' form out is
-form.py's (`typed_form`).
-"""
+"""A store as gnnssd's sampler takes it: one shape for every graph (the relation of each
+edge, empty on one relation); the mini-batches' DGL form is form.py's (`typed_form`)."""
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
 
-from gnnssd.storage_format import GraphSchema, Store
-
-
-def layer_fanouts(schema: GraphSchema, fanouts: list[Any]) -> list[Any]:
-    """Fanouts as the sampler takes them: ints for a homogeneous store; for a typed one a
-    tuple per layer with a fanout per relation (from one number, or a dict by relation
-    name whose missing relations take none)."""
-    if schema.is_homogeneous:
-        if any(isinstance(f, dict) for f in fanouts):
-            raise ValueError(f"fanouts {fanouts}: per-relation fanouts need a heterogeneous store; "
-                             "this one has one node type and one relation")
-        return list(fanouts)
-    return [tuple(schema.relation_fanouts(f).tolist()) for f in fanouts]
+from gnnssd.storage_format import Store
 
 
 def sampler_options(store: Store, etypes: np.ndarray) -> dict[str, Any]:

@@ -21,7 +21,7 @@ class HotRanking:
     """The store's rows in decreasing sampling heat, ranked once (on first use) and cut at
     any count: the loader sizes its buffers with one count and fills the cache with another."""
 
-    def __init__(self, store: Store, fanouts: list[int]):
+    def __init__(self, store: Store, fanouts: np.ndarray):
         self.store, self.fanouts = store, fanouts
 
     @functools.cached_property

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from gnnssd.sampler import NeighborSampler, node_order
+from gnnssd.sampler import Fanouts, NeighborSampler, node_order
 from gnnssd.loading.form import to_dgl_blocks
 from gnnssd.storage_format import Store, write_store
 from tests.hetero_graph import ToyHeteroSource
@@ -62,7 +62,7 @@ def test_per_relation_fanouts_draw_existing_edges_within_each_fanout(toy):
     source, store = toy
     graph = source.dgl_graph()
     fanouts = {"cites": 2, "writes": 1, "written_by": 3, "affiliated_with": 1, "employs": 0}
-    sampler = _sampler(store, [store.schema.relation_fanouts(fanouts)] * 2)
+    sampler = _sampler(store, Fanouts.parse([fanouts] * 2).array(store.schema))
     blocks = to_dgl_blocks(sampler.sample(np.arange(0, 300, 7), seed=5), schema=store.schema)
     for block in blocks:
         for rel, pairs in _edge_sets(block).items():
@@ -80,8 +80,8 @@ def test_a_relations_draw_does_not_depend_on_other_relations_fanouts(toy):
     _, store = toy
     seeds = np.arange(0, 300, 11)
     schema = store.schema
-    one = _sampler(store, [schema.relation_fanouts({"cites": 2, "writes": 1})]).sample(seeds, seed=9)
-    two = _sampler(store, [schema.relation_fanouts({"cites": 2, "writes": 3})]).sample(seeds, seed=9)
+    one = _sampler(store, Fanouts.parse([{"cites": 2, "writes": 1}]).array(schema)).sample(seeds, seed=9)
+    two = _sampler(store, Fanouts.parse([{"cites": 2, "writes": 3}]).array(schema)).sample(seeds, seed=9)
     cites = [r for _, r, _ in schema.relations].index("cites")
 
     def cited(mfgs):

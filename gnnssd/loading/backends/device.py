@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import zlib
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import dgl
 import numpy as np
@@ -26,6 +26,7 @@ import torch
 
 from gnnssd.core import ConfigError, SamplerConfig, SSDConfig, StageTimer, format_bytes
 from gnnssd.pipeline import DirectIO
+from gnnssd.sampler import Fanouts
 from gnnssd.storage_format import Store, StoreError
 
 from ..tensor_sampling import TensorSampler
@@ -131,13 +132,13 @@ class DeviceLoader:
         self.io.add(bytes_read=size)
         return out.view(_torch_dtype(mapped.dtype)).view(mapped.shape)
 
-    def minibatches(self, batches: list[np.ndarray], fanouts: list[int], epoch: int = 0,
+    def minibatches(self, batches: list[np.ndarray], fanouts: Fanouts | list[Any], epoch: int = 0,
                     exclude: list[np.ndarray] | None = None, reuse_epochs: int = 1) -> Iterator[MiniBatch]:
         """A mini-batch per array of seed nodes, drawn with the ssd mode's randomness: batch
         b of `epoch` is the numba sampler's batch (epoch << 32) + b under the loader's seed."""
         if exclude is not None:
             raise ValueError("features: device serves node mini-batches only (no edge exclusion)")
-        sampler = TensorSampler(self.indptr, self.indices, fanouts, self.method)
+        sampler = TensorSampler(self.indptr, self.indices, Fanouts.parse(fanouts).dgl(self.store.schema), self.method)
         for b, seeds in enumerate(batches):
             with self.timer.stage("sample"):
                 output_nodes = torch.from_numpy(np.asarray(seeds, np.int64)).to(self.device)

@@ -10,17 +10,17 @@ inputs are gathered by indexing. Every other mode is measured against this one.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import numpy as np
 import torch
 
 from gnnssd.core import SamplerConfig, SSDConfig, StageTimer
-from gnnssd.sampler import NeighborSampler
+from gnnssd.sampler import Fanouts, NeighborSampler
 from gnnssd.storage_format import Store
 
 from ..form import batch_parts
-from ..typed import layer_fanouts, sampler_options
+from ..typed import sampler_options
 from ..types import (IOCounters, Labels, MiniBatch, check_memory, load_features, store_held, store_shared,
                      store_topology)
 
@@ -64,7 +64,7 @@ class SampledLoader:
         self.timer = timer
         self.io = IOCounters()
 
-    def minibatches(self, batches: list[np.ndarray], fanouts: list[int] | list[dict[str, int]], epoch: int = 0,
+    def minibatches(self, batches: list[np.ndarray], fanouts: Fanouts | list[Any], epoch: int = 0,
                     exclude: list[np.ndarray] | None = None, reuse_epochs: int = 1) -> Iterator[MiniBatch]:
         """A mini-batch per array of seed nodes, batch b drawn as ssd mode draws the
         epoch's b-th mini-batch; with `exclude`, batch b without the edges of the (E, 2)
@@ -74,7 +74,7 @@ class SampledLoader:
         if exclude is not None and len(exclude) != len(batches):
             raise ValueError(f"exclude lists {len(exclude)} edge sets for {len(batches)} mini-batches")
         schema = self.store.schema
-        sampler = NeighborSampler(self.indptr, self.indices, layer_fanouts(schema, fanouts),
+        sampler = NeighborSampler(self.indptr, self.indices, Fanouts.parse(fanouts).array(schema),
                                   **sampler_options(self.store, self.etypes), method=self.method)
         for b, seeds in enumerate(batches):
             with self.timer.stage("sample"):  # batch IDs as the ssd planner's (sampler.Planner)

@@ -29,11 +29,11 @@ from gnnssd.core import (ConfigError, SamplerConfig, SSDConfig, StageTimer, disk
 from gnnssd.pipeline import (BUFFERS, DirectIO, FeatureFile, HotCache, HotRanking, KeptSamples,
                              MegaBatchBuffers, PlanWorker, Recycler, RepackReport, check_numba_threads, delete,
                              load_cost_model, numba_threads, repacked_windows, samples_key, x_dtype, x_pool_bytes)
-from gnnssd.sampler import HotRows, MegaBatchPlan, MFGs, NeighborSampler, PlanConfig, Planner, pages_plan
+from gnnssd.sampler import Fanouts, HotRows, MegaBatchPlan, MFGs, NeighborSampler, PlanConfig, Planner, pages_plan
 from gnnssd.storage_format import Store
 
 from ..form import batch_parts
-from ..typed import layer_fanouts, sampler_options
+from ..typed import sampler_options
 from ..types import IOCounters, Labels, MiniBatch, store_shared
 
 log = logging.getLogger("gnnssd.ssd")
@@ -114,7 +114,7 @@ class SSDLoader:
         self.block_budget, why = resolve_block_budget(ssd.block_budget, store.feature_bytes, total, block_dir)
         log.info(why)
         row_bytes = store.row_bytes
-        ranking = HotRanking(store, layer_fanouts(store.schema, sampling.fanouts))
+        ranking = HotRanking(store, sampling.fanouts.array(store.schema))
         sampled = self._sampled_inputs()
         inputs = [rows for use in sampled.values() for rows in use]
         pinned = device.type == "cuda"
@@ -165,14 +165,15 @@ class SSDLoader:
         key = ("x sizing", repr(settings), sampler_cfg.method)
         return store_shared(self.store, key, lambda: self._sample_inputs(settings), weak=False)
 
-    def _sample_inputs(self, settings: dict[str, tuple[list[Any], int]]) -> dict[str, list[np.ndarray]]:
+    def _sample_inputs(self, settings: dict[str, tuple[Fanouts, int]]) -> dict[str, list[np.ndarray]]:
         sampler_cfg = self.sampling
         rng = np.random.default_rng(SIZING_SEED)
         sampled: dict[str, list[np.ndarray]] = {}
         for use, (fanouts, batch_size) in settings.items():
             inputs = sampled[use] = []
-            sampler = NeighborSampler(self.store.indptr, self.store.indices, layer_fanouts(self.store.schema, fanouts),
-                                      **sampler_options(self.store, self.store.etypes), method=sampler_cfg.method)
+            sampler = NeighborSampler(self.store.indptr, self.store.indices,
+                                      fanouts.array(self.store.schema), **sampler_options(self.store, self.store.etypes),
+                                      method=sampler_cfg.method)
             splits = [np.asarray(s) for s in (self.store.train_store_ids, self.store.valid_store_ids,
                                               self.store.test_store_ids)]
             # a link store has no node splits: its seeds (edge endpoints) are any nodes
@@ -181,7 +182,7 @@ class SSDLoader:
                 inputs.append(np.asarray(sampler.sample(seeds, SIZING_SEED).input_rows))
         return sampled
 
-    def minibatches(self, batches: list[np.ndarray], fanouts: list[int], epoch: int = 0,
+    def minibatches(self, batches: list[np.ndarray], fanouts: Fanouts | list[Any], epoch: int = 0,
                     exclude: list[np.ndarray] | None = None, reuse_epochs: int = 1) -> Iterator[MiniBatch]:
         """A mini-batch per array of seed nodes, in order; neighbour draws are seeded by
         (seed, epoch, position). With `exclude`, batch b is sampled without the edges of the
@@ -197,7 +198,7 @@ class SSDLoader:
         stops the other's stages, and the other, when next advanced, plans again from its
         next mini-batch with the same neighbour draws. Every interleaving therefore yields
         what each iteration yields alone, at the cost of re-reading a mega-batch per switch."""
-        fanouts = layer_fanouts(self.store.schema, fanouts)
+        fanouts = Fanouts.parse(fanouts).array(self.store.schema)
         done = 0
         while done < len(batches):
             stream = self._stream(batches, fanouts, epoch, exclude, reuse_epochs, done)
@@ -218,13 +219,13 @@ class SSDLoader:
                     self._holder = None
                 stream.close()
 
-    def _stream(self, batches: list[np.ndarray], fanouts: list[int], epoch: int,
+    def _stream(self, batches: list[np.ndarray], fanouts: np.ndarray, epoch: int,
                 exclude: list[np.ndarray] | None, reuse_epochs: int, first: int) -> Iterator[MiniBatch]:
         """The mini-batches of batches[first:] through the four stages (see minibatches). A
         stream from the epoch's start may keep or replay the epoch; one resumed in the
         middle plans and reads as usual."""
         reuse = reuse_epochs > 1 and first == 0
-        key = samples_key(batches, fanouts, epoch, exclude) if reuse else ""
+        key = samples_key(batches, fanouts.tolist(), epoch, exclude) if reuse else ""
         if reuse and self._kept is not None and self._kept.complete and self._kept.key == key:
             yield from self._trained(self._replayed(self._kept))
             return
@@ -233,7 +234,7 @@ class SSDLoader:
             self._drop_kept()
             kept = self._kept = KeptSamples(key, self.kept_dir, disk_share(self.kept_dir))
         directory = self.kept_dir if reuse else self.block_dir
-        cfg = PlanConfig(fanouts=tuple(fanouts), mega_batch=self.mega_batch, seed=self.seed,
+        cfg = PlanConfig(fanouts=tuple(map(tuple, fanouts.tolist())), mega_batch=self.mega_batch, seed=self.seed,
                          method=self.sampling.method)
         planner = Planner(self.store.indptr, self.store.indices, cfg, self.hot.members,
                           max_rows=self.budget.buffer_rows, max_bytes=self.plan_bytes // PLANS_ALIVE,
