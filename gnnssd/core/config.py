@@ -18,7 +18,8 @@ from typing import Any, Literal
 import numpy as np
 import tomllib
 
-from gnnssd.storage_format import SmallFileError, parse_yaml, read_small_text, shown
+from gnnssd.storage_format import (METHODS_EXPECTED, SmallFileError, parse_yaml, read_small_text, sampling_method,
+                                   shown)
 
 from .budget import AUTO, exact_size, parse_bytes
 
@@ -143,8 +144,13 @@ class SamplerConfig:
     #: Neighbour sampling: "uniform" (min(fanout, degree) in-neighbours per node, without
     #: replacement) or "labor" (layer-neighbour sampling, as DGL's LaborSampler: fanout
     #: in-neighbours per node on average, sources shared across a layer's nodes, so fewer
-    #: distinct input rows per mini-batch).
-    method: Literal["uniform", "labor"] = "uniform"
+    #: distinct input rows per mini-batch); GraphBolt's and DGL's names of them too, any
+    #: case (storage_format.sampling_method: the loaders' `method=` parser), held as one of the two.
+    method: Literal["uniform", "labor"] = field(default="uniform",
+                                                metadata={"parse": sampling_method, "expected": METHODS_EXPECTED})
+
+    def __post_init__(self) -> None:
+        _parse_sizes(self)
 
     def evaluation(self, num_edges: int) -> tuple[list[int], int]:
         """(fanouts, batch size) of evaluation on a graph of `num_edges` edges: the
@@ -172,8 +178,9 @@ SIZE_OR_AUTO = {"parse": _bytes_or_auto, "expected": f"auto, or a size: {SIZES}"
 
 
 def _parse_sizes(obj: Any) -> None:
-    """Parse the size fields of a dataclass made in code (e.g. SSDConfig(memory_budget="1GiB")),
-    or refuse them naming the field: a size is held as bytes wherever it came from."""
+    """Parse the parsed fields of a dataclass made in code (e.g. SSDConfig(memory_budget="1GiB"),
+    SamplerConfig(method="LABOR")), or refuse them naming the field: a size is held as bytes,
+    a sampling method by its own name, wherever it came from."""
     for f in dataclasses.fields(obj):
         if "parse" in f.metadata:
             setattr(obj, f.name, _parsed(f, getattr(obj, f.name), f.name))
