@@ -54,12 +54,8 @@ class HotRows:
         if len(rows) and (rows[0] < 0 or rows[-1] >= num_rows):
             raise ValueError(f"hot rows must lie in 0..{num_rows - 1}, got {rows[0]}..{rows[-1]}")
         bits = np.zeros((num_rows + 7) // 8, np.uint8)
-        # rows sorted and unique: OR each byte's bits together in NumPy (no numba kernel,
-        # so a loader's open calls none: numba's first call costs ~1 s of start-up)
-        if len(rows):
-            byte_of = rows >> 3
-            starts = np.flatnonzero(np.r_[True, byte_of[1:] != byte_of[:-1]])
-            bits[byte_of[starts]] = np.bitwise_or.reduceat((1 << (rows & 7)).astype(np.uint8), starts)
+        if len(rows):  # none: no numba kernel (a loader's budget split asks for 0 hot rows without one)
+            bitset.set_rows(bits, rows)
         return cls(rows, bits, num_rows)
 
     def contains(self, rows: np.ndarray) -> np.ndarray:
