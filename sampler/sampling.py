@@ -15,7 +15,7 @@ from typing import Any, Sequence
 import numba as nb
 import numpy as np
 
-from gnnssd.storage_format import ONE_RELATION
+from gnnssd.storage_format import ONE_RELATION, sampling_method
 
 from .blocks import MFGs
 from .fanouts import relation_array
@@ -27,13 +27,6 @@ _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _FLOYD_MAX = 32  # above this fanout, reservoir sampling (O(degree)) beats Floyd (O(k^2))
-#: NeighborSampler's `method`s: uniform neighbour sampling, layer-neighbour sampling (LABOR).
-SAMPLING_METHODS = ("uniform", "labor")
-#: Other names of the methods (any case; '-' as '_'): GraphBolt's datapipe methods and DGL's
-#: sampler classes, as a user of either writes them.
-_METHOD_ALIASES = {"neighbor": "uniform", "neighbour": "uniform", "sample_neighbor": "uniform",
-                   "neighborsampler": "uniform", "layer_neighbor": "labor", "layer_neighbour": "labor",
-                   "sample_layer_neighbor": "labor", "laborsampler": "labor"}
 
 
 @nb.njit(inline="always")
@@ -245,14 +238,32 @@ def _uniform01(seed, batch, layer, node):
     return _variate(_prefix(seed, batch, layer), node)
 
 
+@nb.njit(inline="always")
+def _variate_bound(threshold):
+    """The largest 53-bit integer m with m / 2**53 <= threshold (threshold in [0, 1]): the
+    variate r_u = (h >> 11) / 2**53 of _variate is <= threshold iff h >> 11 <= this bound
+    (both sides exact in float64), so the per-edge test needs no float conversion."""
+    return np.uint64(np.floor(threshold * 9007199254740992.0))
+
+
 @nb.njit(cache=True, nogil=True)
-def _labor_kept(indices, start, d, keys, lo, hi, base, prefix, threshold, out, o):
+def _labor_mark(indices, start, d, keys, lo, hi, base, prefix, threshold, bits, b0):
     """The sources u of indices[start:start+d] (less excluded keys base + u in keys[lo:hi])
-    with r_u <= threshold (r_u: _variate(prefix, u)), written to out[o:] when out is not
-    empty; returns how many."""
-    j, c = lo, 0
-    for e in range(start, start + d):
-        u = indices[e]
+    with r_u <= threshold (r_u: _variate(prefix, u)), each marked by bit p of bits[b0:]
+    (p: its position in the run) when bits is not empty; returns how many."""
+    c = 0
+    if hi == lo and threshold < 1.0:  # no exclusion: the test alone, one hash an edge
+        bound = _variate_bound(threshold)
+        marking = bits.shape[0] > 0
+        for p in range(d):
+            if _mix(prefix ^ np.uint64(indices[start + p])) >> np.uint64(11) <= bound:
+                if marking:
+                    bits[b0 + (p >> 3)] |= np.uint8(1 << (p & 7))
+                c += 1
+        return c
+    j = lo
+    for p in range(d):
+        u = indices[start + p]
         key = base + u
         while j < hi and keys[j] < key:
             j += 1
@@ -260,8 +271,8 @@ def _labor_kept(indices, start, d, keys, lo, hi, base, prefix, threshold, out, o
             continue
         if threshold < 1.0 and _variate(prefix, u) > threshold:
             continue
-        if out.shape[0]:
-            out[o + c] = u
+        if bits.shape[0]:
+            bits[b0 + (p >> 3)] |= np.uint8(1 << (p & 7))
         c += 1
     return c
 
@@ -274,46 +285,60 @@ def _sample_hop_labor(indptr, indices, etypes, dst, dst_batch, fanouts, seed, la
     exclusion; each destination keeps k_r edges on average, and destinations that share a
     source share its variate, so fewer distinct sources are drawn than by independent
     uniform samples. A homogeneous graph is one relation (etypes empty). Returns (ptr,
-    sampled node IDs, their relations: empty for one relation, as etypes)."""
+    sampled node IDs, their relations: empty for one relation, as etypes).
+
+    Each in-edge's variate is hashed once: the first pass marks the kept edges in a bitset
+    (a byte-aligned run of bits per destination and relation: an eighth of a byte an
+    in-edge, no two threads on one byte) while it counts them, the second copies the marked
+    sources into place."""
     n = dst.shape[0]
     num_nodes = indptr.shape[0] - 1
     num_rel = fanouts.shape[0]
     typed = etypes.shape[0] > 0
-    none = np.empty(0, indices.dtype)
+    no_bits = np.empty(0, np.uint8)
     runs = np.empty((n, num_rel + 1), np.int64)
     take = np.empty((n, num_rel), np.int64)
-    thresholds = np.empty((n, num_rel), np.float64)
     ex_lo = np.zeros(n, np.int64)
     ex_hi = np.zeros(n, np.int64)
     for i in nb.prange(n):
         v = dst[i]
         a, b = indptr[v], indptr[v + 1]
-        base = np.int64(v) * num_nodes
+        for r in range(num_rel + 1):
+            runs[i, r] = (a + np.searchsorted(etypes[a:b], r)) if typed else (a if r == 0 else b)
+    bit_ptr = np.empty(n * num_rel + 1, np.int64)  # where each run's bits start, in bytes
+    bit_ptr[0] = 0
+    for i in range(n):
+        for r in range(num_rel):
+            bit_ptr[i * num_rel + r + 1] = bit_ptr[i * num_rel + r] + (runs[i, r + 1] - runs[i, r] + 7) // 8
+    bits = np.zeros(bit_ptr[n * num_rel], np.uint8)
+    for i in nb.prange(n):
+        base = np.int64(dst[i]) * num_nodes
         prefix = _prefix(seed, dst_batch[i], layer)
         if ex_keys.shape[0] > 0:
             ex_lo[i], ex_hi[i] = _exclusion_range(ex_ptr, ex_keys, dst_local[i], base, num_nodes)
-        for r in range(num_rel + 1):
-            runs[i, r] = (a + np.searchsorted(etypes[a:b], r)) if typed else (a if r == 0 else b)
         for r in range(num_rel):
             d = runs[i, r + 1] - runs[i, r]
             if ex_hi[i] > ex_lo[i]:  # the relation's in-degree after the exclusion
-                d = _labor_kept(indices, runs[i, r], d, ex_keys, ex_lo[i], ex_hi[i], base, prefix, 1.0, none, 0)
+                d = _labor_mark(indices, runs[i, r], d, ex_keys, ex_lo[i], ex_hi[i], base, prefix, 1.0, no_bits, 0)
             f = fanouts[r]
-            thresholds[i, r] = 1.0 if f < 0 or f >= d else f / d
-            take[i, r] = _labor_kept(indices, runs[i, r], runs[i, r + 1] - runs[i, r], ex_keys, ex_lo[i],
-                                     ex_hi[i], base, prefix, thresholds[i, r], none, 0)
+            take[i, r] = _labor_mark(indices, runs[i, r], runs[i, r + 1] - runs[i, r], ex_keys, ex_lo[i], ex_hi[i],
+                                     base, prefix, 1.0 if f < 0 or f >= d else f / d, bits, bit_ptr[i * num_rel + r])
     flat = _run_offsets(take)
     out = np.empty(flat[n * num_rel], np.int64)
     out_rel = np.empty(flat[n * num_rel] if typed else 0, etypes.dtype)
     for i in nb.prange(n):
-        base = np.int64(dst[i]) * num_nodes
-        prefix = _prefix(seed, dst_batch[i], layer)
         for r in range(num_rel):
-            o = flat[i * num_rel + r]
-            _labor_kept(indices, runs[i, r], runs[i, r + 1] - runs[i, r], ex_keys, ex_lo[i], ex_hi[i], base,
-                        prefix, thresholds[i, r], out, o)
+            o, start = flat[i * num_rel + r], runs[i, r]
+            for q in range(bit_ptr[i * num_rel + r], bit_ptr[i * num_rel + r + 1]):
+                byte = bits[q]
+                if byte:
+                    p = start + (q - bit_ptr[i * num_rel + r]) * 8
+                    for k in range(8):
+                        if (byte >> k) & 1:
+                            out[o] = indices[p + k]
+                            o += 1
             if typed:
-                for j in range(o, o + take[i, r]):
+                for j in range(flat[i * num_rel + r], o):
                     out_rel[j] = r
     return flat[::num_rel].copy(), out, out_rel
 
@@ -421,17 +446,6 @@ def _relabel(nodes, node_ptr, eptr, nbrs):
     for b in nb.prange(nbatch):
         new_nodes[new_ptr[b] : new_ptr[b + 1]] = scratch[ub[b] : ub[b] + counts[b]]
     return new_ptr, new_nodes, esrc, edst
-
-
-def sampling_method(name: object) -> str:
-    """The method `name` means, "uniform" or "labor": one of SAMPLING_METHODS or its
-    GraphBolt or DGL name ("sample_layer_neighbor", "LaborSampler", "neighbor", ...), in any
-    case; a ValueError naming the choices otherwise."""
-    key = name.strip().lower().replace("-", "_") if isinstance(name, str) else None
-    if key in SAMPLING_METHODS or key in _METHOD_ALIASES:
-        return _METHOD_ALIASES.get(key, key)
-    raise ValueError(f"method: {name!r}; expected one of {SAMPLING_METHODS} (or GraphBolt's and DGL's names: "
-                     f"{', '.join(sorted(_METHOD_ALIASES))}; any case)")
 
 
 def exclusion_keys(exclude: Sequence[np.ndarray] | None, num_nodes: int,

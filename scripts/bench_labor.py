@@ -14,7 +14,7 @@ trained by gnnssd's Trainer with `sampler.method` uniform and labor (evaluation 
 by the same method, fanouts 10,10), memory and ssd (32 MiB budget) features; mean test accuracy and the
 distinct input rows per training mini-batch.
 
-    python scripts/bench_labor.py [--preset medium] [--seeds 3] [--json bench_out/labor.json]
+    python scripts/bench_labor.py [--preset medium] [--repeats 3] [--seeds 3] [--json bench_out/labor.json]
 """
 from __future__ import annotations
 
@@ -87,6 +87,7 @@ def main() -> int:
     parser.add_argument("--store", type=Path, help="an existing store instead of writing --preset")
     parser.add_argument("--budget", default="256MiB", help="ssd.memory_budget of the bytes part")
     parser.add_argument("--batches", type=int, default=40, help="mini-batches per epoch of the bytes part")
+    parser.add_argument("--repeats", type=int, default=1, help="epochs per method of the bytes part, alternating")
     parser.add_argument("--seeds", type=int, default=3, help="training seeds per accuracy cell (0 to skip)")
     parser.add_argument("--datasets", default="cora,citeseer")
     parser.add_argument("--planetoid", type=Path, default=SHARED / "planetoid", help="the ind.NAME.* files")
@@ -102,12 +103,18 @@ def main() -> int:
             for features in ("memory", "ssd"):
                 for method in METHODS:  # warm-up: numba's compilation and first calls left out
                     epoch_of(store, method, features, [15, 10, 5], 1024, args.budget, 1)
-                for method in METHODS:
-                    row = epoch_of(store, method, features, [15, 10, 5], 1024, args.budget, args.batches)
-                    out["rows"].append(row)
-                    print(f"{method:8} {features:8} {row['input_rows_per_minibatch']:9.0f} "
-                          f"{row['minibatches_per_s']:7.2f} {row.get('bytes_read_per_useful_byte', float('nan')):11.2f} "
-                          f"{row.get('bytes_read_per_minibatch', float('nan')) / 2**20:11.2f}")
+                for _ in range(args.repeats):  # methods alternating: load that drifts hits both
+                    for method in METHODS:
+                        row = epoch_of(store, method, features, [15, 10, 5], 1024, args.budget, args.batches)
+                        out["rows"].append(row)
+                        print(f"{method:8} {features:8} {row['input_rows_per_minibatch']:9.0f} "
+                              f"{row['minibatches_per_s']:7.2f} "
+                              f"{row.get('bytes_read_per_useful_byte', float('nan')):11.2f} "
+                              f"{row.get('bytes_read_per_minibatch', float('nan')) / 2**20:11.2f}")
+                speeds = {m: statistics.median(r["minibatches_per_s"] for r in out["rows"]
+                                               if r["method"] == m and r["features"] == features) for m in METHODS}
+                print(f"{'':8} {features:8} labor / uniform speed (median of {args.repeats}): "
+                      f"{speeds['labor'] / speeds['uniform']:.2f}x")
         print(f"\n{'dataset':9} {'features':8} {'method':8} {'test acc':>9} {'rows/mb':>8}")
         for name in [d for d in args.datasets.split(",") if d and args.seeds]:
             path = write_store(work / name, PlanetoidSource(args.planetoid, name))

@@ -21,6 +21,7 @@ _EXPORTS = by_name({
     ".order": ("Permutation",),
     ".partial_dir": ("new_output_folder", "output_lock"),
     ".paths": ("contained",),
+    ".sampling_methods": ("METHODS_EXPECTED", "sampling_method"),
     ".schema": ("ONE_RELATION", "GraphSchema", "NodeType"),
     ".small_files": ("SmallFileError", "opened_regular", "parse_yaml", "read_small_json", "read_small_text",
                      "read_small_yaml"),

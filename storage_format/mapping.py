@@ -49,7 +49,8 @@ def mapped_take(array: np.ndarray, ids: np.ndarray, window: int = LOOKUP_WINDOW)
     GiB), which would then stay in the RSS: the IDs are taken window by window of the
     array, each window's pages released after its lookups (they stay in the page cache).
     Even a few IDs go by window: a fault maps the page cache's whole folio around its ID
-    (up to 1 MiB on Linux 6.18: a mini-batch's 1,024 labels mapped 435 MiB at once)."""
+    (up to 1 MiB on Linux 6.18: a mini-batch's 1,024 labels mapped 435 MiB at once). An
+    array no larger than a window is indexed at once, its pages released after."""
     ids = np.asarray(ids)
     if _memmap_of(array) is None:
         return array[ids]
@@ -59,6 +60,10 @@ def mapped_take(array: np.ndarray, ids: np.ndarray, window: int = LOOKUP_WINDOW)
     if flat.min() < 0 or flat.max() >= len(array):
         bad = flat[(flat < 0) | (flat >= len(array))][0]
         raise IndexError(f"index {bad} is out of bounds for a mapped array of {len(array)} items")
+    if array.nbytes <= window:  # the whole mapping fits the window: no pass needed (nor numba's start-up)
+        out = array.view(np.ndarray)[flat]
+        release_pages(array)
+        return out.reshape(ids.shape)
     per = max(1, window // array.itemsize)
     flat = flat.astype(np.int64, copy=False)
     from . import kernels  # numba, loaded on the first lookup of a mapped array

@@ -19,7 +19,8 @@ import numpy as np
 import tomllib
 
 from gnnssd.sampler import FANOUTS_EXPECTED, MAX_COUNT, Fanouts
-from gnnssd.storage_format import SmallFileError, parse_yaml, read_small_text, shown
+from gnnssd.storage_format import (METHODS_EXPECTED, SmallFileError, parse_yaml, read_small_text, sampling_method,
+                                   shown)
 
 from .budget import AUTO, exact_size, parse_bytes
 
@@ -126,8 +127,10 @@ class SamplerConfig:
     #: Neighbour sampling: "uniform" (min(fanout, degree) in-neighbours per node, without
     #: replacement) or "labor" (layer-neighbour sampling, as DGL's LaborSampler: fanout
     #: in-neighbours per node on average, sources shared across a layer's nodes, so fewer
-    #: distinct input rows per mini-batch).
-    method: Literal["uniform", "labor"] = "uniform"
+    #: distinct input rows per mini-batch); GraphBolt's and DGL's names of them too, any
+    #: case (storage_format.sampling_method: the loaders' `method=` parser), held as one of the two.
+    method: Literal["uniform", "labor"] = field(default="uniform",
+                                                metadata={"parse": sampling_method, "expected": METHODS_EXPECTED})
 
     def __post_init__(self) -> None:
         _parse_fields(self)
@@ -165,9 +168,9 @@ SIZE_OR_AUTO = {"parse": _bytes_or_auto, "show": _shown_size, "expected": f"auto
 
 
 def _parse_fields(obj: Any) -> None:
-    """Parse the parsed fields (sizes, fanouts) of a dataclass made in code (e.g.
-    SSDConfig(memory_budget="1GiB"), SamplerConfig(fanouts=[15, 10])), or refuse them naming
-    the field: a value is held in its one parsed form wherever it came from."""
+    """Parse the parsed fields (sizes, fanouts, the sampling method) of a dataclass made in
+    code (e.g. SSDConfig(memory_budget="1GiB"), SamplerConfig(fanouts=[15, 10], method="LABOR")),
+    or refuse them naming the field: a value is held in its one parsed form wherever it came from."""
     for f in dataclasses.fields(obj):
         if "parse" in f.metadata:
             setattr(obj, f.name, _parsed(f, getattr(obj, f.name), f.name))

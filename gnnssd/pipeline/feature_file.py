@@ -28,6 +28,8 @@ class FeatureFile:
     def read(self, ids: np.ndarray) -> np.ndarray:
         """Rows `ids` (any order), by extents the read planner merges with the drive's cost model."""
         ids = np.asarray(ids, np.int64)
+        if not len(ids):  # nothing to plan (an empty hot cache: no numba kernel's start-up at open)
+            return np.empty((0, self.feat_dim), self.dtype)
         offsets, lengths, _ = plan_extents(np.sort(ids), self.row_bytes, self.model)
         out = np.empty((len(ids), self.row_bytes), np.uint8)
         self.read_into(ids, out, (offsets, lengths))

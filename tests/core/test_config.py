@@ -5,7 +5,7 @@ import pytest
 
 import yaml
 
-from gnnssd.core.config import ConfigError, SSDConfig, config_from_dict, load_config
+from gnnssd.core.config import ConfigError, SamplerConfig, SSDConfig, config_from_dict, load_config
 
 BASE = {"store": "s", "run_dir": "r"}
 
@@ -108,3 +108,22 @@ def test_a_saved_config_loads_back_the_same_and_an_old_one_with_size_strings_loa
     old["ssd"] = {**old["ssd"], "memory_budget": "24MiB", "block_budget": "8MiB"}
     (tmp_path / "old.yaml").write_text(yaml.safe_dump(old, sort_keys=False))
     assert load_config(tmp_path / "old.yaml").to_dict() == config.to_dict()
+
+
+@pytest.mark.parametrize("name, method", [("LABOR", "labor"), ("sample_layer_neighbor", "labor"),
+                                          ("LaborSampler", "labor"), ("Sample_Neighbor", "uniform"),
+                                          ("NeighborSampler", "uniform"), ("uniform", "uniform")])
+def test_sampler_method_takes_the_loaders_graphbolt_and_dgl_names(name, method):
+    """sampler.method reads a name as the loaders' method= does (storage_format.sampling_method),
+    in a file and in code, and holds the method's own name."""
+    assert config_from_dict({**BASE, "sampler": {"method": name}}).sampler.method == method
+    assert SamplerConfig(method=name).method == method
+
+
+def test_an_unknown_sampler_method_lists_the_aliases_too():
+    with pytest.raises(ConfigError, match=r"sampler.method: 'layer neighbour' is invalid; expected one of "
+                                          r"\['uniform', 'labor'\] \(or GraphBolt's and DGL's names: .*"
+                                          r"sample_layer_neighbor"):
+        config_from_dict({**BASE, "sampler": {"method": "layer neighbour"}})
+    with pytest.raises(ConfigError, match="method: 3 is invalid"):
+        SamplerConfig(method=3)

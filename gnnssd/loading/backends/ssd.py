@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import shutil
 import time
+import warnings
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -29,10 +30,12 @@ from gnnssd.core import (ConfigError, SamplerConfig, SSDConfig, StageTimer, disk
 from gnnssd.pipeline import (BUFFERS, DirectIO, FeatureFile, HotCache, HotRanking, KeptSamples,
                              MegaBatchBuffers, PlanWorker, Recycler, RepackReport, check_numba_threads, delete,
                              load_cost_model, numba_threads, repacked_windows, samples_key, x_dtype, x_pool_bytes)
-from gnnssd.sampler import Fanouts, HotRows, MegaBatchPlan, MFGs, NeighborSampler, PlanConfig, Planner, pages_plan
+from gnnssd.sampler import (Fanouts, HotRows, MegaBatchPlan, MFGs, NeighborSampler, PlanConfig, Planner,
+                            pages_plan, sampling_method)
 from gnnssd.storage_format import Store
 
 from ..form import batch_parts
+from ..tensor_sampling import TensorSampler
 from ..typed import sampler_options
 from ..types import IOCounters, Labels, MiniBatch, store_shared
 
@@ -171,15 +174,12 @@ class SSDLoader:
         sampled: dict[str, list[np.ndarray]] = {}
         for use, (fanouts, batch_size) in settings.items():
             inputs = sampled[use] = []
-            sampler = NeighborSampler(self.store.indptr, self.store.indices,
-                                      fanouts.array(self.store.schema), **sampler_options(self.store, self.store.etypes),
-                                      method=sampler_cfg.method)
+            sample = _sizing_sampler(self.store, fanouts.array(self.store.schema), sampler_cfg.method)
             splits = [np.asarray(s) for s in (self.store.train_store_ids, self.store.valid_store_ids,
                                               self.store.test_store_ids)]
             # a link store has no node splits: its seeds (edge endpoints) are any nodes
             for nodes in [s for s in splits if len(s)] or [np.arange(self.store.num_nodes)]:
-                seeds = np.sort(rng.choice(nodes, min(len(nodes), batch_size), replace=False))
-                inputs.append(np.asarray(sampler.sample(seeds, SIZING_SEED).input_rows))
+                inputs.append(sample(np.sort(rng.choice(nodes, min(len(nodes), batch_size), replace=False))))
         return sampled
 
     def minibatches(self, batches: list[np.ndarray], fanouts: Fanouts | list[Any], epoch: int = 0,
@@ -432,6 +432,25 @@ def x_sizing(sampling: SamplerConfig, num_edges: int, sampled: dict[str, list[np
     return (f"the x arrays are sized for the largest sampled mini-batch, evaluation's (sampler.eval_fanouts "
             f"{fanouts}{default}, sampler.eval_batch_size {batch_size}): ~{most['evaluation']:,} input rows, "
             f"against {training}; smaller eval_fanouts or eval_batch_size shrink them")
+
+
+def _sizing_sampler(store: Store, fanouts: np.ndarray, method: str) -> Callable[[np.ndarray], np.ndarray]:
+    """The input rows of one sizing mini-batch of `seeds` (sorted store IDs), drawn with
+    SIZING_SEED (`fanouts`: layers x relations, as Fanouts.array). A store of one relation
+    samples with torch ops (TensorSampler: the numba sampler's blocks, edge for edge up to
+    a fanout of 32; the same distribution above it),
+    so opening a loader calls no numba kernel: numba's first call in a process (~1 s, its
+    target's start-up) is left to the first mini-batch's planning, which pays it anyway. A
+    typed store samples with the numba sampler (TensorSampler has no relations)."""
+    if len(store.etypes):  # several relations
+        sampler = NeighborSampler(store.indptr, store.indices, fanouts, **sampler_options(store, store.etypes),
+                                  method=method)
+        return lambda seeds: np.asarray(sampler.sample(seeds, SIZING_SEED).input_rows)
+    with warnings.catch_warnings():  # the mapped CSC is read-only; the sampler only reads it
+        warnings.filterwarnings("ignore", "The given NumPy array is not writable")
+        graph = torch.from_numpy(store.indptr.view(np.ndarray)), torch.from_numpy(store.indices.view(np.ndarray))
+    tensors = TensorSampler(*graph, fanouts[:, 0].tolist(), sampling_method(method))
+    return lambda seeds: tensors.sample(torch.from_numpy(seeds), SIZING_SEED)[0].numpy()
 
 
 def _most_cold(inputs: list[np.ndarray], hot: HotRows) -> int:
