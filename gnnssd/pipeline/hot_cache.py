@@ -1,20 +1,91 @@
 """The hot cache: the feature rows sampling reaches most, held in memory for the whole run.
 
-It is the one owner of which rows are hot. It wraps a row source, its fallback (the SSD
-reader in training, a layer's file in layer-wise inference), as GraphBolt's cached features
-wrap their fallback feature: the planner consults its membership (`members`, a sampler.HotRows: the
-sorted rows and their row-sized bitset) so that hot rows are never read, and the gather
-copies hot rows from `data`, the rest from the mega-batch buffer the reader filled.
+It is the one owner of which rows are hot, and of where each is. It wraps a row source, its
+fallback (the SSD reader in training, a layer's file in layer-wise inference), as
+GraphBolt's cached features wrap their fallback feature: the planner consults its
+membership (`members`, a sampler.HotRows: the sorted rows and their row-sized bitset) so
+that hot rows are never read. The hot rows live on two levels: the hottest slice on the
+loader's device (`ssd.device_budget`; a CPU tensor on the CPU) and the rest in host memory
+(`data`, pinned when a GPU reads it). `places` says, for each row of a mini-batch's x,
+which level holds it and where, or that it is a cold row of the mega-batch buffer the
+reader filled: the host gather and the device gather both assemble x from its answer.
 """
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+import numba as nb
 import numpy as np
 
 from gnnssd.pipeline.row_source import RowSource
 from gnnssd.sampler import ORDERS, HotRows, hot_order
 from gnnssd.storage_format import Store
+
+if TYPE_CHECKING:
+    import torch
+
+#: Rows of a level filled through the fallback per read: bounds the host memory a device
+#: level or a pinned cache takes beside itself while it is filled (a chunk at a time).
+FILL_BYTES = 64 << 20
+#: An x row read from the mega-batch buffer: no index array of its own (positions, sources).
+NO_ROWS = np.empty(0, np.int64)
+
+
+@dataclass(frozen=True)
+class RowPlaces:
+    """Where each row of one mini-batch's x is, by level: its positions in x (`*_at`) and
+    its places in that level: slots of the device slice (HotCache.device_data), slots of
+    the host cache (HotCache.data), rows of the mega-batch buffer (the cold rows read this
+    window). Every position of x is in exactly one level."""
+
+    device_at: np.ndarray
+    device_slots: np.ndarray
+    host_at: np.ndarray
+    host_slots: np.ndarray
+    cold_at: np.ndarray
+    cold_rows: np.ndarray
+
+    def counts(self) -> dict[str, int]:
+        """Rows of x served by each level (the loader's stats)."""
+        return {"rows_device": len(self.device_at), "rows_host_cache": len(self.host_at),
+                "rows_read": len(self.cold_at)}
+
+
+@nb.njit(cache=True, nogil=True)
+def _places(index, positions, level_slot, num_hot):
+    """RowPlaces' arrays for x rows [hot members | buffer][index[k]] at positions[k] (k
+    when positions is empty); level_slot[s]: member s's host slot, or -1 - its device slot."""
+    n = index.shape[0]
+    in_order = positions.shape[0] == 0
+    on_device = on_host = 0
+    for k in range(n):
+        i = index[k]
+        if i < num_hot:
+            if level_slot[i] < 0:
+                on_device += 1
+            else:
+                on_host += 1
+    cold = n - on_device - on_host
+    device_at, device_slots = np.empty(on_device, np.int64), np.empty(on_device, np.int64)
+    host_at, host_slots = np.empty(on_host, np.int64), np.empty(on_host, np.int64)
+    cold_at, cold_rows = np.empty(cold, np.int64), np.empty(cold, np.int64)
+    d = h = c = 0
+    for k in range(n):
+        i = index[k]
+        p = np.int64(k) if in_order else positions[k]
+        if i >= num_hot:
+            cold_at[c], cold_rows[c] = p, i - num_hot
+            c += 1
+        elif level_slot[i] < 0:
+            device_at[d], device_slots[d] = p, -1 - level_slot[i]
+            d += 1
+        else:
+            host_at[h], host_slots[h] = p, level_slot[i]
+            h += 1
+    return device_at, device_slots, host_at, host_slots, cold_at, cold_rows
 
 
 class HotRanking:
@@ -51,38 +122,89 @@ class HotRanking:
 
 class HotCache:
     """Rows `rows` of the row source `fallback`, read from it once (through the SSD reader:
-    checksummed like every read) and held for the run; row members.rows[k] is data[k].
-    `read(ids)` serves the held rows from memory and asks `fallback` for the rest."""
+    checksummed like every read) and held for the run; members.rows[s] is member slot s.
+    Those of `device_rows` (a subset of `rows`: the hottest slice) are held on `device` in
+    `device_data` (a CPU tensor when `device` is the CPU), the others in host memory in
+    `data` (page-locked with `pinned`, so a GPU reads it in place). `read(ids)` serves the
+    held rows and asks `fallback` for the rest."""
 
-    def __init__(self, fallback: RowSource, rows: np.ndarray, num_rows: int):
+    def __init__(self, fallback: RowSource, rows: np.ndarray, num_rows: int, device_rows: np.ndarray = NO_ROWS,
+                 device: torch.device | None = None, pinned: bool = False):
         self.fallback = fallback
         self.feat_dim, self.dtype, self.row_bytes = fallback.feat_dim, fallback.dtype, fallback.row_bytes
         self.members = HotRows.of(rows, num_rows)
-        self.data = fallback.read(self.members.rows)
+        on_device = np.isin(self.members.rows, device_rows)
+        if np.count_nonzero(on_device) != len(np.unique(device_rows)):
+            raise ValueError("the device slice's rows must be among the hot rows")
+        # each member's place: its host slot, or -1 - its device slot (RowPlaces)
+        self._level_slot = np.empty(len(self.members.rows), np.int64)
+        self._level_slot[~on_device] = np.arange(np.count_nonzero(~on_device))
+        self._level_slot[on_device] = -1 - np.arange(np.count_nonzero(on_device))
+        host_rows = self.members.rows[~on_device]
+        self.data = self._filled_host(host_rows, pinned) if pinned else fallback.read(host_rows)
+        self.device_data: torch.Tensor | None = None
+        if on_device.any():
+            from gnnssd.pipeline.device_gather import rows_on_device
+
+            self.device_data = rows_on_device(self._chunks(self.members.rows[on_device]), len(device_rows),
+                                              self.feat_dim, self.dtype, device)
+
+    def _chunks(self, rows: np.ndarray) -> Iterator[np.ndarray]:
+        """`rows` read through the fallback FILL_BYTES at a time."""
+        step = max(1, FILL_BYTES // self.row_bytes)
+        return (self.fallback.read(rows[lo:lo + step]) for lo in range(0, len(rows), step))
+
+    def _filled_host(self, rows: np.ndarray, pinned: bool) -> np.ndarray:
+        from gnnssd.pipeline.buffers import Recycler
+
+        data = Recycler(keep=0, pinned=pinned).take(len(rows), self.feat_dim, self.dtype)
+        done = 0
+        for chunk in self._chunks(rows):
+            data[done:done + len(chunk)] = chunk
+            done += len(chunk)
+        return data
+
+    def places(self, index: np.ndarray, positions: np.ndarray = NO_ROWS) -> RowPlaces:
+        """Where each row of an x is, for x rows [hot members | buffer][index[k]] at
+        positions[k] of x (k when `positions` is empty): a plan's gather indices (its
+        num_hot is len(self)), or any index of that form."""
+        return RowPlaces(*_places(np.asarray(index, np.int64), np.asarray(positions, np.int64),
+                                  self._level_slot, len(self.members.rows)))
 
     def read(self, ids: np.ndarray) -> np.ndarray:
-        if not len(self.data):
+        if not len(self):
             return self.fallback.read(ids)
+        ids = np.asarray(ids, np.int64)
         slot = self._slot_of[ids]
         cold = slot < 0
-        # one gather for every row (a cold row takes slot 0 until the fallback's row replaces it):
-        # a third of the time of a masked gather and a masked store
-        out = self.data.take(np.where(cold, 0, slot), axis=0)
-        out[cold] = self.fallback.read(np.asarray(ids, np.int64)[cold])
+        # the cold rows as a buffer of their own: ids[cold] in order after the members
+        index = np.where(cold, len(self.members.rows) + np.cumsum(cold) - 1, slot)
+        places = self.places(index)
+        out = np.empty((len(ids), self.feat_dim), self.dtype)
+        out[places.host_at] = self.data[places.host_slots]
+        if len(places.device_at):
+            out[places.device_at] = self.device_data[places.device_slots].cpu().numpy()
+        out[places.cold_at] = self.fallback.read(ids[cold])
         return out
 
     @functools.cached_property
     def _slot_of(self) -> np.ndarray:
-        """Each row's slot in `data` (-1: not held), 4 B per row: built on the first
+        """Each row's member slot (-1: not held), 4 B per row: built on the first
         `read`, which layer-wise inference calls per chunk; training's gather indexes
-        `data` by plan and never builds it."""
+        members by plan and never builds it."""
         slot = np.full(self.members.num_rows, -1, np.int32)
         slot[self.members.rows] = np.arange(len(self.members.rows), dtype=np.int32)
         return slot
 
     def __len__(self) -> int:
-        return len(self.data)
+        """Rows held, on both levels: the members."""
+        return len(self.members.rows)
 
     @property
     def nbytes(self) -> int:
+        """Host memory the rows take (the device slice's is on the device)."""
         return self.data.nbytes
+
+    @property
+    def device_nbytes(self) -> int:
+        return 0 if self.device_data is None else len(self.device_data) * self.row_bytes
