@@ -461,14 +461,15 @@ def x_sizing(sampling: SamplerConfig, num_edges: int, sampled: dict[str, list[np
 
 def gather_on(ssd: SSDConfig, store: Store, device: torch.device) -> torch.device | None:
     """The device x is assembled on (ssd.gather), or None for the host: "auto" is the
-    device on a GPU. An int8 store is dequantized on the host, so it gathers there."""
+    device on a GPU. An int8 store is dequantized on the host, so it gathers there (a
+    device slice, then, only on the CPU)."""
     if ssd.gather == "host" or (ssd.gather == "auto" and device.type != "cuda"):
         if ssd.device_budget and device.type == "cuda":
             raise ConfigError(f"ssd.gather: host cannot read the rows ssd.device_budget keeps on {device}; "
                               "set ssd.gather: device (or auto), or ssd.device_budget: 0")
         return None
     if store.row_scales is not None:
-        if ssd.device_budget or ssd.gather == "device":
+        if ssd.gather == "device" or ssd.device_budget:
             raise ConfigError(f"ssd.gather: device and ssd.device_budget need a float16 or float32 store; "
                               f"{store.path} is int8 (dequantized on the host)")
         return None
