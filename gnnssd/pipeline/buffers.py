@@ -17,7 +17,7 @@ import numba as nb
 import numpy as np
 
 from gnnssd.io_engine import copy_rows
-from gnnssd.pipeline.hot_cache import NO_ROWS, HotCache, RowPlaces
+from gnnssd.pipeline.hot_cache import NO_ROWS, HotCache, RowPlaces, pinned_empty
 from gnnssd.pipeline.repack import block_path
 from gnnssd.sampler import MegaBatchPlan, Strategy
 
@@ -130,11 +130,7 @@ class Recycler:
         self._unused_refs = sys.getrefcount(probe[0])
 
     def _alloc(self, nbytes: int) -> np.ndarray:
-        if not self.pinned:
-            return np.empty(nbytes, np.uint8)
-        import torch
-
-        return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True).numpy()  # keeps the tensor alive
+        return pinned_empty(nbytes) if self.pinned else np.empty(nbytes, np.uint8)
 
     def _free(self, k: int) -> bool:
         if sys.getrefcount(self._arrays[k]) != self._unused_refs:

@@ -12,24 +12,10 @@ pipeline's package (the CLI's store commands start without it).
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 import numpy as np
 import torch
 
 from gnnssd.pipeline.hot_cache import HotCache, RowPlaces
-
-
-def rows_on_device(chunks: Iterable[np.ndarray], rows: int, feat_dim: int, dtype: np.dtype,
-                   device: torch.device) -> torch.Tensor:
-    """A (rows, feat_dim) tensor of `dtype` on `device` filled from `chunks` (host arrays
-    of consecutive rows), one chunk on the host at a time."""
-    data = torch.empty((rows, feat_dim), dtype=torch.from_numpy(np.empty(0, dtype)).dtype, device=device)
-    done = 0
-    for chunk in chunks:
-        data[done:done + len(chunk)] = torch.from_numpy(chunk)
-        done += len(chunk)
-    return data
 
 
 class _PinnedArray:

@@ -34,6 +34,15 @@ FILL_BYTES = 64 << 20
 NO_ROWS = np.empty(0, np.int64)
 
 
+def pinned_empty(nbytes: int) -> np.ndarray:
+    """`nbytes` of page-locked host memory (torch's pinned allocator; needs CUDA), as a
+    flat uint8 array that keeps its tensor alive: a GPU copies from it asynchronously and
+    reads it in place."""
+    import torch
+
+    return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True).numpy()
+
+
 @dataclass(frozen=True)
 class RowPlaces:
     """Where each row of one mini-batch's x is, by level: its positions in x (`*_at`) and
@@ -140,28 +149,33 @@ class HotCache:
         self._level_slot = np.empty(len(self.members.rows), np.int64)
         self._level_slot[~on_device] = np.arange(np.count_nonzero(~on_device))
         self._level_slot[on_device] = -1 - np.arange(np.count_nonzero(on_device))
-        host_rows = self.members.rows[~on_device]
-        self.data = self._filled_host(host_rows, pinned) if pinned else fallback.read(host_rows)
+        self.data = self._filled_host(self.members.rows[~on_device], pinned)
         self.device_data: torch.Tensor | None = None
         if on_device.any():
-            from gnnssd.pipeline.device_gather import rows_on_device
+            self.device_data = self._filled_device(self.members.rows[on_device], device)
 
-            self.device_data = rows_on_device(self._chunks(self.members.rows[on_device]), len(device_rows),
-                                              self.feat_dim, self.dtype, device)
-
-    def _chunks(self, rows: np.ndarray) -> Iterator[np.ndarray]:
-        """`rows` read through the fallback FILL_BYTES at a time."""
+    def _chunks(self, rows: np.ndarray) -> Iterator[tuple[slice, np.ndarray]]:
+        """`rows` read through the fallback FILL_BYTES at a time: (where in `rows`, the rows)."""
         step = max(1, FILL_BYTES // self.row_bytes)
-        return (self.fallback.read(rows[lo:lo + step]) for lo in range(0, len(rows), step))
+        return ((slice(lo, lo + step), self.fallback.read(rows[lo:lo + step])) for lo in range(0, len(rows), step))
 
     def _filled_host(self, rows: np.ndarray, pinned: bool) -> np.ndarray:
-        from gnnssd.pipeline.buffers import Recycler
+        """The host level: read at once, or into page-locked memory a chunk at a time."""
+        if not pinned:
+            return self.fallback.read(rows)
+        data = pinned_empty(len(rows) * self.row_bytes).view(self.dtype).reshape(len(rows), self.feat_dim)
+        for part, chunk in self._chunks(rows):
+            data[part] = chunk
+        return data
 
-        data = Recycler(keep=0, pinned=pinned).take(len(rows), self.feat_dim, self.dtype)
-        done = 0
-        for chunk in self._chunks(rows):
-            data[done:done + len(chunk)] = chunk
-            done += len(chunk)
+    def _filled_device(self, rows: np.ndarray, device: torch.device) -> torch.Tensor:
+        """The device level: a tensor on `device`, filled a chunk at a time."""
+        import torch
+
+        data = torch.empty((len(rows), self.feat_dim), dtype=torch.from_numpy(np.empty(0, self.dtype)).dtype,
+                           device=device)
+        for part, chunk in self._chunks(rows):
+            data[part] = torch.from_numpy(chunk)
         return data
 
     def places(self, index: np.ndarray, positions: np.ndarray = NO_ROWS) -> RowPlaces:
