@@ -17,7 +17,7 @@ import numba as nb
 import numpy as np
 
 from gnnssd.io_engine import copy_rows
-from gnnssd.pipeline.hot_cache import NO_ROWS, HotCache, RowPlaces, pinned_empty
+from gnnssd.pipeline.hot_cache import COLD, DEVICE, HOST, NO_ROWS, HotCache, RowPlaces, pinned_empty
 from gnnssd.pipeline.repack import block_path
 from gnnssd.sampler import MegaBatchPlan, Strategy
 
@@ -28,18 +28,19 @@ BUFFERS = 2  # mega-batch buffers: the one gathered from and the one being fille
 
 
 @nb.njit(cache=True, nogil=True, parallel=True)
-def _gather_rows(source, rows, at, out):
-    """out[at[k]] = source[rows[k]] (2-D arrays of words) for every k, or out[k] when `at`
-    is empty; other rows of out are left as they are (each level of x fills its own rows,
-    a piece plan only its own). Rows are spread over the cores: one core copies random rows
-    at a fraction of memcpy."""
+def _gather_rows(device, host, buffer, level, slot, at, out):
+    """out[at[k]] = (device, host, buffer)[level[k]][slot[k]] (2-D arrays of words: a
+    RowPlaces' levels) for every k, or out[k] when `at` is empty; other rows of out are
+    left as they are (a piece plan fills only its own). Rows are spread over the cores: one
+    core copies random rows at a fraction of memcpy."""
     width = out.shape[1]
     in_order = at.shape[0] == 0
-    for k in nb.prange(rows.shape[0]):
+    for k in nb.prange(slot.shape[0]):
         p = np.int64(k) if in_order else at[k]
-        i = rows[k]
+        s, lv = slot[k], level[k]
+        row = device[s] if lv == DEVICE else host[s] if lv == HOST else buffer[s]
         for j in range(width):
-            out[p, j] = source[i, j]
+            out[p, j] = row[j]
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
@@ -64,14 +65,15 @@ def _widened(half):
 
 
 @nb.njit(cache=True, nogil=True, parallel=True)
-def _gather_widened(source, rows, at, out):
+def _gather_widened(device, host, buffer, level, slot, at, out):
     """_gather_rows for float16 rows (as uint16) into float32 rows (as uint32), each value
     widened on the way: the model's float32 x in one pass, no float16 copy of it."""
     width = out.shape[1]
     in_order = at.shape[0] == 0
-    for k in nb.prange(rows.shape[0]):
+    for k in nb.prange(slot.shape[0]):
         p = np.int64(k) if in_order else at[k]
-        row = source[rows[k]]
+        s, lv = slot[k], level[k]
+        row = device[s] if lv == DEVICE else host[s] if lv == HOST else buffer[s]
         for j in range(width):
             out[p, j] = _widened(row[j])
 
@@ -253,29 +255,31 @@ class MegaBatchBuffers:
         self.level_rows.update(places.counts())
         if self.device is not None:
             return self._gather_on_device(places, buffer, out)
-        levels = [(self.hot.data, places.host_slots, places.host_at), (buffer, places.cold_rows, places.cold_at)]
-        if len(places.device_at):  # a device slice on the CPU
-            levels.append((self.hot.device_data.numpy(), places.device_slots, places.device_at))
-        for source, rows, at in levels:
-            self._copy_rows(source, rows, at, out)
+        self._copy_rows(places, buffer, out, widen=self.x_dtype != self.dtype)
         return out
 
-    def _copy_rows(self, source: np.ndarray, rows: np.ndarray, at: np.ndarray, out: np.ndarray) -> None:
-        """out[at[k]] = source[rows[k]] (out[k] when `at` is empty), widened to x_dtype."""
-        if self.x_dtype != self.dtype:
-            _gather_widened(source.view(np.uint16), rows, at, out.view(np.uint32))
+    def _copy_rows(self, places: RowPlaces, buffer: np.ndarray, out: np.ndarray, widen: bool) -> None:
+        """The host gather: out's rows from every level `places` names (a device slice on
+        the CPU included), in one pass; float16 widened to float32 with `widen`."""
+        device = self.hot.data[:0] if self.hot.device_data is None else self.hot.device_data.numpy()
+        sources = (device, self.hot.data, buffer)
+        if widen:
+            _gather_widened(*(a.view(np.uint16) for a in sources), places.level, places.slot, places.at,
+                            out.view(np.uint32))
             return
         words = self.row_bytes % 8 == 0
-        _gather_rows(_rows(source, self.row_bytes, words), rows, at, _rows(out, self.row_bytes, words))
+        _gather_rows(*(_rows(a, self.row_bytes, words) for a in sources), places.level, places.slot, places.at,
+                     _rows(out, self.row_bytes, words))
 
     def _gather_on_device(self, places: RowPlaces, buffer: np.ndarray, out: torch.Tensor) -> torch.Tensor:
         """pipeline.device_gather's assembly, the cold rows gathered into one contiguous
         recycled (pinned) array first; on a GPU that array is reused once its copy is done."""
         from gnnssd.pipeline.device_gather import gather_on_device
 
-        cold = self.outputs.take(len(places.cold_at), self.feat_dim, self.dtype)
-        words = self.row_bytes % 8 == 0
-        _gather_rows(_rows(buffer, self.row_bytes, words), places.cold_rows, NO_ROWS, _rows(cold, self.row_bytes, words))
+        cold_rows = places.of(COLD)[1]
+        cold = self.outputs.take(len(cold_rows), self.feat_dim, self.dtype)
+        self._copy_rows(RowPlaces(NO_ROWS, np.full(len(cold_rows), COLD, np.int8), cold_rows), buffer, cold,
+                        widen=False)
         gather_on_device(places, self.hot, cold, out)
         if out.device.type == "cuda":
             import torch

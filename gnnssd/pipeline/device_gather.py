@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from gnnssd.pipeline.hot_cache import HotCache, RowPlaces
+from gnnssd.pipeline.hot_cache import COLD, DEVICE, HOST, HotCache, RowPlaces
 
 
 class _PinnedArray:
@@ -47,20 +47,20 @@ def host_rows_on(hot: HotCache, device: torch.device) -> torch.Tensor:
 
 def gather_on_device(places: RowPlaces, hot: HotCache, cold: np.ndarray, out: torch.Tensor) -> torch.Tensor:
     """x's rows into `out` (a tensor on the consuming device, in the stored dtype), read
-    where `places` says: out[device_at] from the device slice, out[host_at] from the host
-    cache read in place, out[cold_at] from `cold`: the mega-batch buffer's rows cold_rows,
-    which the caller gathered on the host (one contiguous array, pinned for a GPU) and which crosses here
-    once. Copies are asynchronous on a GPU: `cold` is reusable once they are done."""
+    where `places` says: the device slice's rows there, the host cache's read in place,
+    the cold rows from `cold`: the mega-batch buffer's rows of places.of(COLD), which the
+    caller gathered on the host into one contiguous array (pinned for a GPU) that crosses
+    here once. Copies are asynchronous on a GPU: `cold` is reusable once they are done."""
     device = out.device
 
     def on_device(a: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(a).to(device, non_blocking=True)
 
-    if len(places.device_at):
-        out.index_copy_(0, on_device(places.device_at), hot.device_data.index_select(0, on_device(places.device_slots)))
-    if len(places.host_at):
-        rows = host_rows_on(hot, device).index_select(0, on_device(places.host_slots))
-        out.index_copy_(0, on_device(places.host_at), rows)
-    if len(places.cold_at):
-        out.index_copy_(0, on_device(places.cold_at), on_device(cold))
+    rows_of = {DEVICE: lambda slots: hot.device_data.index_select(0, on_device(slots)),
+               HOST: lambda slots: host_rows_on(hot, device).index_select(0, on_device(slots)),
+               COLD: lambda slots: on_device(cold)}
+    for level, read in rows_of.items():
+        at, slots = places.of(level)
+        if len(at):
+            out.index_copy_(0, on_device(at), read(slots))
     return out

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 #: Rows of a level filled through the fallback per read: bounds the host memory a device
 #: level or a pinned cache takes beside itself while it is filled (a chunk at a time).
 FILL_BYTES = 64 << 20
-#: An x row read from the mega-batch buffer: no index array of its own (positions, sources).
+#: No positions: a whole x, in order (RowPlaces.at).
 NO_ROWS = np.empty(0, np.int64)
 
 
@@ -43,58 +43,46 @@ def pinned_empty(nbytes: int) -> np.ndarray:
     return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True).numpy()
 
 
+#: RowPlaces' levels: the device slice, the host cache, the mega-batch buffer (cold rows).
+DEVICE, HOST, COLD = 0, 1, 2
+
+
 @dataclass(frozen=True)
 class RowPlaces:
-    """Where each row of one mini-batch's x is, by level: its positions in x (`*_at`) and
-    its places in that level: slots of the device slice (HotCache.device_data), slots of
-    the host cache (HotCache.data), rows of the mega-batch buffer (the cold rows read this
-    window). Every position of x is in exactly one level."""
+    """Where each row of one mini-batch's x is: row k goes to x[at[k]] (x[k] when `at` is
+    empty) from level `level[k]` (DEVICE: the device slice, HotCache.device_data; HOST: the
+    host cache, HotCache.data; COLD: the mega-batch buffer, the rows read this window) at
+    its row `slot[k]` there. The host gather reads these in one pass; a device gather takes
+    each level's rows as a pair of index arrays (`of`)."""
 
-    device_at: np.ndarray
-    device_slots: np.ndarray
-    host_at: np.ndarray
-    host_slots: np.ndarray
-    cold_at: np.ndarray
-    cold_rows: np.ndarray
+    at: np.ndarray
+    level: np.ndarray  # int8
+    slot: np.ndarray  # int64
+
+    def of(self, level: int) -> tuple[np.ndarray, np.ndarray]:
+        """(positions in x, rows of the level) of the rows `level` serves."""
+        ks = np.flatnonzero(self.level == level)
+        return (ks if not len(self.at) else self.at[ks]), self.slot[ks]
 
     def counts(self) -> dict[str, int]:
         """Rows of x served by each level (the loader's stats)."""
-        return {"rows_device": len(self.device_at), "rows_host_cache": len(self.host_at),
-                "rows_read": len(self.cold_at)}
+        served = np.bincount(self.level, minlength=3)
+        return {"rows_device": int(served[DEVICE]), "rows_host_cache": int(served[HOST]),
+                "rows_read": int(served[COLD])}
 
 
-@nb.njit(cache=True, nogil=True)
-def _places(index, positions, level_slot, num_hot):
-    """RowPlaces' arrays for x rows [hot members | buffer][index[k]] at positions[k] (k
-    when positions is empty); level_slot[s]: member s's host slot, or -1 - its device slot."""
-    n = index.shape[0]
-    in_order = positions.shape[0] == 0
-    on_device = on_host = 0
-    for k in range(n):
+@nb.njit(cache=True, nogil=True, parallel=True)
+def _places(index, level_slot, num_hot, level, slot):
+    """RowPlaces' level and slot of x rows [hot members | buffer][index[k]];
+    level_slot[s]: member s's host slot, or -1 - its device slot."""
+    for k in nb.prange(index.shape[0]):
         i = index[k]
-        if i < num_hot:
-            if level_slot[i] < 0:
-                on_device += 1
-            else:
-                on_host += 1
-    cold = n - on_device - on_host
-    device_at, device_slots = np.empty(on_device, np.int64), np.empty(on_device, np.int64)
-    host_at, host_slots = np.empty(on_host, np.int64), np.empty(on_host, np.int64)
-    cold_at, cold_rows = np.empty(cold, np.int64), np.empty(cold, np.int64)
-    d = h = c = 0
-    for k in range(n):
-        i = index[k]
-        p = np.int64(k) if in_order else positions[k]
         if i >= num_hot:
-            cold_at[c], cold_rows[c] = p, i - num_hot
-            c += 1
+            level[k], slot[k] = COLD, i - num_hot
         elif level_slot[i] < 0:
-            device_at[d], device_slots[d] = p, -1 - level_slot[i]
-            d += 1
+            level[k], slot[k] = DEVICE, -1 - level_slot[i]
         else:
-            host_at[h], host_slots[h] = p, level_slot[i]
-            h += 1
-    return device_at, device_slots, host_at, host_slots, cold_at, cold_rows
+            level[k], slot[k] = HOST, level_slot[i]
 
 
 class HotRanking:
@@ -182,8 +170,11 @@ class HotCache:
         """Where each row of an x is, for x rows [hot members | buffer][index[k]] at
         positions[k] of x (k when `positions` is empty): a plan's gather indices (its
         num_hot is len(self)), or any index of that form."""
-        return RowPlaces(*_places(np.asarray(index, np.int64), np.asarray(positions, np.int64),
-                                  self._level_slot, len(self.members.rows)))
+        index = np.asarray(index, np.int64)
+        places = RowPlaces(np.asarray(positions, np.int64), np.empty(len(index), np.int8),
+                           np.empty(len(index), np.int64))
+        _places(index, self._level_slot, len(self.members.rows), places.level, places.slot)
+        return places
 
     def read(self, ids: np.ndarray) -> np.ndarray:
         if not len(self):
@@ -195,10 +186,12 @@ class HotCache:
         index = np.where(cold, len(self.members.rows) + np.cumsum(cold) - 1, slot)
         places = self.places(index)
         out = np.empty((len(ids), self.feat_dim), self.dtype)
-        out[places.host_at] = self.data[places.host_slots]
-        if len(places.device_at):
-            out[places.device_at] = self.device_data[places.device_slots].cpu().numpy()
-        out[places.cold_at] = self.fallback.read(ids[cold])
+        at, slots = places.of(HOST)
+        out[at] = self.data[slots]
+        at, slots = places.of(DEVICE)
+        if len(at):
+            out[at] = self.device_data[slots].cpu().numpy()
+        out[places.of(COLD)[0]] = self.fallback.read(ids[cold])
         return out
 
     @functools.cached_property

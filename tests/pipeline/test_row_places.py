@@ -13,6 +13,7 @@ from gnnssd import NodeLoader
 from gnnssd.core import ConfigError
 from gnnssd.datasets import synthetic_source
 from gnnssd.pipeline import DirectIO, FeatureFile, HotCache, HotRanking, MegaBatchBuffers
+from gnnssd.pipeline.hot_cache import COLD, DEVICE, HOST
 from gnnssd.sampler import PlanConfig, Planner, Shuffled, node_order, seed_batches
 from gnnssd.storage_format import Store, write_store
 
@@ -58,9 +59,9 @@ def _plans(store: Store, cache: HotCache, max_rows: int | None = None) -> list:
 def _assembled(places, cache: HotCache, buffer: np.ndarray, rows: int) -> np.ndarray:
     """x built from `places` with NumPy fancy indexing, independent of the gathers."""
     x = np.full((rows, cache.feat_dim), np.nan, cache.dtype)
-    x[places.device_at] = cache.device_data.numpy()[places.device_slots]
-    x[places.host_at] = cache.data[places.host_slots]
-    x[places.cold_at] = buffer[places.cold_rows]
+    for level, source in ((DEVICE, cache.device_data.numpy()), (HOST, cache.data), (COLD, buffer)):
+        at, slots = places.of(level)
+        x[at] = source[slots]
     return x
 
 
@@ -79,11 +80,13 @@ def test_every_row_has_one_place_and_x_built_from_places_is_the_stored_rows(stor
         for i, mfgs in enumerate(plan.minibatches):
             idx = plan.gather[i]
             places = sliced.places(idx)
-            at = np.concatenate([places.device_at, places.host_at, places.cold_at])
+            (device_at, _), (host_at, _), (cold_at, _) = (places.of(level) for level in (DEVICE, HOST, COLD))
+            at = np.concatenate([device_at, host_at, cold_at])
             assert np.array_equal(np.sort(at), np.arange(len(idx)))  # each row in exactly one level
-            # the device slice holds the hottest rows, the host cache the next ones
-            assert np.isin(sliced.members.rows[idx[places.device_at]], hottest).all()
-            assert not np.isin(sliced.members.rows[idx[places.host_at]], hottest).any()
+            # the device slice holds the hottest rows, the host cache the next ones, the rest was read
+            assert np.isin(sliced.members.rows[idx[device_at]], hottest).all()
+            assert not np.isin(sliced.members.rows[idx[host_at]], hottest).any()
+            assert (idx[cold_at] >= len(sliced)).all()
             expected = np.asarray(stored[mfgs.input_rows])
             np.testing.assert_array_equal(_assembled(places, sliced, buffers["host"], len(idx)), expected)
             before = gathers["plain"].gather(plan, i, buffers["plain"])
@@ -92,7 +95,7 @@ def test_every_row_has_one_place_and_x_built_from_places_is_the_stored_rows(stor
             on_device = gathers["device"].gather(plan, i, buffers["device"])
             assert isinstance(on_device, torch.Tensor) and on_device.dtype == torch.from_numpy(expected).dtype
             np.testing.assert_array_equal(on_device.numpy(), expected)
-            served += [len(places.device_at), len(places.host_at), len(places.cold_at)]
+            served += [len(device_at), len(host_at), len(cold_at)]
     assert (served > 0).all()
     assert gathers["host"].level_rows == gathers["device"].level_rows
     assert list(gathers["host"].level_rows.values()) == served.tolist()
