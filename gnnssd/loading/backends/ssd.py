@@ -7,9 +7,12 @@ Four stages overlap, three threads with bounded hand-offs and the caller:
   read    fill the next mega-batch buffer through the io_engine while the current one
           trains (pipeline.buffers.BUFFERS buffers: the one trained on, the one being
           filled);
-  caller  gather each mini-batch's rows from [hot cache | buffer], build DGL blocks.
+  caller  gather each mini-batch's rows from [device slice | hot cache | buffer] where
+          HotCache.places says (on the host, or on the consuming device: ssd.gather),
+          build DGL blocks.
 The hot cache (pipeline.hot_cache) holds the rows sampling reaches most often for the
-whole run; the planner consults its membership, the gather its rows.
+whole run, its hottest slice on the loader's device with ssd.device_budget; the planner
+consults its membership, the gather its rows.
 """
 from __future__ import annotations
 
