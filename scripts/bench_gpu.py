@@ -19,11 +19,16 @@ plain torch ops, end to end against compute-only and memory mode, loader threads
 (d) device tier: the same training with `features: device` (the whole store on the GPU, sampled and
     gathered there: issue 47) against compute-only: mini-batches/s, the ratio, the load time and
     the device memory it took.
+(e) gather where x is consumed (issue 46 item 2, issue 47 item 3): the ssd loader's training of (b)
+    with x gathered on the host and copied whole (ssd.gather: host), gathered on the device (the GPU
+    reads the cached rows from the pinned host cache in place, only cold rows cross), and that with
+    ssd.device_budget at --budget-share of the features (the hottest rows in device memory):
+    mini-batches/s and the share of x rows each level served.
 
     python scripts/bench_gpu.py --store STORE [--typed-store STORE] [--quick] [--json out.json]
-                                [--parts layers,e2e,threads,device]
+                                [--parts layers,e2e,threads,device,gather]
 
-Prints a table per part and writes every figure to --json. Needs CUDA for (a), and for (b) and (d)
+Prints a table per part and writes every figure to --json. Needs CUDA for (a), and for (b), (d) and (e)
 unless --device cpu (a dry run of their code, no figure to keep).
 """
 from __future__ import annotations
@@ -293,6 +298,36 @@ def bench_device(store: Store, quick: bool, batches: int | None) -> list[dict[st
     return rows
 
 
+# --- (e) gather where x is consumed ------------------------------------------------------
+
+LEVELS = ("rows_device", "rows_host_cache", "rows_read")
+
+
+def bench_gather(store: Store, quick: bool, budget_share: float, batches: int | None) -> list[dict[str, Any]]:
+    """The ssd loader of (b) with its x gathered on the host, on the device, and on the
+    device beside a device slice of `budget_share` of the features."""
+    n, warmup = _e2e_length(quick, batches)
+    budget = ssd_budget(store, budget_share, DEVICE)
+    slice_bytes = int(store.feature_bytes * budget_share)
+    rows = []
+    for system, options in (("ssd, host gather", {"gather": "host"}), ("ssd, device gather", {"gather": "device"}),
+                            (f"ssd, device gather, device_budget {budget_share:g} of features",
+                             {"gather": "device", "device_budget": slice_bytes})):
+        with NodeLoader(store, store.train_idx, fanouts=FANOUTS, batch_size=BATCH, shuffle=True, seed=0,
+                        device=DEVICE, features="ssd", memory_budget=budget, **options) as loader:
+            loader.io_stats()  # not the set-up
+            loader.stage_times()
+            result = _train(_model(store), loader, n, warmup)
+            io = loader.io_stats()
+            stages = {f"{k} s/mb": v / max(result["batches"] + warmup, 1) for k, v in loader.stage_times().items()}
+        served = max(sum(io[k] for k in LEVELS), 1)
+        rows.append({"system": system, **result, **{f"{k} share": io[k] / served for k in LEVELS}, **stages})
+    for row in rows:
+        row["vs host gather"] = row["batches/s"] / rows[0]["batches/s"]
+    table(f"(e) x gathered where it is consumed, 3-layer GraphSAGE, batch {BATCH}, fanouts {FANOUTS}", rows)
+    return rows
+
+
 # --- (c) loader threads -----------------------------------------------------------------
 
 def ssd_budget(store: Store, share: float, device: torch.device | str) -> int:
@@ -364,7 +399,8 @@ def main() -> None:
     typed = Store.open(args.typed_store) if args.typed_store else None
     runs = {"layers": lambda: bench_layers(store, args.quick, typed), "e2e": lambda: bench_e2e(store, args.quick, args.budget_share, args.e2e_batches),
             "threads": lambda: bench_threads(args.store, args.quick, args.budget_share),
-            "device": lambda: bench_device(store, args.quick, args.e2e_batches)}
+            "device": lambda: bench_device(store, args.quick, args.e2e_batches),
+            "gather": lambda: bench_gather(store, args.quick, args.budget_share, args.e2e_batches)}
     for part in parts:
         try:
             figures[part] = runs[part]()

@@ -10,10 +10,15 @@
 # there, then the device tier (bench_gpu.py's part (d): `features: device` on medium). Every step's output goes to $OUT (default bench_out); a failing step is reported
 # and the next one still runs. With GNNSSD_PY set (a ready interpreter) the install is skipped;
 # TESTS_K selects tests (pytest -k), PARTS the benchmark's parts, E2E_BATCHES its (b) length.
+# Then the gather step: the ssd loader with x gathered on the host vs on the device, and with
+# ssd.device_budget at 1/8 of the features (bench_gpu.py's part (e)).
+# CPU mode (a dry run of every step's code, no figure to keep; the CUDA tests skip):
+#   GNNSSD_PY=.venv/bin/python DEVICE=cpu STORE=stores/medium PARTS=e2e E2E_BATCHES=6 bash scripts/device_check.sh
 set -uo pipefail
 OUT=${OUT:-bench_out}
 mkdir -p "$OUT"
 SCRATCH=${TMPDIR:-/tmp}
+DEVICE=${DEVICE:-cuda}
 STORE=${STORE:-$SCRATCH/gnnssd-medium}
 export PYTHONUNBUFFERED=1
 step() { echo; echo "== $(date +%T) $*"; }
@@ -52,7 +57,7 @@ PY
 
 step "tests: the CUDA ones (marked cuda) and the compiler's CPU lowering ones on this stack"
 timeout 240 $PY -m pytest -q -p no:cacheprovider tests/compiler/test_cuda.py tests/compiler/test_compiler_csc.py \
-  tests/compiler/test_compiler_hetero.py tests/loading/test_tensor_sampling.py tests/loading/test_device_mode.py -k "${TESTS_K:-not cora and not interpreter and not trains}" -W ignore::DeprecationWarning 2>&1 | tee "$OUT/pytest_cuda.txt" | tail -25
+  tests/compiler/test_compiler_hetero.py tests/loading/test_tensor_sampling.py tests/loading/test_device_mode.py tests/pipeline/test_row_places.py -k "${TESTS_K:-not cora and not interpreter and not trains}" -W ignore::DeprecationWarning 2>&1 | tee "$OUT/pytest_cuda.txt" | tail -25
 
 step "store: synthetic medium"
 [ -f "$STORE/manifest.json" ] || $PY -m gnnssd preprocess synthetic --preset medium --out "$STORE" --order degree 2>&1 | tail -3
@@ -62,7 +67,9 @@ TYPED=${TYPED:-$SCRATCH/gnnssd-mag-small}
 [ -f "$TYPED/manifest.json" ] || $PY -m gnnssd preprocess hetero-synthetic --preset mag-small --out "$TYPED" 2>&1 | tail -3
 
 step "bench_gpu"
-timeout 330 $PY scripts/bench_gpu.py --store "$STORE" --typed-store "$TYPED" --quick --e2e-batches ${E2E_BATCHES:-40} --parts ${PARTS:-layers,e2e,threads} --json "$OUT/bench_gpu.json" 2>&1 | tee "$OUT/bench_gpu.txt"
+timeout 330 $PY scripts/bench_gpu.py --store "$STORE" --typed-store "$TYPED" --quick --e2e-batches ${E2E_BATCHES:-40} --parts ${PARTS:-layers,e2e,threads} --device $DEVICE --json "$OUT/bench_gpu.json" 2>&1 | tee "$OUT/bench_gpu.txt"
 step "device tier: medium with features: device (the store on the GPU) against compute-only"
-timeout ${DEVICE_TIMEOUT:-240} $PY scripts/bench_gpu.py --store "$STORE" --quick --e2e-batches ${E2E_BATCHES:-40} --parts device --json "$OUT/bench_gpu_device.json" 2>&1 | tee "$OUT/bench_gpu_device.txt"
+timeout ${DEVICE_TIMEOUT:-240} $PY scripts/bench_gpu.py --store "$STORE" --quick --e2e-batches ${E2E_BATCHES:-40} --parts device --device $DEVICE --json "$OUT/bench_gpu_device.json" 2>&1 | tee "$OUT/bench_gpu_device.txt"
+step "gather where x is consumed: host vs device gather, and ssd.device_budget at 1/8 of the features (medium)"
+timeout ${GATHER_TIMEOUT:-240} $PY scripts/bench_gpu.py --store "$STORE" --quick --e2e-batches ${E2E_BATCHES:-40} --parts gather --device $DEVICE --json "$OUT/bench_gpu_gather.json" 2>&1 | tee "$OUT/bench_gpu_gather.txt"
 step "done"

@@ -164,6 +164,7 @@ def _shown_size(value: int | str) -> int | str:
 #: A size field: the file says "1.25GiB" or 1342177280, the config holds the int; `parse`
 #: runs once, where the value is read (_build, or __post_init__ for a dataclass made in code).
 POSITIVE_SIZE = {"parse": parse_bytes, "show": _shown_size, **_check(_positive, f"a size above 0: {SIZES}")}
+NON_NEGATIVE_SIZE = {"parse": parse_bytes, "show": _shown_size, "expected": f"0 or a size: {SIZES}"}
 SIZE_OR_AUTO = {"parse": _bytes_or_auto, "show": _shown_size, "expected": f"auto, or a size: {SIZES}"}
 
 
@@ -217,8 +218,19 @@ class SSDConfig:
     #: no effect.
     widen_on_device: bool = False
     #: `features: device`: the share of the device's memory kept free for training (the
-    #: store's arrays must fit in its free memory less this share of its total).
+    #: store's arrays, or `device_budget`, must fit in its free memory less this share of
+    #: its total).
     device_reserve: float = field(default=0.2, metadata=_check(lambda v: 0 <= v < 1, "in [0, 1)"))
+    #: `features: ssd`: bytes of the hottest feature rows kept on the loader's device beside
+    #: the host hot cache (the same ranking: the device holds the hottest rows, the host
+    #: cache the next ones); 0: none. Not part of memory_budget (on `device: cpu` it is a
+    #: CPU tensor beside it); the file may say "2GiB".
+    device_budget: int = field(default=0, metadata=NON_NEGATIVE_SIZE)
+    #: `features: ssd`: where x is assembled. "device": on the loader's device, which reads
+    #: the cached rows itself (a GPU over the pinned host cache in place) while only the
+    #: cold rows cross; "host": gathered on the host and copied whole; "auto": device on a
+    #: GPU, host on the CPU.
+    gather: Literal["auto", "host", "device"] = "auto"
 
     def __post_init__(self) -> None:
         _parse_fields(self)

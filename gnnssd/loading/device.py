@@ -56,6 +56,9 @@ class DeviceCopy:
             return [self.move(v, widen) for v in value]
         if isinstance(value, (CSCBlock, TypedCSCBlock)):
             return value.map(self.move)
+        if value.is_cuda:  # assembled on a GPU (the ssd loader's device gather): no host copy
+            value = value.to(self.device)
+            return value.float() if widen and value.dtype == torch.float16 else value
         moved = _pinned(value).to(self.device, non_blocking=True)
         if widen and moved.dtype == torch.float16:
             moved = moved.float()

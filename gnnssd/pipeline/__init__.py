@@ -2,8 +2,9 @@
 
 direct_io (the one adapter to gnnssd.io_engine), row_source (the `read(ids)` interface every
 reader and cache of rows offers), feature_file (the features file's reader), hot_cache (the
-hot rows, the one owner of which rows are hot, a cache around a row source), buffers (the mega-batch
-buffers, the gather), repack and block_writer (compact blocks), worker (background stages), kept (an
+hot rows, the one owner of which rows are hot and where each is: a device slice, the host
+cache, or the mega-batch buffer), buffers (the mega-batch buffers, the gather on the host),
+device_gather (x assembled on the consuming device; imported by buffers when used, with torch), repack and block_writer (compact blocks), worker (background stages), kept (an
 epoch's plans and blocks kept for the epochs that reuse its samples), calibration (the
 drive's cost model).
 """

@@ -9,41 +9,38 @@ BUFFERS plans ahead of the caller (PlanWorker depth BUFFERS), and the memory bud
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numba as nb
 import numpy as np
 
 from gnnssd.io_engine import copy_rows
-from gnnssd.pipeline.hot_cache import HotCache
+from gnnssd.pipeline.hot_cache import COLD, DEVICE, HOST, NO_ROWS, HotCache, RowPlaces, pinned_empty
 from gnnssd.pipeline.repack import block_path
 from gnnssd.sampler import MegaBatchPlan, Strategy
+
+if TYPE_CHECKING:
+    import torch
 
 BUFFERS = 2  # mega-batch buffers: the one gathered from and the one being filled
 
 
-#: The positions of a whole plan's gather: x's rows in order (see MegaBatchPlan.positions).
-IN_ORDER = np.empty(0, np.int64)
-
-
 @nb.njit(cache=True, nogil=True, parallel=True)
-def _gather_rows(hot, buffer, index, positions, num_hot, out):
-    """out[p_k] = ([hot | buffer])[index[k]] (2-D arrays of words) for every k, p_k =
-    positions[k], or k when positions is empty; other rows of out are left as they are (a
-    piece plan fills only its own rows). Rows are spread over the cores: one core copies
-    random rows at a fraction of memcpy."""
+def _gather_rows(device, host, buffer, level, slot, at, out):
+    """out[at[k]] = (device, host, buffer)[level[k]][slot[k]] (2-D arrays of words: a
+    RowPlaces' levels) for every k, or out[k] when `at` is empty; other rows of out are
+    left as they are (a piece plan fills only its own). Rows are spread over the cores: one
+    core copies random rows at a fraction of memcpy."""
     width = out.shape[1]
-    in_order = positions.shape[0] == 0
-    for k in nb.prange(index.shape[0]):
-        i = index[k]
-        p = np.int64(k) if in_order else positions[k]
-        if i < num_hot:
-            for j in range(width):
-                out[p, j] = hot[i, j]
-        else:
-            for j in range(width):
-                out[p, j] = buffer[i - num_hot, j]
+    in_order = at.shape[0] == 0
+    for k in nb.prange(slot.shape[0]):
+        p = np.int64(k) if in_order else at[k]
+        s, lv = slot[k], level[k]
+        row = device[s] if lv == DEVICE else host[s] if lv == HOST else buffer[s]
+        for j in range(width):
+            out[p, j] = row[j]
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
@@ -68,15 +65,15 @@ def _widened(half):
 
 
 @nb.njit(cache=True, nogil=True, parallel=True)
-def _gather_widened(hot, buffer, index, positions, num_hot, out):
+def _gather_widened(device, host, buffer, level, slot, at, out):
     """_gather_rows for float16 rows (as uint16) into float32 rows (as uint32), each value
     widened on the way: the model's float32 x in one pass, no float16 copy of it."""
     width = out.shape[1]
-    in_order = positions.shape[0] == 0
-    for k in nb.prange(index.shape[0]):
-        i = index[k]
-        p = np.int64(k) if in_order else positions[k]
-        row = hot[i] if i < num_hot else buffer[i - num_hot]
+    in_order = at.shape[0] == 0
+    for k in nb.prange(slot.shape[0]):
+        p = np.int64(k) if in_order else at[k]
+        s, lv = slot[k], level[k]
+        row = device[s] if lv == DEVICE else host[s] if lv == HOST else buffer[s]
         for j in range(width):
             out[p, j] = _widened(row[j])
 
@@ -135,11 +132,7 @@ class Recycler:
         self._unused_refs = sys.getrefcount(probe[0])
 
     def _alloc(self, nbytes: int) -> np.ndarray:
-        if not self.pinned:
-            return np.empty(nbytes, np.uint8)
-        import torch
-
-        return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True).numpy()  # keeps the tensor alive
+        return pinned_empty(nbytes) if self.pinned else np.empty(nbytes, np.uint8)
 
     def _free(self, k: int) -> bool:
         if sys.getrefcount(self._arrays[k]) != self._unused_refs:
@@ -180,21 +173,31 @@ class Recycler:
 class MegaBatchBuffers:
     """Double-buffered mega-batch buffers behind the hot cache, filled from the features
     file it wraps (its fallback, a FeatureFile); the input rows of mini-batch i are
-    [hot | buffer][gather[i]].
+    [hot members | buffer][gather[i]], each found where HotCache.places says.
 
-    x comes from `outputs`, a Recycler (pinned with `pinned`, for copies to a GPU). float16
-    rows are widened to float32 by the gather unless `widen` is False: then x stays float16
-    (half the bytes to gather, pin and copy) and its consumer widens it (on the GPU)."""
+    x is gathered on the host (`device` None) into arrays from `outputs`, a Recycler
+    (pinned with `pinned`, for copies to a GPU); float16 rows are widened to float32 by the
+    gather unless `widen` is False: then x stays float16 (half the bytes to gather, pin and
+    copy) and its consumer widens it (on the GPU). With a `device`, x is assembled there in
+    the stored dtype (pipeline.device_gather): the device reads the cached rows itself and
+    only the cold rows cross, gathered on the host into a contiguous array from `outputs`."""
 
-    def __init__(self, hot: HotCache, capacity_rows: int, pinned: bool = False, widen: bool = True):
+    def __init__(self, hot: HotCache, capacity_rows: int, pinned: bool = False, widen: bool = True,
+                 device: torch.device | None = None):
         self.hot = hot
         self.source = source = hot.fallback
         self.dtype, self.feat_dim, self.row_bytes = source.dtype, source.feat_dim, source.row_bytes
         self.capacity = capacity_rows
         self._bufs = [source.io.alloc(capacity_rows * self.row_bytes) for _ in range(BUFFERS)]
         self.outputs = Recycler(pinned=pinned)
+        self.device = device
+        #: x rows served so far from each level (RowPlaces.counts' keys)
+        self.level_rows: Counter[str] = Counter()
         self.x_dtype = x_dtype(self.dtype, widen)
         self._cur = 1
+        if hot.device_data is not None and device is None and hot.device_data.device.type != "cpu":
+            raise ValueError(f"the hot cache's device slice is on {hot.device_data.device}: a host gather "
+                             "cannot read it; gather on that device")
 
     def _rows_view(self, k: int) -> np.ndarray:
         return self._bufs[k][: self.capacity * self.row_bytes].view(np.uint8).reshape(self.capacity, self.row_bytes)
@@ -221,30 +224,67 @@ class MegaBatchBuffers:
         self._cur = nxt
         return out[: len(plan.rows)].view(self.dtype)
 
-    def take_x(self, rows: int) -> np.ndarray:
-        """An uninitialised x of `rows` rows of x_dtype, from the recycled ones."""
-        return self.outputs.take(rows, self.feat_dim, self.x_dtype)
+    def take_x(self, rows: int) -> np.ndarray | torch.Tensor:
+        """An uninitialised x of `rows` rows: on the host from the recycled ones (x_dtype),
+        or on `device` in the stored dtype."""
+        if self.device is None:
+            return self.outputs.take(rows, self.feat_dim, self.x_dtype)
+        import torch
 
-    def gather(self, plan: MegaBatchPlan, i: int, buffer: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        """Input features of mini-batch i of `plan`, in block source order, as x_dtype
-        (float16 rows widened to float32 unless `widen` was False), into `out` (a recycled array by default); a
-        piece plan fills only its own rows (plan.positions) of `out`, the x its mini-batch's
+        return torch.empty((rows, self.feat_dim), dtype=torch.from_numpy(np.empty(0, self.dtype)).dtype,
+                           device=self.device)
+
+    def gather(self, plan: MegaBatchPlan, i: int, buffer: np.ndarray,
+               out: np.ndarray | torch.Tensor | None = None) -> np.ndarray | torch.Tensor:
+        """Input features of mini-batch i of `plan`, in block source order, into `out` (a
+        new x of take_x by default), its rows counted by level in `level_rows`; a piece
+        plan fills only its own rows (plan.positions) of `out`, the x its mini-batch's
         pieces assemble (given: piece 0's stats["input_rows"] rows).
 
         `buffer` is what `load(plan)` returned: explicit, because the next plan may be
         loading into the other buffer while this one is gathered from.
         """
         idx = plan.gather[i]
-        positions = plan.positions if plan.pieces else IN_ORDER
+        if plan.num_hot != len(self.hot):
+            raise ValueError(f"the plan indexes {plan.num_hot} hot rows, the hot cache holds {len(self.hot)}")
+        places = self.hot.places(idx, plan.positions if plan.pieces else NO_ROWS)
         if out is None:
             if plan.pieces:
                 raise ValueError("a piece plan fills part of an x: pass the x its pieces assemble as `out`")
             out = self.take_x(len(idx))
-        if self.x_dtype != self.dtype:
-            _gather_widened(self.hot.data.view(np.uint16), buffer.view(np.uint16), idx, positions, plan.num_hot,
+        self.level_rows.update(places.counts())
+        if self.device is not None:
+            return self._gather_on_device(places, buffer, out)
+        self._copy_rows(places, buffer, out, widen=self.x_dtype != self.dtype)
+        return out
+
+    def _copy_rows(self, places: RowPlaces, buffer: np.ndarray, out: np.ndarray, widen: bool) -> None:
+        """The host gather: out's rows from every level `places` names (a device slice on
+        the CPU included), in one pass; float16 widened to float32 with `widen`."""
+        device = self.hot.data[:0] if self.hot.device_data is None else self.hot.device_data.numpy()
+        sources = (device, self.hot.data, buffer)
+        if widen:
+            _gather_widened(*(a.view(np.uint16) for a in sources), places.level, places.slot, places.at,
                             out.view(np.uint32))
-            return out
+            return
         words = self.row_bytes % 8 == 0
-        _gather_rows(_rows(self.hot.data, self.row_bytes, words), _rows(buffer, self.row_bytes, words), idx,
-                     positions, plan.num_hot, _rows(out, self.row_bytes, words))
+        _gather_rows(*(_rows(a, self.row_bytes, words) for a in sources), places.level, places.slot, places.at,
+                     _rows(out, self.row_bytes, words))
+
+    def _gather_on_device(self, places: RowPlaces, buffer: np.ndarray, out: torch.Tensor) -> torch.Tensor:
+        """pipeline.device_gather's assembly, the cold rows gathered into one contiguous
+        recycled (pinned) array first; on a GPU that array is reused once its copy is done."""
+        from gnnssd.pipeline.device_gather import gather_on_device
+
+        cold_rows = places.of(COLD)[1]
+        cold = self.outputs.take(len(cold_rows), self.feat_dim, self.dtype)
+        self._copy_rows(RowPlaces(NO_ROWS, np.full(len(cold_rows), COLD, np.int8), cold_rows), buffer, cold,
+                        widen=False)
+        gather_on_device(places, self.hot, cold, out)
+        if out.device.type == "cuda":
+            import torch
+
+            copied = torch.cuda.Event()
+            copied.record()
+            self.outputs.release_after(cold, copied)
         return out

@@ -7,9 +7,12 @@ Four stages overlap, three threads with bounded hand-offs and the caller:
   read    fill the next mega-batch buffer through the io_engine while the current one
           trains (pipeline.buffers.BUFFERS buffers: the one trained on, the one being
           filled);
-  caller  gather each mini-batch's rows from [hot cache | buffer], build DGL blocks.
+  caller  gather each mini-batch's rows from [device slice | hot cache | buffer] where
+          HotCache.places says (on the host, or on the consuming device: ssd.gather),
+          build DGL blocks.
 The hot cache (pipeline.hot_cache) holds the rows sampling reaches most often for the
-whole run; the planner consults its membership, the gather its rows.
+whole run, its hottest slice on the loader's device with ssd.device_budget; the planner
+consults its membership, the gather its rows.
 """
 from __future__ import annotations
 
@@ -34,6 +37,7 @@ from gnnssd.sampler import (Fanouts, HotRows, MegaBatchPlan, MFGs, NeighborSampl
                             pages_plan, sampling_method)
 from gnnssd.storage_format import Store
 
+from .device import device_memory
 from ..form import batch_parts
 from ..tensor_sampling import TensorSampler
 from ..typed import sampler_options
@@ -121,6 +125,8 @@ class SSDLoader:
         sampled = self._sampled_inputs()
         inputs = [rows for use in sampled.values() for rows in use]
         pinned = device.type == "cuda"
+        gather_device = gather_on(ssd, store, device)
+        device_rows = device_slice_rows(ssd, store, device)
         # the x arrays the consumer gets (the Recycler's) are the loader's memory too
         most_inputs = max(len(rows) for rows in inputs)
         x_bytes = x_pool_bytes(most_inputs, store.feat_dim, x_dtype(store.feat_dtype, not ssd.widen_on_device), pinned)
@@ -136,7 +142,8 @@ class SSDLoader:
                             + 2 * (self.block_budget // 2 // row_bytes) * 8)
         try:
             self.budget = ssd_split(total, row_bytes, queue_bytes, ssd.hot_fraction, store.feature_rows, BUFFERS,
-                                    lambda count: _most_cold(inputs, HotRows.of(ranking.top(count), store.num_nodes)),
+                                    lambda count: _most_cold(inputs, HotRows.of(ranking.top(device_rows + count),
+                                                                                 store.num_nodes)),
                                     held_bytes=x_bytes)
         except ValueError as exc:
             raise ConfigError(f"ssd.memory_budget: {exc}") from None
@@ -148,12 +155,17 @@ class SSDLoader:
         self.features = FeatureFile(self.direct_io, store.features_path, store.feat_dim, store.feat_dtype,
                                     self.cost_model, self.staging_bytes)
         with timer.stage("read"):
-            self.hot = HotCache(self.features, ranking.top(self.budget.hot_rows), store.num_nodes)
-        log.info("features from %s through the %s backend; %s of hot rows loaded",
-                 store.features_path, self.direct_io.backend, format_bytes(self.hot.nbytes))
+            # the device slice: the hottest rows; the host cache: the next ones
+            self.hot = HotCache(self.features, ranking.top(device_rows + self.budget.hot_rows), store.num_nodes,
+                                device_rows=ranking.top(device_rows), device=device,
+                                pinned=pinned and gather_device is not None)
+        log.info("features from %s through the %s backend; %s of hot rows loaded, %s of them on %s; x gathered "
+                 "on %s", store.features_path, self.direct_io.backend,
+                 format_bytes(self.hot.nbytes + self.hot.device_nbytes), format_bytes(self.hot.device_nbytes),
+                 device, gather_device or "the host")
         self.buffers = MegaBatchBuffers(self.hot, self.budget.buffer_rows, pinned=pinned,
-                                        widen=not ssd.widen_on_device)
-        self.io.add(bytes_read=self.hot.nbytes)
+                                        widen=not ssd.widen_on_device, device=gather_device)
+        self.io.add(bytes_read=self.hot.nbytes + self.hot.device_nbytes)
 
     def _sampled_inputs(self) -> dict[str, list[np.ndarray]]:
         """The input rows of a few sampled mini-batches (one per split) with the training
@@ -373,8 +385,11 @@ class SSDLoader:
         float16 stores give float16 x with `ssd.widen_on_device`."""
         return self.buffers.outputs
 
-    def _minibatch(self, mfgs: MFGs, features: np.ndarray) -> MiniBatch:
-        """The mini-batch of gathered `features` (a pool array: see x_pool), on the device."""
+    def _minibatch(self, mfgs: MFGs, features: np.ndarray | torch.Tensor) -> MiniBatch:
+        """The mini-batch of gathered `features` (a pool array: see x_pool; or a tensor
+        gathered on the device), on the device."""
+        if isinstance(features, torch.Tensor):
+            return self._device_minibatch(mfgs, features)
         cuda = self.device.type == "cuda"
         with self.timer.stage("gather"):
             # float16 kept for a consumer that widens it; int8 dequantized into new memory
@@ -392,8 +407,22 @@ class SSDLoader:
                 self.x_pool.release_after(features, copied)
             return batch
 
+    def _device_minibatch(self, mfgs: MFGs, x: torch.Tensor) -> MiniBatch:
+        """The mini-batch of an x assembled on the device in the stored dtype: float16
+        widened there unless the consumer widens it (ssd.widen_on_device)."""
+        with self.timer.stage("gather"):
+            wanted = torch.from_numpy(np.empty(0, self.buffers.x_dtype)).dtype
+            y = self.labels[torch.from_numpy(mfgs.seeds)]
+            parts = batch_parts(mfgs, self.store.schema, x.to(wanted))
+        with self.timer.stage("transfer"):
+            return MiniBatch(**parts, y=y).to(self.device, non_blocking=True)
+
     def io_stats(self) -> dict[str, int]:
-        return self.io.as_dict()
+        """The disk's counters, and the x rows served so far from each level: the device
+        slice (`rows_device`), the host hot cache (`rows_host_cache`), the reads
+        (`rows_read`)."""
+        return {**self.io.as_dict(), **{key: self.buffers.level_rows[key]
+                                        for key in ("rows_device", "rows_host_cache", "rows_read")}}
 
     def close(self) -> None:
         if self._holder is not None:
@@ -451,6 +480,40 @@ def _sizing_sampler(store: Store, fanouts: np.ndarray, method: str) -> Callable[
         graph = torch.from_numpy(store.indptr.view(np.ndarray)), torch.from_numpy(store.indices.view(np.ndarray))
     tensors = TensorSampler(*graph, fanouts[:, 0].tolist(), sampling_method(method))
     return lambda seeds: tensors.sample(torch.from_numpy(seeds), SIZING_SEED)[0].numpy()
+
+
+def gather_on(ssd: SSDConfig, store: Store, device: torch.device) -> torch.device | None:
+    """The device x is assembled on (ssd.gather), or None for the host: "auto" is the
+    device on a GPU. An int8 store is dequantized on the host, so it gathers there (a
+    device slice, then, only on the CPU)."""
+    if ssd.gather == "host" or (ssd.gather == "auto" and device.type != "cuda"):
+        if ssd.device_budget and device.type == "cuda":
+            raise ConfigError(f"ssd.gather: host cannot read the rows ssd.device_budget keeps on {device}; "
+                              "set ssd.gather: device (or auto), or ssd.device_budget: 0")
+        return None
+    if store.row_scales is not None:
+        if ssd.gather == "device" or ssd.device_budget:
+            raise ConfigError(f"ssd.gather: device and ssd.device_budget need a float16 or float32 store; "
+                              f"{store.path} is int8 (dequantized on the host)")
+        return None
+    return device
+
+
+def device_slice_rows(ssd: SSDConfig, store: Store, device: torch.device) -> int:
+    """Rows of the hottest slice `ssd.device_budget` keeps on `device` (all the rows at
+    most), refused, naming the sizes, beyond its free memory less ssd.device_reserve of
+    its total."""
+    if not ssd.device_budget:
+        return 0
+    rows = min(ssd.device_budget // store.row_bytes, store.feature_rows)
+    free, total = device_memory(device)
+    usable = free - int(ssd.device_reserve * total)
+    if rows * store.row_bytes > usable:
+        raise ConfigError(f"ssd.device_budget: {format_bytes(rows * store.row_bytes)} of hot rows ({rows:,} rows of "
+                          f"{store.row_bytes} B) do not fit on {device}: {format_bytes(free)} free of "
+                          f"{format_bytes(total)}, less ssd.device_reserve {ssd.device_reserve:g} of it leaves "
+                          f"{format_bytes(max(usable, 0))}; set a smaller ssd.device_budget (or ssd.device_reserve)")
+    return rows
 
 
 def _most_cold(inputs: list[np.ndarray], hot: HotRows) -> int:
