@@ -10,12 +10,12 @@ epoch's seed order and its mini-batches). Executing plans
 from .blocks import MFGs, to_dgl_blocks, typed_dgl_blocks
 from .order import ORDERS, NodeOrder, hot_order, node_order
 from .plan import HotRows, MegaBatchPlan, PlanConfig, Planner
-from .readplan import CostModel, Scan, Strategy, pages_plan, per_row_requests, plan_extents, windows
+from .readplan import CostModel, Scan, Strategy, choose_window, pages_plan, per_row_requests, plan_extents, windows
 from .sampling import NeighborSampler, sampling_method
 from .seed_order import Proximity, SeedOrder, Sequential, Sharded, Shuffled, named_order, seed_batches
 
 __all__ = [
-    "CostModel", "HotRows", "MFGs", "MegaBatchPlan", "NeighborSampler", "NodeOrder", "ORDERS", "PlanConfig",
+    "CostModel", "choose_window", "HotRows", "MFGs", "MegaBatchPlan", "NeighborSampler", "NodeOrder", "ORDERS", "PlanConfig",
     "Planner", "Proximity", "Scan", "SeedOrder", "Sequential", "Sharded", "Shuffled", "Strategy",
     "hot_order", "named_order", "node_order", "pages_plan", "per_row_requests", "plan_extents",
     "sampling_method", "seed_batches", "to_dgl_blocks", "typed_dgl_blocks", "windows",
