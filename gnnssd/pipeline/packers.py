@@ -202,7 +202,10 @@ class PackerPool:
         """Hand out the windows before `upto` not yet given."""
         while self._given < min(upto, len(self.works)):
             k = self._given
-            self._conns[k % self.count].send(self.works[k])
+            try:
+                self._conns[k % self.count].send(self.works[k])
+            except OSError:  # the packer is gone: waiting for this window says so (_result)
+                pass
             self._given += 1
 
     def _result(self, k: int) -> list[MegaBatchPlan]:
