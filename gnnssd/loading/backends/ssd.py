@@ -21,6 +21,7 @@ import itertools
 import logging
 import os
 import shutil
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -31,9 +32,9 @@ import torch
 
 from gnnssd.core import (ConfigError, SamplerConfig, SSDConfig, StageTimer, disk_share, format_bytes,
                          resolve_block_budget, ssd_split)
-from gnnssd.pipeline import (BUFFERS, DirectIO, FeatureFile, HotCache, HotRanking, KeptSamples,
+from gnnssd.pipeline import (BUFFERS, POLL_S, DirectIO, FeatureFile, HotCache, HotRanking, KeptSamples,
                              MegaBatchBuffers, PackerPool, PackerSpec, PlanWorker, Recycler, RepackReport,
-                             WindowWork, check_numba_threads, default_packers, delete, load_cost_model,
+                             WindowWork, check_numba_threads, check_stop, default_packers, delete, load_cost_model,
                              numba_threads, repacked_windows, samples_key, x_dtype, x_pool_bytes)
 from gnnssd.sampler import HotRows, MegaBatchPlan, MFGs, NeighborSampler, PlanConfig, Planner, Strategy, pages_plan
 from gnnssd.storage_format import Store
@@ -132,15 +133,19 @@ class SSDLoader:
         x_bytes = x_pool_bytes(most_inputs, store.feat_dim, x_dtype(store.feat_dtype, not ssd.widen_on_device), pinned)
         sizing = queue_sizing_budget(total, x_bytes)
         self.staging_bytes = staging_bytes(sizing)
-        self.writer_bytes = self.staging_bytes // 4
         self.plan_bytes = plan_bytes_in_flight(sizing)
         queue_bytes = self.staging_bytes + self.plan_bytes
+        # each packer's share of the repack scan's staging, the block writer's chunks and
+        # (packers plan too) of a plan's bytes: the packers together take what one repack
+        # thread and one more planner do (no more memory with more packers)
+        share = max(1, self.packers)
+        self.repack_staging = max(MIN_STAGING, self.staging_bytes // share)
+        self.repack_writer = self.repack_staging // 4
+        self.packer_plan_bytes = max(1, self.plan_bytes // PLANS_ALIVE // share)
         if self.block_budget:
-            # the repack scan's own staging area, the block writer's chunks, and the plan
-            # stubs of the windows alive (their read rows: 8 bytes per row of their blocks);
-            # each packer besides plans its own window: a planner's two plans' bytes
-            queue_bytes += (max(1, self.packers) * (self.staging_bytes + self.writer_bytes)
-                            + self.packers * 2 * (self.plan_bytes // PLANS_ALIVE)
+            # those, and the plan stubs of the windows alive (8 bytes per row of their blocks)
+            queue_bytes += (share * (self.repack_staging + self.repack_writer)
+                            + (2 * share * self.packer_plan_bytes if self.packers else 0)
                             + (self.block_budget // row_bytes) * 8)
         try:
             self.budget = ssd_split(total, row_bytes, queue_bytes, ssd.hot_fraction, store.feature_rows, BUFFERS,
@@ -288,8 +293,8 @@ class SSDLoader:
         typed = options.pop("etypes", None) is not None  # mapped by each packer, not sent
         cores = len(os.sched_getaffinity(0))
         return PackerSpec(str(self.store.path), self._plan_config(fanouts), self.hot.members, self.budget.buffer_rows,
-                          self.plan_bytes // PLANS_ALIVE, self.cost_model, self.block_budget // (self.packers + 1),
-                          self.staging_bytes, self.writer_bytes, self._ssd.queue_depth, self._ssd.io_backend,
+                          self.packer_plan_bytes, self.cost_model, self.block_budget // (self.packers + 1),
+                          self.repack_staging, self.repack_writer, self._ssd.queue_depth, self._ssd.io_backend,
                           self._ssd.verify_checksums, self.threads or max(1, cores // self.packers),
                           options, typed)
 
@@ -313,16 +318,28 @@ class SSDLoader:
         works = [WindowWork(k, epoch, first + lo, batches[first + lo : first + lo + size],
                             None if rest is None else rest[lo : lo + size], directory / f"w{k}")
                  for k, lo in enumerate(range(size, len(batches) - first, size), start=1)]
-        pool = None
+        pools: list[PackerPool] = []  # started once the first mini-batch is out: its CPU is not in its wait
+        started = threading.Event()
+
+        def packed() -> Iterator[tuple[list[MegaBatchPlan], Path]]:
+            while not started.wait(POLL_S):
+                check_stop()
+            yield from pools[0].windows() if pools else ()
+
+        windows = itertools.chain((([plan], directory) for plan in own), packed())
         try:
-            if works:
-                pool = PackerPool(self._packer_spec(fanouts), min(self.packers, len(works)), works, self.packers,
-                                  report=self._count_repack)
-            windows = itertools.chain((([plan], directory) for plan in own), pool.windows() if pool else ())
-            yield from self._trained(self._loaded(windows, delete))
+            for i, batch in enumerate(self._trained(self._loaded(windows, delete))):
+                yield batch
+                del batch
+                if i == 0 and works:
+                    pools.append(PackerPool(self._packer_spec(fanouts), min(self.packers, len(works)), works,
+                                            self.packers, report=self._count_repack))
+                    started.set()
+            started.set()  # no packers needed (one window): the stream ends
         finally:
+            started.set()
             own.close()
-            if pool is not None:
+            for pool in pools:
                 pool.close()
             shutil.rmtree(directory, ignore_errors=True)
 
@@ -390,7 +407,7 @@ class SSDLoader:
             return ([plan] for plan in plans)
         return repacked_windows(plans, self.direct_io, self.store.features_path, self.store.row_bytes,
                                 self.cost_model,
-                                self.block_budget, directory, self.staging_bytes, self.writer_bytes,
+                                self.block_budget, directory, self.repack_staging, self.repack_writer,
                                 report=self._count_repack, uses=uses)
 
     def _count_repack(self, report: RepackReport) -> None:
