@@ -15,12 +15,12 @@ from gnnssd.pipeline.direct_io import DirectIO
 from gnnssd.pipeline.feature_file import FeatureFile
 from gnnssd.pipeline.hot_cache import HotCache, HotRanking
 from gnnssd.pipeline.kept import KeptSamples, samples_key
-from gnnssd.pipeline.packers import PackerError, PackerPool, PackerSpec, WindowWork, default_packers
+from gnnssd.pipeline.packers import PackerPool, PackerSpec, WindowWork, default_packers
 from gnnssd.pipeline.repack import RepackReport, delete, repack, repacked_windows
 from gnnssd.pipeline.row_source import RowSource
 from gnnssd.pipeline.worker import POLL_S, PlanWorker, check_numba_threads, check_stop, numba_threads
 
 __all__ = ["BUFFERS", "POLL_S", "BlockWriter", "DirectIO", "FeatureFile", "HotCache", "HotRanking", "KeptSamples",
-           "MegaBatchBuffers", "PackerError", "PackerPool", "PackerSpec", "PlanWorker", "Recycler", "RepackReport", "RowSource", "calibrate", "check_numba_threads", "check_stop",
+           "MegaBatchBuffers", "PackerPool", "PackerSpec", "PlanWorker", "Recycler", "RepackReport", "RowSource", "calibrate", "check_numba_threads", "check_stop",
            "default_packers", "delete", "load_cost_model", "numba_threads", "repack", "repacked_windows",
            "samples_key", "WindowWork", "x_dtype", "x_pool_bytes"]

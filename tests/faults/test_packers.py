@@ -23,7 +23,7 @@ _OPEN = """
 import os, signal, sys, time
 import numpy as np, psutil
 from gnnssd import NodeLoader
-from gnnssd.pipeline import PackerError
+from gnnssd.pipeline.packers import PackerError
 from gnnssd.storage_format import Store
 store = Store.open(sys.argv[1])
 scratch = sys.argv[2]
