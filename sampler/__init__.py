@@ -17,7 +17,7 @@ _EXPORTS = by_name({
     ".fanouts": ("FANOUTS_EXPECTED", "Fanouts", "MAX_COUNT"),
     ".order": ("ORDERS", "NodeOrder", "hot_order", "node_order"),
     ".plan": ("HotRows", "MegaBatchPlan", "PlanConfig", "Planner"),
-    ".readplan": ("CostModel", "Scan", "Strategy", "pages_plan", "per_row_requests", "plan_extents", "windows"),
+    ".readplan": ("CostModel", "Scan", "Strategy", "choose_window", "pages_plan", "per_row_requests", "plan_extents", "windows"),
     ".sampling": ("NeighborSampler", "sampling_method"),
     ".seed_order": ("Proximity", "SeedOrder", "Sequential", "Sharded", "Shuffled", "named_order", "seed_batches"),
 })

@@ -21,9 +21,16 @@ caches first.
 
 --threads N... runs every system once per N, with NUMBA_NUM_THREADS, OMP_NUM_THREADS and
 torch's threads set to N (and the ssd loader's `threads` option where the tree has it).
+--packers N... runs this tree's ssd loader once per N (`ssd.packers`; 0: planning and
+repacking in the trainer's threads), and each row says `packers`, `trainer_cpu_s_per_batch`
+(the trainer process's CPU less the touch: the consuming side when packers are processes),
+`cpu_s_per_batch` (the trainer's and its packer processes' CPU together, psutil's view of
+the children), `first_batch_s` (iterator creation to the first mini-batch) and where the
+bytes read went per useful byte (`read_parts_per_useful_byte`: repack scans "packing",
+compact blocks "packed", page extents "extents").
 
     python scripts/bench_feed.py --store DIR [--quick] [--budget SIZE] [--batches N]
-        [--threads 1 2 ...] [--baseline 4c691b2 ...] [--systems memory ssd] [--json PATH]
+        [--threads 1 2 ...] [--packers 1 2 ...] [--baseline 4c691b2 ...] [--systems memory ssd] [--json PATH]
 """
 from __future__ import annotations
 
@@ -74,6 +81,20 @@ def process_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def children_cpu() -> dict[int, float]:
+    """CPU seconds of every live child process (the ssd loader's packers), by process ID."""
+    import psutil
+
+    out = {}
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            times = proc.cpu_times()
+        except psutil.Error:
+            continue  # exited meanwhile
+        out[proc.pid] = times.user + times.system
+    return out
+
+
 def child(spec: dict[str, Any]) -> dict[str, Any]:
     """One run in this fresh process (gnnssd imported from spec["tree"] when given)."""
     if spec["tree"]:
@@ -98,6 +119,8 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
             options["block_budget"] = 0
         if not spec["tree"]:  # this tree's loader takes its thread count (a baseline's: the environment)
             options["threads"] = spec["threads"]
+            if spec.get("packers") is not None:
+                options["packers"] = spec["packers"]
     def opened(budget: int) -> Any:
         return NodeLoader(store, store.original_ids(seeds), fanouts=fanouts, batch_size=spec["batch_size"],
                           features="memory" if spec["system"] == "memory" else "ssd", shuffle=True,
@@ -108,6 +131,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         options["memory_budget"] = budget_beside_x(spec["budget"], opened)
     with opened(options["memory_budget"]) as loader:
         loader.set_epoch(1)
+        first_start = time.perf_counter()
         batches = iter(loader)
         touch_s = 0.0
 
@@ -118,11 +142,14 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
             float(sum(x.sum() for x in xs))
             touch_s += time.thread_time() - start
 
-        touch(next(batches))  # not measured: JIT caches loaded, pipeline filled
+        first = next(batches)
+        first_batch_s = time.perf_counter() - first_start
+        touch(first)  # not measured: JIT caches loaded, pipeline filled
+        del first
         touch_s = 0.0
         loader.timer.take()
         loader.io_stats()
-        threads0, cpu0 = thread_cpu(), process_cpu()
+        threads0, cpu0, children0 = thread_cpu(), process_cpu(), children_cpu()
         start, n = time.perf_counter(), 0
         for batch in batches:
             touch(batch)
@@ -135,6 +162,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
             raise SystemExit(f"epoch 1 has one mini-batch of {spec['batch_size']} seeds, and the first is not "
                              "measured: lower --batch-size")
         cpu, threads1, io1, stages = process_cpu() - cpu0, thread_cpu(), loader.io_stats(), loader.timer.take()
+        packers_cpu = sum(s - children0.get(pid, 0.0) for pid, s in children_cpu().items())
         batches.close()
     per_thread: dict[str, float] = {}
     for tid, (label, s) in threads1.items():
@@ -144,15 +172,21 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     useful = io.get("useful_bytes", 0)
     return {
         "system": spec["system"], "threads": spec["threads"], "tree": spec["tree_label"],
+        "packers": spec.get("packers") if spec["system"] != "memory" else None,
+        "first_batch_s": round(first_batch_s, 3),
+        "trainer_cpu_s_per_batch": round((cpu - touch_s) / n, 4),
+        "packers_cpu_s_per_batch": round(packers_cpu / n, 4),
         "gnnssd_module": str(Path(gnnssd.__file__).parent), "batches": n, "seconds": round(seconds, 3),
         "batches_per_s": round(n / seconds, 3),
-        "cpu_s_per_batch": round(cpu / n, 4),
-        "loader_cpu_s_per_batch": round((cpu - touch_s) / n, 4),
+        "cpu_s_per_batch": round((cpu + packers_cpu) / n, 4),
+        "loader_cpu_s_per_batch": round((cpu + packers_cpu - touch_s) / n, 4),
         "touch_cpu_s_per_batch": round(touch_s / n, 4),
         "thread_cpu_s_per_batch": {k: round(v / n, 4) for k, v in sorted(per_thread.items()) if abs(v) >= 5e-4},
         "stage_s_per_batch": {k: round(v / n, 4) for k, v in stages.items()},
         "io": io,
         "read_per_useful_byte": round(io["bytes_read"] / useful, 3) if useful else None,
+        "read_parts_per_useful_byte": {key[: -len("_read_bytes")]: round(v / useful, 3) for key, v in io.items()
+                                       if key.endswith("_read_bytes")} if useful else {},
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "memory_budget": options["memory_budget"],
     }
@@ -267,19 +301,22 @@ def run_child(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def fmt(row: dict[str, Any], memory: dict[str, Any] | None) -> str:
-    head = f"{row['system']:<16} {row['threads']:>3}"
+    head = f"{row['system']:<16} {row['threads']:>3} {'-' if row.get('packers') is None else row['packers']:>4}"
     if row["status"] != "ok":
         return f"{head}  {row['status']}"
     ratio = f"{row['batches_per_s'] / memory['batches_per_s']:.2f}" if memory else "-"
     amp = "-" if row["read_per_useful_byte"] is None else f"{row['read_per_useful_byte']:.2f}"
     threads = " ".join(f"{k} {v:.3f}" for k, v in row["thread_cpu_s_per_batch"].items())
     stages = " ".join(f"{k} {v:.3f}" for k, v in row["stage_s_per_batch"].items())
+    parts = " ".join(f"{k} {v:.2f}" for k, v in row.get("read_parts_per_useful_byte", {}).items())
     return (f"{head} {row['batches_per_s']:>7.3f} {ratio:>6} {row['cpu_s_per_batch']:>8.3f} "
-            f"{row['loader_cpu_s_per_batch']:>8.3f} {amp:>6}\n      threads (CPU s/mb): {threads}\n"
-            f"      stages (wall s/mb): {stages}")
+            f"{row['loader_cpu_s_per_batch']:>8.3f} {row['trainer_cpu_s_per_batch']:>8.3f} "
+            f"{row['first_batch_s']:>7.2f} {amp:>6}\n      threads (CPU s/mb): {threads}\n"
+            f"      stages (wall s/mb): {stages}\n      read per useful byte: {parts}")
 
 
-HEADER = f"{'system':<16} {'thr':>3} {'mb/s':>7} {'x mem':>6} {'CPU/mb':>8} {'ldr/mb':>8} {'rd/use':>6}"
+HEADER = (f"{'system':<16} {'thr':>3} {'pack':>4} {'mb/s':>7} {'x mem':>6} {'CPU/mb':>8} {'ldr/mb':>8} "
+          f"{'trn/mb':>8} {'first s':>7} {'rd/use':>6}")
 
 
 def main() -> int:
@@ -294,6 +331,8 @@ def main() -> int:
     p.add_argument("--batches", type=int, help="measured mini-batches per run (default 8 with --quick, else 30)")
     p.add_argument("--threads", nargs="+", type=int, default=[os.cpu_count() or 1],
                    help="thread counts to run every system with (default: the machine's cores)")
+    p.add_argument("--packers", nargs="+", type=int, default=[None],
+                   help="ssd.packers of this tree's ssd runs, one run per value (default: the loader's, auto)")
     p.add_argument("--systems", nargs="*", choices=SYSTEMS, default=list(SYSTEMS),
                    help=f"memory, and ssd: this working tree's loader ({EXTENTS}: with ssd.block_budget 0); the --baseline "
                         "commits run either way (none: only they)")
@@ -326,11 +365,13 @@ def main() -> int:
     print(HEADER, flush=True)
     for threads in args.threads:
         for system, tree, label in systems:
-            row = run_child({**base, "system": system, "tree": tree, "tree_label": label, "threads": threads})
-            rows.append(row)
-            memory = next((r for r in rows if r["system"] == "memory" and r["threads"] == threads
-                           and r["status"] == "ok"), None)
-            print(fmt(row, memory), flush=True)
+            for packers in args.packers if system in ("ssd", EXTENTS) else [None]:
+                row = run_child({**base, "system": system, "tree": tree, "tree_label": label, "threads": threads,
+                                 "packers": packers})
+                rows.append(row)
+                memory = next((r for r in rows if r["system"] == "memory" and r["threads"] == threads
+                               and r["status"] == "ok"), None)
+                print(fmt(row, memory), flush=True)
     meta = {**base, "feature_bytes": store.feature_bytes, "fanouts": FANOUTS,
             "cpus": os.cpu_count(), "load_average": os.getloadavg(),
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}

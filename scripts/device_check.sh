@@ -7,7 +7,9 @@
 # wheels, DGL made importable on this
 # torch (scripts/device_patch_dgl.py), liburing unpacked, gnnssd built (io_uring or the
 # thread fallback, said), the CUDA tests, then scripts/bench_gpu.py on a `medium` store and a typed `mag-small` store made
-# there, then the device tier (bench_gpu.py's part (d): `features: device` on medium). Every step's output goes to $OUT (default bench_out); a failing step is reported
+# there, then the device tier (bench_gpu.py's part (d): `features: device` on medium), then the
+# ssd loader timed with packers 1/2/4/8/14 beside memory mode (bench_feed.py --packers; PACKERS
+# and FEED_BATCHES change them). Every step's output goes to $OUT (default bench_out); a failing step is reported
 # and the next one still runs. With GNNSSD_PY set (a ready interpreter) the install is skipped;
 # TESTS_K selects tests (pytest -k), PARTS the benchmark's parts, E2E_BATCHES its (b) length.
 # Then the gather step: the ssd loader with x gathered on the host vs on the device, and with
@@ -72,4 +74,9 @@ step "device tier: medium with features: device (the store on the GPU) against c
 timeout ${DEVICE_TIMEOUT:-240} $PY scripts/bench_gpu.py --store "$STORE" --quick --e2e-batches ${E2E_BATCHES:-40} --parts device --device $DEVICE --json "$OUT/bench_gpu_device.json" 2>&1 | tee "$OUT/bench_gpu_device.txt"
 step "gather where x is consumed: host vs device gather, and ssd.device_budget at 1/8 of the features (medium)"
 timeout ${GATHER_TIMEOUT:-240} $PY scripts/bench_gpu.py --store "$STORE" --quick --e2e-batches ${E2E_BATCHES:-40} --parts gather --device $DEVICE --json "$OUT/bench_gpu_gather.json" 2>&1 | tee "$OUT/bench_gpu_gather.txt"
+step "ssd loader with packers (issue 46): loader-only on medium at 1/8 of the features beside memory mode"
+# one row per packer count; on the CPU the same command runs with PACKERS="1 2" (no GPU needed)
+timeout ${PACKERS_TIMEOUT:-420} $PY scripts/bench_feed.py --store "$STORE" --quick --beside-x --batches ${FEED_BATCHES:-16} \
+  --threads $(nproc) --packers ${PACKERS:-1 2 4 8 14} --systems memory ssd --no-warmup --json "$OUT/bench_feed_packers.json" \
+  2>&1 | tee "$OUT/bench_feed_packers.txt"
 step "done"

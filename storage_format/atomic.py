@@ -104,16 +104,21 @@ def _kind(mode: int) -> str:
 def write_error(path: Path, exc: OSError) -> OutputWriteError:
     """`exc` (raised writing `path`) as an error naming the file, its file system and its
     free space: a full disk says where, not only how many bytes were short."""
-    parent = Path(path).parent
+    disk = disk_of(Path(path).parent)
+    hint = "; free some space and retry" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else ""
+    error = OutputWriteError(exc.errno or errno.EIO, f"{path}: cannot write ({exc.strerror or exc}) {disk}{hint}; "
+                             "nothing was replaced")
+    error.reason, error.disk = str(exc.strerror or exc), disk
+    return error
+
+
+def disk_of(folder: Path) -> str:
+    """Where a write into `folder` went, for an error: its file system and free space."""
     try:
-        free = f"{shutil.disk_usage(parent).free:,} bytes free"
+        free = f"{shutil.disk_usage(folder).free:,} bytes free"
     except OSError:
         free = "free space unknown"
-    hint = "; free some space and retry" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else ""
-    error = OutputWriteError(exc.errno or errno.EIO, f"{path}: cannot write ({exc.strerror or exc}) on the file "
-                             f"system of {parent} ({free}){hint}; nothing was replaced")
-    error.reason, error.disk = str(exc.strerror or exc), f"on the file system of {parent} ({free})"
-    return error
+    return f"on the file system of {folder} ({free})"
 
 
 @contextlib.contextmanager

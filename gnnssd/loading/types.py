@@ -197,19 +197,28 @@ class IOCounters:
     """Bytes and requests a loader sent to the disk since it was opened, and `useful_bytes`:
     the bytes of the cold rows its mini-batches needed (each mini-batch's distinct input rows
     outside its cache), so bytes_read / useful_bytes is the read amplification. The ssd
-    loader's read and repack threads add to them at once, hence the lock."""
+    loader's read and repack threads add to them at once, hence the lock. `part` names where
+    bytes read went (e.g. the ssd loader's "packing", "packed", "extents"): `parts()`."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.bytes_read = self.bytes_written = self.requests = self.useful_bytes = 0
+        self._parts: dict[str, int] = {}
 
     def add(self, bytes_read: int = 0, bytes_written: int = 0, requests: int = 0,
-            useful_bytes: int = 0) -> None:
+            useful_bytes: int = 0, part: str | None = None) -> None:
         with self._lock:
             self.bytes_read += bytes_read
             self.bytes_written += bytes_written
             self.requests += requests
             self.useful_bytes += useful_bytes
+            if part is not None:
+                self._parts[part] = self._parts.get(part, 0) + bytes_read
+
+    def parts(self) -> dict[str, int]:
+        """Bytes read by part, as `{part}_read_bytes`."""
+        with self._lock:
+            return {f"{part}_read_bytes": n for part, n in self._parts.items()}
 
     def as_dict(self) -> dict[str, int]:
         with self._lock:

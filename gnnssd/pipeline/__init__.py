@@ -4,9 +4,11 @@ direct_io (the one adapter to gnnssd.io_engine), row_source (the `read(ids)` int
 reader and cache of rows offers), feature_file (the features file's reader), hot_cache (the
 hot rows, the one owner of which rows are hot and where each is: a device slice, the host
 cache, or the mega-batch buffer), buffers (the mega-batch buffers, the gather on the host),
-device_gather (x assembled on the consuming device; imported by buffers when used, with torch), repack and block_writer (compact blocks), worker (background stages), kept (an
-epoch's plans and blocks kept for the epochs that reuse its samples), calibration (the
-drive's cost model).
+device_gather (x assembled on the consuming device; imported by buffers when used, with
+torch), repack and block_writer (compact blocks), worker (background stages), packers
+(planning and repacking of whole windows in processes beside the trainer), kept (an epoch's
+plans and blocks kept for the epochs that reuse its samples), calibration (the drive's cost
+model).
 """
 from gnnssd.pipeline.block_writer import BlockWriter
 from gnnssd.pipeline.buffers import BUFFERS, MegaBatchBuffers, Recycler, x_dtype, x_pool_bytes
@@ -15,11 +17,12 @@ from gnnssd.pipeline.direct_io import DirectIO
 from gnnssd.pipeline.feature_file import FeatureFile
 from gnnssd.pipeline.hot_cache import HotCache, HotRanking
 from gnnssd.pipeline.kept import KeptSamples, samples_key
+from gnnssd.pipeline.packers import PackerPool, PackerSpec, WindowWork, default_packers
 from gnnssd.pipeline.repack import RepackReport, delete, repack, repacked_windows
 from gnnssd.pipeline.row_source import RowSource
-from gnnssd.pipeline.worker import PlanWorker, check_numba_threads, numba_threads
+from gnnssd.pipeline.worker import POLL_S, PlanWorker, check_numba_threads, check_stop, numba_threads
 
-__all__ = ["BUFFERS", "BlockWriter", "DirectIO", "FeatureFile", "HotCache", "HotRanking", "KeptSamples",
-           "MegaBatchBuffers", "PlanWorker", "Recycler", "RepackReport", "RowSource", "calibrate", "check_numba_threads",
-           "delete", "load_cost_model", "numba_threads", "repack", "repacked_windows", "samples_key", "x_dtype",
-           "x_pool_bytes"]
+__all__ = ["BUFFERS", "POLL_S", "BlockWriter", "DirectIO", "FeatureFile", "HotCache", "HotRanking", "KeptSamples",
+           "MegaBatchBuffers", "PackerPool", "PackerSpec", "PlanWorker", "Recycler", "RepackReport", "RowSource", "calibrate", "check_numba_threads", "check_stop",
+           "default_packers", "delete", "load_cost_model", "numba_threads", "repack", "repacked_windows",
+           "samples_key", "WindowWork", "x_dtype", "x_pool_bytes"]

@@ -23,7 +23,7 @@ from numba.core import cgutils, types
 from numba.extending import intrinsic
 from numba.typed import List
 
-from gnnssd.storage_format import PAGE
+from gnnssd.storage_format import PAGE, disk_of
 
 MAX_CHUNK = 1 << 20  # one write request
 SPARE_CHUNKS = 4  # chunks queued for the writers beyond one per open block
@@ -178,8 +178,9 @@ class BlockWriter:
     def _write_error(self, fd: int, e: OSError) -> OSError:
         """A failed write or allocation (a full scratch disk, most likely), naming the file
         and the way out."""
-        return OSError(e.errno, f"{self.paths[fd]}: cannot write ({e.strerror}); free space on its disk, or set "
-                       "ssd.block_budget: 0 (no compact blocks: rows are read in place)")
+        path = Path(self.paths[fd])
+        return OSError(e.errno, f"{path}: cannot write ({e.strerror}) {disk_of(path.parent)}; free space on that "
+                       "disk, or set ssd.block_budget: 0 (no compact blocks: rows are read in place)")
 
     def append(self, block: int, src: np.ndarray, pos: np.ndarray) -> None:
         """Append the rows at byte positions `pos` of `src` (1-D uint8) to block number `block`."""

@@ -123,8 +123,15 @@ def repacked_windows(
     Run it in a PlanWorker of depth 2 and `delete` each window's plans once trained: at most two
     windows of blocks (each within half the budget) are then on disk."""
     for window, scan in windows(plans, row_bytes, model, disk_budget, uses):
-        start = time.perf_counter()
-        written = repack(io, features_path, row_bytes, window, scan, block_dir, staging_bytes, writer_bytes)
+        cost = repack_window(io, features_path, row_bytes, window, scan, block_dir, staging_bytes, writer_bytes)
         if report is not None:
-            report(RepackReport(time.perf_counter() - start, int(scan.lengths.sum()), len(scan.lengths), written))
+            report(cost)
         yield window
+
+
+def repack_window(io: DirectIO, features_path: str | Path, row_bytes: int, window: list[MegaBatchPlan], scan: Scan,
+                  block_dir: str | Path, staging_bytes: int, writer_bytes: int) -> RepackReport:
+    """`repack` of a window whose reads are chosen (readplan.choose_window), and what it cost."""
+    start = time.perf_counter()
+    written = repack(io, features_path, row_bytes, window, scan, block_dir, staging_bytes, writer_bytes)
+    return RepackReport(time.perf_counter() - start, int(scan.lengths.sum()), len(scan.lengths), written)

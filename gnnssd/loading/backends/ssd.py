@@ -4,6 +4,10 @@ Four stages overlap, three threads with bounded hand-offs and the caller:
   plan    sample the given seed batches, group them into mega-batches, plan each one's
           reads;
   repack  (with a block budget) write compact blocks for a window of plans;
+With a block budget and `ssd.packers`, plan and repack run in packer processes instead
+(gnnssd.pipeline.packers), a window of mini-batches each, and the trainer's process only
+reads, verifies and gathers; the first window is planned here with page reads, so the first
+mini-batch does not wait for a packer to start and repack.
   read    fill the next mega-batch buffer through the io_engine while the current one
           trains (pipeline.buffers.BUFFERS buffers: the one trained on, the one being
           filled);
@@ -16,12 +20,14 @@ consults its membership, the gather its rows.
 """
 from __future__ import annotations
 
+import itertools
 import logging
+import os
 import shutil
+import threading
 import time
 import warnings
 from dataclasses import replace
-from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
@@ -30,10 +36,11 @@ import torch
 
 from gnnssd.core import (ConfigError, SamplerConfig, SSDConfig, StageTimer, disk_share, format_bytes,
                          resolve_block_budget, ssd_split)
-from gnnssd.pipeline import (BUFFERS, DirectIO, FeatureFile, HotCache, HotRanking, KeptSamples,
-                             MegaBatchBuffers, PlanWorker, Recycler, RepackReport, check_numba_threads, delete,
-                             load_cost_model, numba_threads, repacked_windows, samples_key, x_dtype, x_pool_bytes)
-from gnnssd.sampler import (Fanouts, HotRows, MegaBatchPlan, MFGs, NeighborSampler, PlanConfig, Planner,
+from gnnssd.pipeline import (BUFFERS, POLL_S, DirectIO, FeatureFile, HotCache, HotRanking, KeptSamples,
+                             MegaBatchBuffers, PackerPool, PackerSpec, PlanWorker, Recycler, RepackReport,
+                             WindowWork, check_numba_threads, check_stop, default_packers, delete, load_cost_model,
+                             numba_threads, repacked_windows, samples_key, x_dtype, x_pool_bytes)
+from gnnssd.sampler import (Fanouts, HotRows, MegaBatchPlan, MFGs, NeighborSampler, PlanConfig, Planner, Strategy,
                             pages_plan, sampling_method)
 from gnnssd.storage_format import Store
 
@@ -110,6 +117,10 @@ class SSDLoader:
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         self.threads = ssd.threads
+        self.packers = default_packers() if ssd.packers == "auto" else ssd.packers
+        if not isinstance(self.packers, int) or isinstance(self.packers, bool) or self.packers < 0:
+            raise ConfigError(f"ssd.packers: {ssd.packers!r} is invalid; expected auto, or an integer from 0")
+        self._ssd = ssd
         self.labels = Labels(store)
         self.io = IOCounters()
         self.cost_model = load_cost_model(store.path)
@@ -132,14 +143,20 @@ class SSDLoader:
         x_bytes = x_pool_bytes(most_inputs, store.feat_dim, x_dtype(store.feat_dtype, not ssd.widen_on_device), pinned)
         sizing = queue_sizing_budget(total, x_bytes)
         self.staging_bytes = staging_bytes(sizing)
-        self.writer_bytes = self.staging_bytes // 4
         self.plan_bytes = plan_bytes_in_flight(sizing)
         queue_bytes = self.staging_bytes + self.plan_bytes
+        # each packer's share of the repack scan's staging, the block writer's chunks and
+        # (packers plan too) of a plan's bytes: the packers together take what one repack
+        # thread and one more planner do (no more memory with more packers)
+        share = max(1, self.packers)
+        self.repack_staging = max(MIN_STAGING, self.staging_bytes // share)
+        self.repack_writer = self.repack_staging // 4
+        self.packer_plan_bytes = max(1, self.plan_bytes // PLANS_ALIVE // share)
         if self.block_budget:
-            # the repack scan's own staging area, the block writer's chunks, and the plan
-            # stubs of two windows (their read rows: 8 bytes per row of a window's blocks)
-            queue_bytes += (self.staging_bytes + self.writer_bytes
-                            + 2 * (self.block_budget // 2 // row_bytes) * 8)
+            # those, and the plan stubs of the windows alive (8 bytes per row of their blocks)
+            queue_bytes += (share * (self.repack_staging + self.repack_writer)
+                            + (2 * share * self.packer_plan_bytes if self.packers else 0)
+                            + (self.block_budget // row_bytes) * 8)
         try:
             self.budget = ssd_split(total, row_bytes, queue_bytes, ssd.hot_fraction, store.feature_rows, BUFFERS,
                                     lambda count: _most_cold(inputs, HotRows.of(ranking.top(device_rows + count),
@@ -166,6 +183,8 @@ class SSDLoader:
         self.buffers = MegaBatchBuffers(self.hot, self.budget.buffer_rows, pinned=pinned,
                                         widen=not ssd.widen_on_device, device=gather_device)
         self.io.add(bytes_read=self.hot.nbytes + self.hot.device_nbytes)
+        # a training mini-batch's cold rows: what sizes the packers' windows (packed_windows)
+        self._cold_bytes = _most_cold(sampled["training"], self.hot.members) * row_bytes
 
     def _sampled_inputs(self) -> dict[str, list[np.ndarray]]:
         """The input rows of a few sampled mini-batches (one per split) with the training
@@ -241,16 +260,15 @@ class SSDLoader:
         if reuse and self._kept is not None and self._kept.complete and self._kept.key == key:
             yield from self._trained(self._replayed(self._kept))
             return
+        if self.packers and self.block_budget and not reuse:
+            yield from self._packed_stream(batches, fanouts, epoch, exclude, first)
+            return
         kept = None
         if reuse:  # the limit: measured once the previous kept epoch is deleted
             self._drop_kept()
             kept = self._kept = KeptSamples(key, self.kept_dir, disk_share(self.kept_dir))
         directory = self.kept_dir if reuse else self.block_dir
-        cfg = PlanConfig(fanouts=tuple(map(tuple, fanouts.tolist())), mega_batch=self.mega_batch, seed=self.seed,
-                         method=self.sampling.method)
-        planner = Planner(self.store.indptr, self.store.indices, cfg, self.hot.members,
-                          max_rows=self.budget.buffer_rows, max_bytes=self.plan_bytes // PLANS_ALIVE,
-                          **sampler_options(self.store, self.store.etypes))
+        planner = self._planner(fanouts)
         directory.mkdir(parents=True, exist_ok=True)
         spill = directory if self.block_budget or reuse else None
         rest = None if exclude is None else exclude[first:]
@@ -260,9 +278,9 @@ class SSDLoader:
         # repacking a window is long: its own thread, a window ahead; without blocks, plans
         # go from the planner to the read stage (no queue between: PLANS_ALIVE whole plans)
         repack = PlanWorker(windows, depth=2, name="gnnssd-repack", threads=self.threads) if self.block_budget else None
-        done = kept.keep if kept is not None else partial(delete, block_dir=directory)
+        done = (lambda plan, _: kept.keep(plan)) if kept is not None else delete
         try:
-            yield from self._trained(self._loaded(repack or windows, directory, done))
+            yield from self._trained(self._loaded(((window, directory) for window in repack or windows), done))
             if kept is not None:  # iterated to its end: every plan was loaded
                 kept.complete = kept.keeping
         finally:
@@ -271,6 +289,72 @@ class SSDLoader:
             plans.close()
             if kept is None or not kept.complete:
                 shutil.rmtree(directory, ignore_errors=True)
+
+    def _plan_config(self, fanouts: np.ndarray) -> PlanConfig:
+        return PlanConfig(fanouts=tuple(map(tuple, fanouts.tolist())), mega_batch=self.mega_batch, seed=self.seed,
+                          method=self.sampling.method)
+
+    def _planner(self, fanouts: np.ndarray) -> Planner:
+        """A planner of this loader's settings (the trainer's; a packer's: _packer_spec)."""
+        return Planner(self.store.indptr, self.store.indices, self._plan_config(fanouts), self.hot.members,
+                       max_rows=self.budget.buffer_rows, max_bytes=self.plan_bytes // PLANS_ALIVE,
+                       **sampler_options(self.store, self.store.etypes))
+
+    def _packer_spec(self, fanouts: np.ndarray) -> PackerSpec:
+        """What the packers plan with: this loader's planner, cost model and queues."""
+        options = sampler_options(self.store, self.store.etypes)
+        del options["etypes"]  # mapped by each packer from the store, not sent
+        cores = len(os.sched_getaffinity(0))
+        return PackerSpec(str(self.store.path), self._plan_config(fanouts), self.hot.members, self.budget.buffer_rows,
+                          self.packer_plan_bytes, self.cost_model, self.block_budget // (self.packers + 1),
+                          self.repack_staging, self.repack_writer, self._ssd.queue_depth, self._ssd.io_backend,
+                          self._ssd.verify_checksums, self.threads or max(1, cores // self.packers),
+                          options)
+
+    def _packed_stream(self, batches: list[np.ndarray], fanouts: np.ndarray, epoch: int,
+                       exclude: list[np.ndarray] | None, first: int) -> Iterator[MiniBatch]:
+        """_stream with packers: the first window planned here with page reads (no packer to
+        wait for before the first mini-batch), every later window by the packers, `packers`
+        of them given out ahead of the one being read, each within 1/(packers + 1) of the
+        block budget; the trainer reads, verifies and gathers."""
+        directory = self.block_dir
+        directory.mkdir(parents=True, exist_ok=True)
+        share = self.block_budget // (self.packers + 1)
+        # mini-batches a window: enough to fill its share of blocks (a packer cuts a window
+        # whose blocks pass it in two; one with too few rows gets no blocks at all)
+        size = max(1, -(-share // max(1, self._cold_bytes)))
+        rest = None if exclude is None else exclude[first:]
+        head = batches[first : first + size]
+        planner = self._planner(fanouts)
+        own = PlanWorker(self._planned(planner.plan_batches(head, epoch, None if rest is None else rest[:size], first),
+                                       None), depth=2, name="gnnssd-plan", threads=self.threads)
+        works = [WindowWork(k, epoch, first + lo, batches[first + lo : first + lo + size],
+                            None if rest is None else rest[lo : lo + size], directory / f"w{k}")
+                 for k, lo in enumerate(range(size, len(batches) - first, size), start=1)]
+        pools: list[PackerPool] = []  # started once the first mini-batch is out: its CPU is not in its wait
+        started = threading.Event()
+
+        def packed() -> Iterator[tuple[list[MegaBatchPlan], Path]]:
+            while not started.wait(POLL_S):
+                check_stop()
+            yield from pools[0].windows() if pools else ()
+
+        windows = itertools.chain((([plan], directory) for plan in own), packed())
+        try:
+            for i, batch in enumerate(self._trained(self._loaded(windows, delete))):
+                yield batch
+                del batch
+                if i == 0 and works:
+                    pools.append(PackerPool(self._packer_spec(fanouts), min(self.packers, len(works)), works,
+                                            self.packers, report=self._count_repack))
+                    started.set()
+            started.set()  # no packers needed (one window): the stream ends
+        finally:
+            started.set()
+            own.close()
+            for pool in pools:
+                pool.close()
+            shutil.rmtree(directory, ignore_errors=True)
 
     def _trained(self, loading: Iterator[tuple[MegaBatchPlan, np.ndarray]]) -> Iterator[MiniBatch]:
         """The mini-batches of loaded plans, the read stage kept BUFFERS plans ahead in its
@@ -305,7 +389,7 @@ class SSDLoader:
 
     def _replayed(self, kept: KeptSamples) -> Iterator[tuple[MegaBatchPlan, np.ndarray]]:
         """Read stage of a kept epoch: its plans in order, their files kept."""
-        return self._loaded(([plan] for plan in kept.plans), kept.directory, lambda plan: True)
+        return self._loaded((([plan], kept.directory) for plan in kept.plans), lambda plan, directory: True)
 
     def _drop_kept(self) -> None:
         if self._kept is not None:
@@ -336,25 +420,26 @@ class SSDLoader:
             return ([plan] for plan in plans)
         return repacked_windows(plans, self.direct_io, self.store.features_path, self.store.row_bytes,
                                 self.cost_model,
-                                self.block_budget, directory, self.staging_bytes, self.writer_bytes,
+                                self.block_budget, directory, self.repack_staging, self.repack_writer,
                                 report=self._count_repack, uses=uses)
 
     def _count_repack(self, report: RepackReport) -> None:
         self.timer.add("repack", report.seconds)
-        self.io.add(report.bytes_read, report.bytes_written, report.requests)
+        self.io.add(report.bytes_read, report.bytes_written, report.requests, part="packing")
 
-    def _loaded(self, windows: Iterable[list[MegaBatchPlan]], directory: Path,
-                done: Callable[[MegaBatchPlan], object]) -> Iterator[tuple[MegaBatchPlan, np.ndarray]]:
-        """Read stage: each plan's buffer filled (blocks from `directory`); then `done(plan)`
-        deletes its spill file and block, or keeps them for a replay."""
-        for window in windows:
+    def _loaded(self, windows: Iterable[tuple[list[MegaBatchPlan], Path]],
+                done: Callable[[MegaBatchPlan, Path], object]) -> Iterator[tuple[MegaBatchPlan, np.ndarray]]:
+        """Read stage: each plan's buffer filled (blocks from its window's folder); then
+        `done(plan, folder)` deletes its spill file and block, or keeps them for a replay."""
+        for window, directory in windows:
             for plan in window:
                 with self.timer.stage("read"):
                     full = plan.restore(keep_file=True) if plan.spill_path else plan
                     buffer = self.buffers.load(full, directory)
                 self.io.add(bytes_read=full.read.nbytes, requests=len(full.read.offsets),
-                            useful_bytes=full.stats["minibatch_cold_rows"] * self.store.row_bytes)
-                done(plan)
+                            useful_bytes=full.stats["minibatch_cold_rows"] * self.store.row_bytes,
+                            part="packed" if full.read.strategy is Strategy.BLOCK else "extents")
+                done(plan, directory)
                 yield full, buffer
                 del full, buffer  # not held while the next plan is restored
 
@@ -418,11 +503,12 @@ class SSDLoader:
             return MiniBatch(**parts, y=y).to(self.device, non_blocking=True)
 
     def io_stats(self) -> dict[str, int]:
-        """The disk's counters, and the x rows served so far from each level: the device
-        slice (`rows_device`), the host hot cache (`rows_host_cache`), the reads
-        (`rows_read`)."""
-        return {**self.io.as_dict(), **{key: self.buffers.level_rows[key]
-                                        for key in ("rows_device", "rows_host_cache", "rows_read")}}
+        """The disk's counters; the bytes read by repack scans ("packing_read_bytes"), from
+        compact blocks ("packed_...") and as page extents ("extents_..."); and the x rows
+        served so far from each level: the device slice (`rows_device`), the host hot cache
+        (`rows_host_cache`), the reads (`rows_read`)."""
+        return {**self.io.as_dict(), **self.io.parts(),
+                **{key: self.buffers.level_rows[key] for key in ("rows_device", "rows_host_cache", "rows_read")}}
 
     def close(self) -> None:
         if self._holder is not None:

@@ -1,0 +1,270 @@
+"""Packers: planning and repacking of whole windows off the training path, on the cores
+beside the trainer (`ssd.packers`).
+
+A window is a run of consecutive mini-batches. Window k goes to packer k mod N, a process
+of its own: it samples and plans the window's mini-batches (a Planner of its own: the
+window's first plan carries nothing from the previous window's buffer; neighbour draws
+depend on a mini-batch's position only, so the samples are those of one planner), spills
+every plan to the window's folder, chooses and writes the compact blocks, and hands back
+the plans as stubs. The consuming side only reads the packed bytes, verifies their
+checksums and assembles x. Processes, not threads: planning's Python glue holds the GIL for
+most of its time (measured: docs/BENCHMARKS.md, issue 46), so threads would not run side by side.
+
+Windows run ahead of training as far as the block budget allows: at most `ahead` windows
+are given out beyond the one being read, each within block_budget / (ahead + 1) of blocks.
+A packer that dies (killed, out of memory) is an error naming it and its window, raised in
+the consumer within POLL_S: nothing waits on it. Packers ignore Ctrl-C (the trainer stops
+them) and are ended when the pool closes; the caller removes the scratch folder after.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from multiprocessing.connection import Connection
+from typing import Callable, Iterator
+
+import numpy as np
+
+from gnnssd.pipeline.direct_io import DirectIO
+from gnnssd.pipeline.repack import RepackReport, repack_window
+from gnnssd.pipeline.worker import POLL_S, check_stop, numba_threads
+from gnnssd.sampler import CostModel, HotRows, MegaBatchPlan, PlanConfig, Planner, choose_window, pages_plan
+from gnnssd.storage_format import Store
+
+
+def default_packers() -> int:
+    """The cores left beside the trainer (the process's CPUs less one), at least 1."""
+    return max(1, len(os.sched_getaffinity(0)) - 1)
+
+
+@dataclass(frozen=True)
+class PackerSpec:
+    """What every packer needs, sent once when it starts (picklable: no mapped arrays)."""
+
+    store_path: str
+    plan: PlanConfig
+    hot: HotRows
+    max_rows: int
+    max_bytes: int
+    cost_model: CostModel
+    #: Blocks of one window at most (its share of the block budget).
+    window_block_bytes: int
+    staging_bytes: int
+    writer_bytes: int
+    queue_depth: int
+    io_backend: str
+    verify_checksums: bool
+    numba_threads: int
+    #: NeighborSampler's options beside the store's edge types (which the packer maps itself).
+    sampler_options: dict[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class WindowWork:
+    """One window: the seed batches of mini-batches first .. first+len(batches)-1 of an epoch."""
+
+    window: int
+    epoch: int
+    first: int
+    batches: list[np.ndarray]
+    exclude: list[np.ndarray] | None
+    directory: Path
+
+
+class Packer:
+    """Plans and repacks windows (in a packer process, or in the probe that measures one)."""
+
+    def __init__(self, spec: PackerSpec):
+        self.spec = spec
+        self.store = store = Store.open(spec.store_path)
+        options = {**spec.sampler_options, "etypes": store.etypes}
+        self._planner_args = (store.indptr, store.indices, spec.plan, spec.hot)
+        self._planner_options = {"max_rows": spec.max_rows, "max_bytes": spec.max_bytes, **options}
+        self.io = DirectIO(queue_depth=spec.queue_depth, backend=spec.io_backend,
+                           checksums={store.features_path: store.page_checksums()} if spec.verify_checksums else None)
+
+    def pack(self, work: WindowWork) -> tuple[list[MegaBatchPlan], list[RepackReport]]:
+        """The window's plans as stubs (their files in work.directory) and what repacking cost."""
+        spec, store = self.spec, self.store
+        work.directory.mkdir(parents=True, exist_ok=True)
+        planner = Planner(*self._planner_args, **self._planner_options)
+        stubs = []
+        for plan in planner.plan_batches(work.batches, work.epoch, work.exclude, work.first):
+            check_stop()
+            plan.read = pages_plan(plan.read_rows, store.row_bytes, spec.cost_model)
+            if plan.pieces and plan.piece < plan.pieces - 1:
+                plan = replace(plan, minibatches=[])  # only the last piece yields the mini-batch
+            stubs.append(plan.spill(work.directory / f"plan_e{plan.epoch}_m{plan.index}.spill"))
+            del plan
+        # the window's best blocks within its share (the rest read as pages), in one scan
+        scan = choose_window(stubs, store.row_bytes, spec.cost_model, spec.window_block_bytes)
+        report = repack_window(self.io, store.features_path, store.row_bytes, stubs, scan, work.directory,
+                               spec.staging_bytes, spec.writer_bytes)
+        empty = np.empty(0, np.int64)  # the spill file has them: the stub crosses as little as it can
+        return [replace(p, rows=empty, carry_src=empty) for p in stubs], [report]
+
+    def close(self) -> None:
+        self.io.shutdown()
+
+
+#: The packer process's program: the parent's import path, then `serve` on the inherited socket.
+_PROGRAM = ("import json, sys; sys.path[:] = json.loads(sys.argv[2]); "
+            "from gnnssd.pipeline.packers import serve; serve(int(sys.argv[1]))")
+
+
+def serve(fd: int) -> None:
+    """A packer process: its PackerSpec, then windows in and (stubs, reports) or the error's
+    text out over the socket `fd`, until told to stop or the pool is gone."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the trainer's Ctrl-C is the trainer's to handle
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    conn = Connection(fd)
+    packer = None
+    try:
+        spec = conn.recv()
+        numba_threads(spec.numba_threads)
+        packer = Packer(spec)
+        while True:
+            work = conn.recv()
+            if work is None:
+                return
+            try:
+                conn.send(("ok", packer.pack(work)))
+            except Exception as exc:  # the window's error, raised in the consumer
+                conn.send(("error", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+    except (EOFError, ConnectionError):  # the pool is gone
+        return
+    except Exception as exc:
+        conn.send(("error", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+    finally:
+        if packer is not None:
+            packer.close()
+        conn.close()
+
+
+class PackerError(RuntimeError):
+    """A packer failed or died; the message names it and its window."""
+
+
+class PackerPool:
+    """`count` packer processes packing `works` (in window order) ahead of the consumer.
+
+    Iterate `windows()` for (stubs, folder) of each window in order; `close()` ends the
+    packers (whatever they are doing) and removes nothing: the caller owns the folders."""
+
+    def __init__(self, spec: PackerSpec, count: int, works: list[WindowWork], ahead: int,
+                 report: Callable[[RepackReport], None] | None = None):
+        """`report` hears each window's repack costs as its stubs arrive."""
+        if count < 1:
+            raise ValueError(f"ssd.packers: {count}; expected at least 1")
+        self.works, self.ahead, self._report = works, max(1, ahead), report
+        self._procs: list[subprocess.Popen] = []
+        self._conns: list[Connection] = []
+        # A fresh interpreter each (fork is unsafe beside OpenMP and the engine's threads;
+        # multiprocessing's spawn would run the user's main script again). SIGINT blocked
+        # while they start (the mask crosses exec): a Ctrl-C during a packer's imports is the
+        # trainer's; the packer ignores it once running.
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            for _ in range(count):
+                ours, theirs = socket.socketpair()
+                try:
+                    proc = subprocess.Popen([sys.executable, "-c", _PROGRAM, str(theirs.fileno()), json.dumps(sys.path)],
+                                            pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL)
+                finally:
+                    theirs.close()
+                self._procs.append(proc)
+                self._conns.append(Connection(ours.detach()))
+                self._conns[-1].send(spec)
+        except BaseException:
+            self.close()
+            raise
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        self._given = 0
+
+    @property
+    def count(self) -> int:
+        return len(self._procs)
+
+    def _give(self, upto: int) -> None:
+        """Hand out the windows before `upto` not yet given."""
+        while self._given < min(upto, len(self.works)):
+            k = self._given
+            try:
+                self._conns[k % self.count].send(self.works[k])
+            except OSError:  # the packer is gone: waiting for this window says so (_result)
+                pass
+            self._given += 1
+
+    def _result(self, k: int) -> list[MegaBatchPlan]:
+        """Window k's stubs, waiting for its packer; a dead packer or a failed window raises."""
+        i = k % self.count
+        proc, conn = self._procs[i], self._conns[i]
+        where = f"packer {i} (process {proc.pid}), packing window {k} (mini-batches from {self.works[k].first})"
+        while True:
+            check_stop()
+            try:
+                if conn.poll(POLL_S):
+                    reply = conn.recv()
+                    break
+            except (EOFError, ConnectionError):
+                reply = None
+                break
+            if proc.poll() is not None:
+                reply = None
+                break
+        if reply is None:
+            try:
+                code = proc.wait(POLL_S)
+            except subprocess.TimeoutExpired:
+                code = None
+            how = (f"was killed by {signal.Signals(-code).name}" if code is not None and code < 0
+                   else f"exited with status {code}")
+            raise PackerError(f"{where}: the packer {how}; training stopped (its window's scratch is removed)")
+        if reply[0] == "error":
+            raise PackerError(f"{where}: {reply[1]}")
+        stubs, reports = reply[1]
+        for each in reports if self._report is not None else ():
+            self._report(each)
+        return stubs
+
+    def windows(self) -> Iterator[tuple[list[MegaBatchPlan], Path]]:
+        """Each window's stubs and folder, in order; the previous window's folder is removed
+        when the next is asked for (its plans are loaded by then)."""
+        previous: Path | None = None
+        for k, work in enumerate(self.works):
+            self._give(k + 1 + self.ahead)
+            stubs = self._result(k)
+            if previous is not None:
+                shutil.rmtree(previous, ignore_errors=True)
+            previous = work.directory
+            yield stubs, work.directory
+            del stubs
+
+    def close(self) -> None:
+        """End every packer now (a window in progress is abandoned: the caller removes the
+        scratch) and wait for them."""
+        for conn in self._conns:
+            try:
+                conn.send(None)
+            except OSError:
+                pass
+        deadline = time.monotonic() + 2 * POLL_S
+        for proc in self._procs:
+            try:
+                proc.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        for conn in self._conns:
+            conn.close()
+        self._procs, self._conns = [], []

@@ -1,0 +1,137 @@
+"""The ssd loader's packer processes under faults: kill -9 of a packer, Ctrl-C, a full scratch
+disk. Each gives a clear error (or a clean stop), leaves no scratch and no packer behind, and
+never hangs: every run is a child process under a timeout."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gnnssd.datasets import synthetic_source
+from gnnssd.sampler import node_order
+from gnnssd.storage_format import write_store
+from tests.conftest import REPO
+
+#: A child that opens an ssd loader with one packer and compact blocks (the packers' path)
+#: on the store argv[1], scratch under argv[2], and takes the first mini-batch.
+_OPEN = """
+import os, signal, sys, time
+import numpy as np, psutil
+from gnnssd import NodeLoader
+from gnnssd.pipeline.packers import PackerError
+from gnnssd.storage_format import Store
+store = Store.open(sys.argv[1])
+scratch = sys.argv[2]
+loader = NodeLoader(store, store.original_ids(np.asarray(store.train_store_ids)), fanouts=[5, 5], batch_size=200,
+                    features="ssd", memory_budget="24MiB", block_budget="8MiB", packers=1, mega_batch=4,
+                    hot_fraction=0.3, seed=3, shuffle=True, device="cpu", scratch_dir=scratch)
+batches = iter(loader)
+next(batches)
+packers = psutil.Process().children()
+print("packers", len(packers), flush=True)
+"""
+_AFTER = """
+loader.close()
+alive = [p.pid for p in packers if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+print("left", sorted(os.listdir(scratch)), "packers alive", alive, flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> Path:
+    """20k nodes x 64 float32 (5 MiB): several packer windows at the budgets above."""
+    source = synthetic_source(num_nodes=20_000, feat_dim=64, num_classes=8, avg_degree=10, train_fraction=0.3)
+    path = write_store(tmp_path_factory.mktemp("packers") / "store", source, order=node_order("degree"))
+    try:
+        os.close(os.open(Path(path) / "features.bin", os.O_RDONLY | os.O_DIRECT))
+    except OSError:
+        pytest.skip("the test directory refuses O_DIRECT (tmpfs?)")
+    return Path(path)
+
+
+def _child(body: str, store: Path, scratch: Path, **options) -> subprocess.Popen:
+    scratch.mkdir()
+    return subprocess.Popen([sys.executable, "-c", _OPEN + body + _AFTER, str(store), str(scratch)], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **options)
+
+
+def test_a_killed_packer_stops_training_with_an_error_naming_it(store, tmp_path):
+    """kill -9 of the packer: the next window it owed is an error naming the packer, its
+    process and the signal, raised within seconds (not a hang); no scratch is left."""
+    body = """
+packers[0].kill()
+start = time.monotonic()
+try:
+    for _ in batches:
+        pass
+    print("no error")
+except PackerError as exc:
+    print("error:", exc, flush=True)
+print("seconds", round(time.monotonic() - start, 1), flush=True)
+"""
+    proc = _child(body, store, tmp_path / "scratch")
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    assert "packers 1" in out, out
+    assert "error: packer 0 (process " in out and "was killed by SIGKILL" in out, out
+    assert "left [] packers alive []" in out, out
+
+
+def test_ctrl_c_with_packers_stops_cleanly(store, tmp_path):
+    """Ctrl-C (SIGINT to the whole process group, as a terminal sends it): the packers ignore
+    it and keep their windows; the trainer gets KeyboardInterrupt, and closing the loader
+    ends the packers and removes the scratch."""
+    body = """
+print("ready", flush=True)
+try:
+    for _ in batches:
+        time.sleep(0.2)
+    print("no interrupt")
+except KeyboardInterrupt:
+    print("interrupted; packers alive", [p.pid for p in packers if p.status() != psutil.STATUS_ZOMBIE], flush=True)
+"""
+    proc = _child(body, store, tmp_path / "scratch", start_new_session=True)
+    try:
+        for line in proc.stdout:
+            if line.startswith("ready"):
+                break
+        time.sleep(0.5)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, err[-3000:]
+    assert "interrupted; packers alive [" in out and "packers alive []\n" not in out.split("left")[0], out
+    assert "left [] packers alive []" in out, out
+
+
+def test_a_full_scratch_disk_names_the_block_file_and_its_disk(store, tmp_path):
+    """The packer's compact block meets a full disk (the file-size limit's EFBIG, inherited
+    by the packer process): an error naming the packer, the block file, its disk and
+    ssd.block_budget: 0; no scratch left."""
+    body = """
+try:
+    for _ in batches:
+        pass
+    print("no error")
+except PackerError as exc:
+    print("error:", exc, flush=True)
+"""
+    limit = ("import resource, signal\nsignal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+             "resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 18, 1 << 18))\n")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    proc = subprocess.run([sys.executable, "-c", limit + _OPEN + body + _AFTER, str(store), str(scratch)], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    assert "error: packer 0 (process " in out, out
+    assert f"{scratch / 'blocks'}" in out and ".bin: cannot write (File too large) on the file system of " in out, out
+    assert "ssd.block_budget: 0" in out, out
+    assert "left [] packers alive []" in out, out

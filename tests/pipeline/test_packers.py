@@ -1,0 +1,58 @@
+"""Packers (ssd.packers): windows planned and repacked in packer processes give the mini-batches
+the trainer's own planner gives, with the store's rows, and every window's scratch goes."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gnnssd import NodeLoader
+from gnnssd.core import ConfigError
+from gnnssd.datasets import synthetic_source
+from gnnssd.sampler import node_order
+from gnnssd.storage_format import Store, write_store
+
+OPTIONS = {"fanouts": [5, 5], "batch_size": 200, "eval_fanouts": [5, 5], "eval_batch_size": 200, "features": "ssd",
+           "memory_budget": "36MiB",
+           "block_budget": "24MiB", "mega_batch": 4, "hot_fraction": 0.05, "seed": 3, "shuffle": True, "device": "cpu"}
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> Store:
+    source = synthetic_source(num_nodes=20_000, feat_dim=64, num_classes=8, avg_degree=10, train_fraction=0.3)
+    return Store.open(write_store(tmp_path_factory.mktemp("packers") / "store", source, order=node_order("degree")))
+
+
+def _epoch(store: Store, packers: int, tmp_path) -> tuple[list[tuple[np.ndarray, np.ndarray]], dict[str, int]]:
+    """(input nodes, x) of every mini-batch of epoch 1, and the loader's io_stats."""
+    with NodeLoader(store, store.original_ids(np.asarray(store.train_store_ids)), packers=packers,
+                    scratch_dir=tmp_path / f"scratch{packers}", **OPTIONS) as loader:
+        loader.io_stats()  # the set-up's reads
+        loader.set_epoch(1)
+        batches = [(batch.input_nodes.numpy().copy(), batch.x.numpy().copy()) for batch in loader]
+        stats = loader.io_stats()
+        assert not loader.backend.block_dir.exists()  # every window's folder is gone
+    return batches, stats
+
+
+def test_packers_give_the_trainers_minibatches_with_the_stores_rows(store, tmp_path):
+    """0 packers (the trainer's threads plan and repack), 1 and 2 packer processes: the same
+    input nodes per mini-batch (samples depend on a mini-batch's position only) and x equal to
+    the store's rows; with packers, windows after the first are repacked by the packers
+    (bytes read by repack scans and from blocks) and the first is read as page extents."""
+    features = store.features_memmap()
+    reference, _ = _epoch(store, 0, tmp_path)
+    assert len(reference) > 8  # several packer windows
+    for packers in (1, 2):
+        batches, stats = _epoch(store, packers, tmp_path)
+        assert len(batches) == len(reference)
+        for (nodes, x), (want_nodes, _) in zip(batches, reference):
+            np.testing.assert_array_equal(nodes, want_nodes)
+            np.testing.assert_array_equal(x, features[store.store_ids(nodes)])
+        assert stats["packing_read_bytes"] > 0 and stats["packed_read_bytes"] > 0 and stats["extents_read_bytes"] > 0
+        assert stats["bytes_written"] > 0
+
+
+def test_a_bad_packers_value_names_the_key(store, tmp_path):
+    with pytest.raises((ConfigError, ValueError), match="ssd.packers"):
+        NodeLoader(store, store.original_ids(np.asarray(store.train_store_ids)), packers=-1,
+                   scratch_dir=tmp_path / "scratch", **OPTIONS)
