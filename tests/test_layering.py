@@ -36,7 +36,7 @@ ALLOWED = {
     "gnnssd.loading": _LOWER | {"gnnssd.core", "gnnssd.compiler"},
     "gnnssd.models": {"gnnssd.storage_format", "gnnssd.compiler", "gnnssd.core"},
     "gnnssd.training": _LOWER | {"gnnssd.core", "gnnssd.loading", "gnnssd.models"},
-    "gnnssd.inference": _LOWER | {"gnnssd.core", "gnnssd.loading", "gnnssd.models", "gnnssd.training"},
+    "gnnssd.inference": _LOWER | {"gnnssd.core", "gnnssd.loading", "gnnssd.models"},
     "gnnssd.cli": _LOWER | {"gnnssd.datasets", "gnnssd.core", "gnnssd.loading", "gnnssd.models",
                             "gnnssd.training", "gnnssd.inference"},
 }

@@ -222,7 +222,7 @@ def cmd_predict(args: argparse.Namespace) -> None:
     out = Path(args.out)
     check_output(out, config.run_path())
     if args.layerwise:
-        from gnnssd.inference import predict_layerwise
+        from gnnssd.cli.layerwise_commands import predict_layerwise
 
         predictions = predict_layerwise(config)
     else:
@@ -236,7 +236,7 @@ def cmd_predict(args: argparse.Namespace) -> None:
 
 def cmd_embed(args: argparse.Namespace) -> None:
     from gnnssd.core import load_config
-    from gnnssd.inference import embed
+    from gnnssd.cli.layerwise_commands import embed
     from gnnssd.training import check_output
 
     config = load_config(args.config, _parse_overrides(args.set))

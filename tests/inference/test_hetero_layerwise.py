@@ -12,8 +12,8 @@ import torch
 
 from gnnssd.cli.commands import main
 from gnnssd.core.config import ModelConfig, SSDConfig
-from gnnssd.inference.blocks import input_types, layer_types
-from gnnssd.inference.layerwise import LayerwiseSSD, chunk_bounds, layerwise_inference
+from gnnssd.inference.blocks import chunk_bounds, input_types, layer_types
+from gnnssd.inference.layerwise import LayerwiseSSD, layerwise_inference
 from gnnssd.models.hetero import build_hetero_model
 from gnnssd.storage_format import Store, write_store
 from gnnssd.training.tasks import Trainer

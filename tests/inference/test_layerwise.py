@@ -12,7 +12,9 @@ from gnnssd.core.config import ModelConfig, load_config
 from gnnssd.core.timing import StageTimer
 from gnnssd.datasets import ArraySource
 from gnnssd.inference import mean as layerwise_mean
-from gnnssd.inference.layerwise import LayerwiseSSD, chunk_bounds, embed, layerwise_memory
+from gnnssd.cli.layerwise_commands import embed
+from gnnssd.inference.blocks import chunk_bounds
+from gnnssd.inference.layerwise import LayerwiseSSD, layerwise_memory
 from gnnssd.inference.mean import bucket_in_edges, sum_ranges
 from gnnssd.loading.backends.memory import MemoryLoader
 from gnnssd.loading.types import load_features
@@ -177,13 +179,13 @@ def test_layerwise_without_the_disk_for_its_layer_files_is_refused_before_comput
     the free disk cannot hold a layer's input and output files (and the output)."""
     import shutil
 
-    from gnnssd.inference import layerwise
+    from gnnssd.cli import layerwise_commands as layerwise
 
     config_file = _trained_ssd_run(store, tmp_path)
     real = shutil.disk_usage
     monkeypatch.setattr(layerwise.shutil, "disk_usage", lambda path: real(path)._replace(free=4096))
     computed = []
-    monkeypatch.setattr(layerwise.LayerwiseSSD, "run", lambda *a, **k: computed.append(1))
+    monkeypatch.setattr(LayerwiseSSD, "run", lambda *a, **k: computed.append(1))
     for argv in (["embed", "--out", str(tmp_path / "e.npy")], ["predict", "--layerwise", "--out", str(tmp_path / "p.npy")]):
         assert main([argv[0], "--config", str(config_file), *argv[1:]]) == 2
         err = capsys.readouterr().err
@@ -199,7 +201,7 @@ def test_layer_files_fall_back_to_float16_when_float32_ones_would_not_fit(store,
     import logging
     import shutil
 
-    from gnnssd.inference import layerwise
+    from gnnssd.cli import layerwise_commands as layerwise
 
     config_file = _trained_ssd_run(store, tmp_path)
     config = load_config(config_file)

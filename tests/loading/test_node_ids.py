@@ -10,7 +10,7 @@ import torch
 import gnnssd
 from gnnssd.core.config import config_from_dict
 from gnnssd.datasets import ArraySource
-from gnnssd.inference.layerwise import embed, predict_layerwise
+from gnnssd.cli.layerwise_commands import embed, predict_layerwise
 from gnnssd.sampler import node_order
 from gnnssd.storage_format import write_store
 
