@@ -7,8 +7,8 @@ import pytest
 from gnnssd.datasets import ArraySource
 from gnnssd.sampler import node_order
 from gnnssd.storage_format import write_store
-from gnnssd.storage_format.csc import bucket_bounds, csc_from_edges
-from gnnssd.storage_format.csc_external import external_csc, prefetched
+from gnnssd.storage_format.preprocess.csc import bucket_bounds, csc_from_edges
+from gnnssd.storage_format.preprocess.csc_external import external_csc, prefetched
 
 from tests.conftest import random_graph_arrays
 

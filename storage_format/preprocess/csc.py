@@ -15,8 +15,8 @@ from typing import Callable
 import numba
 import numpy as np
 
-from .atomic import writable_file
-from .mapping import npy_header, release_pages
+from ..atomic import writable_file
+from ..mapping import npy_header, release_pages
 
 
 def index_dtype(num_nodes: int) -> np.dtype:
