@@ -80,7 +80,8 @@ def test_prefetched_keeps_order_and_raises_the_producers_error():
 PREPROCESS_SCRIPT = """
 import re, sys
 from gnnssd.datasets import IGBSource
-from gnnssd.storage_format import topology, write_store
+from gnnssd.storage_format import write_store
+from gnnssd.storage_format.preprocess import topology
 topology.CHUNK_EDGES = 1 << 17  # both graphs span many chunks: the read-ahead queue is full in both
 write_store(sys.argv[1] + '/store', IGBSource(sys.argv[1]), memory_limit=int(sys.argv[2]))
 # VmHWM, not ru_maxrss: the latter keeps the parent's RSS from before exec.
