@@ -94,7 +94,7 @@ PRESET_DTYPES = {"mag": "float16", "mag240m": "float16", "mag240m-half": "float1
 
 
 class HeteroSyntheticSource:
-    """The TypedSource of a HeteroSpec (see storage_format.source.TypedSource)."""
+    """The TypedSource of a HeteroSpec (see storage_format.preprocess.source.TypedSource)."""
 
     symmetric = False
 

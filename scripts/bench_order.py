@@ -21,7 +21,7 @@ import numpy as np
 
 from gnnssd.datasets import synthetic_source
 from gnnssd.sampler.order import ORDERS, hotness, window_locality
-from gnnssd.storage_format.csc import csc_from_edges
+from gnnssd.storage_format.preprocess.csc import csc_from_edges
 
 FANOUTS = (15, 10, 5)
 

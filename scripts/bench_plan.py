@@ -44,7 +44,7 @@ from gnnssd.sampler.readplan import pages_plan, per_row_requests, windows
 from gnnssd.sampler.seed_order import Proximity, Shuffled, seed_batches
 from gnnssd.pipeline.repack import delete, repack
 from gnnssd.storage_format import Store
-from gnnssd.storage_format.csc import renumber_csc
+from gnnssd.storage_format.preprocess.csc import renumber_csc
 from gnnssd.storage_format.manifest import PAGE
 
 

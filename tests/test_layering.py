@@ -202,7 +202,7 @@ def test_the_scan_names_an_import_cycle(tmp_path: Path, monkeypatch: pytest.Monk
 def test_the_store_records_the_version_of_the_package() -> None:
     """The store layer reads gnnssd's version from the package metadata, not the package."""
     import gnnssd
-    from gnnssd.storage_format.writer import _version
+    from gnnssd.storage_format.preprocess.writer import _version
 
     assert _version() == gnnssd.__version__
 
@@ -384,3 +384,32 @@ def test_the_kind_scan_sees_each_pattern(tmp_path: Path) -> None:
     assert kind_checks(tmp_path, ("sampler",)) == {
         "sampler/m.py": [(2, "is_homogeneous"), (4, "etypes is None"), (5, "typed ternary"),
                          (6, "isinstance dict"), (8, "etypes is None")]}
+
+
+# The layers that write stores: the commands (preprocess, export, the demo) and the dataset
+# sources they read. Everything else reads a store and never imports its preprocessing.
+PREPROCESS = "gnnssd.storage_format.preprocess"
+WRITERS = {"gnnssd.cli", "gnnssd.datasets"}
+
+
+def _preprocess_imports(package: str, folder: str) -> list[str]:
+    """Where `package` imports storage_format's preprocessing modules: directly, or through a
+    name the storage_format package exports lazily from one of them."""
+    from gnnssd import storage_format
+
+    via_package = {f"gnnssd.storage_format.{name}" for name, module in storage_format._EXPORTS.items()
+                   if module.startswith(".preprocess.")}
+    bad = []
+    for path in sorted((REPO / folder).rglob("*.py")):
+        module = _module(path, package, folder)
+        if module == PREPROCESS or module.startswith(PREPROCESS + "."):
+            continue
+        bad += [f"{path.relative_to(REPO)}:{line}: {package} imports {name}"
+                for line, name in _imports(path, module, via_package)
+                if name in via_package or name == PREPROCESS or name.startswith(PREPROCESS + ".")]
+    return bad
+
+
+@pytest.mark.parametrize("package", sorted(set(ALLOWED) - WRITERS))
+def test_the_reading_side_never_imports_preprocessing(package: str) -> None:
+    assert _preprocess_imports(package, FOLDERS[package]) == []

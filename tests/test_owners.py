@@ -38,8 +38,8 @@ OWNERS = {
 # (module, rule) -> why the raw call is safe there
 EXCEPTIONS = {
     ("io_engine/build_ffi.py", "write"): "build time: writes the generated C source of the engine",
-    ("storage_format/steps.py", "write"): "/proc/self/clear_refs (resets the peak RSS counter)",
-    ("storage_format/steps.py", "read"): "/proc/self counters (peak RSS, bytes written)",
+    ("storage_format/preprocess/steps.py", "write"): "/proc/self/clear_refs (resets the peak RSS counter)",
+    ("storage_format/preprocess/steps.py", "read"): "/proc/self counters (peak RSS, bytes written)",
     ("gnnssd/pipeline/block_writer.py", "write"): "compact blocks in this process's own scratch directory "
                                                   "(O_DIRECT needs its own open)",
     ("gnnssd/training/rundir.py", "write"): "the run's lock file: opened O_NOFOLLOW, checked regular and "

@@ -169,7 +169,7 @@ import numpy as np
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from gnnssd.sampler.sampling import NeighborSampler
-from gnnssd.storage_format.csc import csc_from_edges
+from gnnssd.storage_format.preprocess.csc import csc_from_edges
 rng = np.random.default_rng(0)
 n = 300
 indptr, indices = csc_from_edges(rng.integers(n, size=2000), rng.integers(n, size=2000), n)
@@ -595,7 +595,7 @@ def test_out_inside_the_input_of_every_source_is_refused(tmp_path, kind):
 
 @pytest.mark.parametrize("kind", ["graphbolt", "igb", "ogb-binary"])
 def test_every_source_lists_the_files_it_reads_for_the_resume_key(tmp_path, kind):
-    from gnnssd.storage_format.writer import _input_identity
+    from gnnssd.storage_format.preprocess.writer import _input_identity
     source, _ = _source_of(kind, tmp_path / "input")
     files = {Path(entry["path"]).name for entry in
              _input_identity([Path(p).resolve() for p in source.input_paths()])}

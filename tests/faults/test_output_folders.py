@@ -1,7 +1,7 @@
 """Fault cases of issue 48 on the folders and files gnnssd writes: names that become paths
 (storage_format.schema.check_name), the working files of a resumed preprocess and the lock
 beside --out (storage_format.atomic: writable_file, exclusive_lock), and the one output-folder
-policy of preprocess, export and demo (storage_format.partial_dir: never inside a store,
+policy of preprocess, export and demo (storage_format.preprocess.partial_dir: never inside a store,
 never over files the command did not make, built in .NAME.partial and renamed, locked).
 
 Each test is named after the fault it covers; stores are tiny and made here.

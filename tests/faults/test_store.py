@@ -122,7 +122,7 @@ def test_user_folder_named_like_preprocess_scratch_is_refused_untouched(tmp_path
 def test_swap_interrupted_between_its_renames_is_restored(tmp_path, monkeypatch):
     """A crash after the old store moved to `.NAME.old` and before the new one moved in:
     the next preprocess puts the old store back, then resumes and replaces it."""
-    from gnnssd.storage_format import partial_dir
+    from gnnssd.storage_format.preprocess import partial_dir
 
     out = _small_store(tmp_path / "store")
     renames, rename = [], os.rename
@@ -527,7 +527,7 @@ def test_disk_full_names_the_file_removes_the_partial_and_says_the_space(tmp_pat
     """The disk fills up anyway (another writer, a wrong estimate): the error names the
     file, the unfinished store goes, the message says the space needed."""
     from gnnssd.datasets import HeterophilousSource
-    from gnnssd.storage_format import writer
+    from gnnssd.storage_format.preprocess import writer
 
     graph = _write_npz(tmp_path / "raw" / "graph.npz", seed=0, num_nodes=2000, dim=256)
     out = small_filesystem / "store"

@@ -8,7 +8,7 @@ from gnnssd.sampler.graphs import random_csc
 from gnnssd.sampler.order import (degree_order, hot_order, hotness, locality_order, metis_order, node_order, rcm_order,
                                   window_locality)
 from gnnssd.sampler.sampling import NeighborSampler
-from gnnssd.storage_format.csc import csc_from_edges
+from gnnssd.storage_format.preprocess.csc import csc_from_edges
 
 
 def test_orders_are_permutations_with_hot_rows_first():

@@ -7,8 +7,8 @@ import pytest
 from gnnssd.datasets import ArraySource
 from gnnssd.sampler import node_order
 from gnnssd.storage_format import write_store
-from gnnssd.storage_format.csc import bucket_bounds, csc_from_edges
-from gnnssd.storage_format.csc_external import external_csc, prefetched
+from gnnssd.storage_format.preprocess.csc import bucket_bounds, csc_from_edges
+from gnnssd.storage_format.preprocess.csc_external import external_csc, prefetched
 
 from tests.conftest import random_graph_arrays
 
@@ -80,7 +80,8 @@ def test_prefetched_keeps_order_and_raises_the_producers_error():
 PREPROCESS_SCRIPT = """
 import re, sys
 from gnnssd.datasets import IGBSource
-from gnnssd.storage_format import topology, write_store
+from gnnssd.storage_format import write_store
+from gnnssd.storage_format.preprocess import topology
 topology.CHUNK_EDGES = 1 << 17  # both graphs span many chunks: the read-ahead queue is full in both
 write_store(sys.argv[1] + '/store', IGBSource(sys.argv[1]), memory_limit=int(sys.argv[2]))
 # VmHWM, not ru_maxrss: the latter keeps the parent's RSS from before exec.

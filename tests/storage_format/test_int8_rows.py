@@ -13,7 +13,8 @@ import gnnssd
 from gnnssd.datasets import ArraySource
 from gnnssd.loading.types import load_features
 from gnnssd.sampler import node_order
-from gnnssd.storage_format import Store, StoreError, features, write_store
+from gnnssd.storage_format import Store, StoreError, write_store
+from gnnssd.storage_format.preprocess import features
 from gnnssd.storage_format.quantize import dequantize_rows, quantize_rows
 
 from tests.conftest import random_graph_arrays

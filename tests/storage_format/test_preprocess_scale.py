@@ -11,9 +11,9 @@ from gnnssd.datasets.synthetic import _weighted_position
 from gnnssd.sampler import node_order
 from gnnssd.sampler import order as sampler_order
 from gnnssd.storage_format import Store, write_store
-from gnnssd.storage_format import features, reorder, topology, writer
-from gnnssd.storage_format.csc import csc_from_edges, renumber_csc, renumber_csc_to_file
-from gnnssd.storage_format.csc_external import external_csc
+from gnnssd.storage_format.preprocess import features, reorder, topology, writer
+from gnnssd.storage_format.preprocess.csc import csc_from_edges, renumber_csc, renumber_csc_to_file
+from gnnssd.storage_format.preprocess.csc_external import external_csc
 
 from tests.hetero_graph import ToyHeteroSource
 

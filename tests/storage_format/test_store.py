@@ -12,7 +12,7 @@ import scipy.sparse as sp
 from gnnssd.datasets import ArraySource
 from gnnssd.sampler import node_order
 from gnnssd.storage_format import PageChecksumError, Store, StoreError, write_store
-from gnnssd.storage_format.csc import csc_from_edges, renumber_csc
+from gnnssd.storage_format.preprocess.csc import csc_from_edges, renumber_csc
 
 from tests.conftest import random_graph_arrays
 

@@ -9,10 +9,11 @@ import pytest
 
 from gnnssd.datasets import hetero_synthetic_source
 from gnnssd.sampler import node_order
-from gnnssd.storage_format import Store, typed_csc, write_store
-from gnnssd.storage_format.csc import renumber_csc_to_file
+from gnnssd.storage_format import Store, write_store
+from gnnssd.storage_format.preprocess import typed_csc
+from gnnssd.storage_format.preprocess.csc import renumber_csc_to_file
 from gnnssd.storage_format.link_split import relation_link_split
-from gnnssd.storage_format.typed_csc import checked_relation_edges, typed_csc_to_files
+from gnnssd.storage_format.preprocess.typed_csc import checked_relation_edges, typed_csc_to_files
 
 from tests.storage_format.test_preprocess_scale import Interrupted, _interrupt_at
 

@@ -9,13 +9,13 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from .atomic import ChecksummedWriter, writable_file
+from ..atomic import ChecksummedWriter, writable_file
 from .disk_space import _writing
-from .errors import DatasetError
+from ..errors import DatasetError
 from .input_checks import _checked_chunk
-from .manifest import FEATURES, PAGE, ROW_SCALES
+from ..manifest import FEATURES, PAGE, ROW_SCALES
 from .progress import record, state_of
-from .quantize import quantize_rows
+from ..quantize import quantize_rows
 from .source import DatasetSource, schema_of
 
 QUANTIZED_FEATURES = "features.int8.bin"  # int8 rows until they replace the float32 features.bin

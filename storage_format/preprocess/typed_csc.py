@@ -26,14 +26,14 @@ from typing import Callable, Iterator
 import numba
 import numpy as np
 
-from .atomic import atomic_write_json, writable_file
+from ..atomic import atomic_write_json, writable_file
 from .csc import csc_from_edges, index_dtype
 from .csc_external import external_csc
-from .errors import DatasetError
-from .link_split import LinkSplit, held_out_mask
-from .mapping import npy_header, release_pages
-from .schema import GraphSchema
-from .small_files import read_small_json
+from ..errors import DatasetError
+from ..link_split import LinkSplit, held_out_mask
+from ..mapping import npy_header, release_pages
+from ..schema import GraphSchema
+from ..small_files import read_small_json
 from .source import TypedSource, sliced_edges
 
 Notify = Callable[[str, int, int], None]

@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from .errors import DatasetError
-from .schema import GraphSchema
+from ..errors import DatasetError
+from ..schema import GraphSchema
 from .source import DatasetSource, schema_of
 
 #: Any store may have this many classes; more only with as many labelled nodes (a label of

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from .errors import StoreError
+from ..errors import StoreError
 
 
 class DiskFullError(StoreError):

@@ -21,8 +21,8 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from .atomic import ChecksummedWriter, writable_file
-from .manifest import PAGE
+from ..atomic import ChecksummedWriter, writable_file
+from ..manifest import PAGE
 from .progress import record, state_of
 
 Notify = Callable[[str, int, int], None]

@@ -8,12 +8,12 @@ from typing import Callable
 
 import numpy as np
 
-from .atomic import crc32_of_file, writable_file
+from ..atomic import crc32_of_file, writable_file
 from .disk_space import _writing
 from . import features
-from .manifest import FEATURES, PAGE, PAGE_CHECKSUMS
-from .mapping import npy_header
-from .page_crc import page_crc32c
+from ..manifest import FEATURES, PAGE, PAGE_CHECKSUMS
+from ..mapping import npy_header
+from ..page_crc import page_crc32c
 
 #: Entries widened at a time when a narrow array is saved in a wider dtype.
 WIDEN_CHUNK = 1 << 22

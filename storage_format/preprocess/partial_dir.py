@@ -14,12 +14,12 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from .atomic import atomic_write_json, exclusive_lock, fsync_dir, store_above
+from ..atomic import atomic_write_json, exclusive_lock, fsync_dir, store_above
 from .disk_space import _writing
-from .errors import StoreError
-from .manifest import MANIFEST, foreign_entries, is_store_manifest
+from ..errors import StoreError
+from ..manifest import MANIFEST, foreign_entries, is_store_manifest
 from .progress import PROGRESS
-from .small_files import read_small_json
+from ..small_files import read_small_json
 
 log = logging.getLogger(__name__)
 

@@ -19,17 +19,17 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .atomic import atomic_write_json
+from ..atomic import atomic_write_json
 from .checksums import _save_array, _write_page_checksums
 from .csc import index_dtype
 from .disk_space import DiskFullError, _check_free_space, _mib, _writing
-from .errors import DatasetError
+from ..errors import DatasetError
 from .features import (_checked_feature_rows, _quantize_features, _stream_features, _window_rows,
                        _written_dtype)
 from .input_checks import (_check_splits_in_target, _check_typed_options, _checked_labels,
                            _checked_splits)
-from .link_split import split_relation
-from .manifest import (ARRAY_FILES, ETYPES, FEATURE_DTYPES, FEATURES, FORMAT_NAME, FORMAT_VERSION,
+from ..link_split import split_relation
+from ..manifest import (ARRAY_FILES, ETYPES, FEATURE_DTYPES, FEATURES, FORMAT_NAME, FORMAT_VERSION,
                        MANIFEST, PAGE, PAGE_CHECKSUMS, ROW_SCALES, manifest_checksum)
 from .order import Permutation, order_name
 from .partial_dir import (_check_destination, _check_no_overlap, output_lock, _input_identity,

@@ -5,7 +5,7 @@ from typing import Any, Iterator, Protocol
 
 import numpy as np
 
-from .schema import GraphSchema
+from ..schema import GraphSchema
 
 
 class DatasetSource(Protocol):

@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .atomic import atomic_write_json
-from .small_files import read_small_json
+from ..atomic import atomic_write_json
+from ..small_files import read_small_json
 
 PROGRESS = "progress.json"
 #: The state of a file or step nothing has been recorded for.

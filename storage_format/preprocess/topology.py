@@ -14,14 +14,14 @@ import numpy as np
 from .checksums import _maps, _save_array
 from .csc import csc_from_edges, index_dtype, renumber_csc_to_file
 from .csc_external import BUCKET_IDS_PER_EDGE, external_csc
-from .errors import DatasetError
+from ..errors import DatasetError
 from .input_checks import _checked_edges
-from .link_split import (LinkSplit, checked_link_split, held_out_mask, random_link_split,
+from ..link_split import (LinkSplit, checked_link_split, held_out_mask, random_link_split,
                          relation_link_split, split_relation)
-from .manifest import ETYPES
+from ..manifest import ETYPES
 from .order import Permutation, order_name, resolve_order
 from .progress import record, state_of
-from .schema import ONE_RELATION
+from ..schema import ONE_RELATION
 from .source import DatasetSource, edge_chunks, edge_count, schema_of
 from .steps import RUNTIME_BYTES, _step, spare_memory
 from .typed_csc import checked_relation_edges, typed_csc, typed_csc_to_files

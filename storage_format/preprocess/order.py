@@ -16,7 +16,7 @@ from typing import Callable, Protocol
 
 import numpy as np
 
-from .errors import DatasetError
+from ..errors import DatasetError
 
 
 class Permutation(Protocol):

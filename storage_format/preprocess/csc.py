@@ -15,9 +15,9 @@ from typing import Callable
 import numba
 import numpy as np
 
-from .atomic import writable_file
-from .mapping import npy_header, release_pages
-from .schema import ONE_RELATION
+from ..atomic import writable_file
+from ..mapping import npy_header, release_pages
+from ..schema import ONE_RELATION
 
 
 def index_dtype(num_nodes: int) -> np.dtype:

@@ -22,10 +22,10 @@ from typing import Any, BinaryIO, Callable, Iterable, Iterator, TypeVar
 import numba
 import numpy as np
 
-from .atomic import atomic_write_json, writable_file
+from ..atomic import atomic_write_json, writable_file
 from .csc import _drop_repeats, _fill_csc, _sort_rows, bucket_bounds, index_dtype
-from .mapping import npy_header
-from .small_files import read_small_json
+from ..mapping import npy_header
+from ..small_files import read_small_json
 
 EdgeChunks = Callable[[], Iterable[tuple[np.ndarray, np.ndarray]]]
 Progress = Callable[[str, int, int], None]
