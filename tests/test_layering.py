@@ -299,27 +299,30 @@ KIND_FOLDERS = ("gnnssd", "sampler", "storage_format")
 # edge types' length, not by a kind).
 KIND_FREE = ("sampler", "gnnssd/pipeline", "gnnssd/loading/backends")
 KIND_FREE_PATTERNS = ("is_homogeneous", "etypes is None")
-# Where the kind is still asked, with how many lines (55 in all; issue 45's target is 15, at
+# The one module of those layers that may: the fanouts value lives in sampler/ so that the
+# config parses it without numba, and gives DGL's form (ints, or dicts by relation).
+KIND_FREE_EXCEPT = ("sampler/fanouts.py",)
+# Where the kind is still asked, with how many lines (54 in all; issue 45's target is 15, at
 # the GraphBolt export, the manifest's schema, DGL's graph constructors, the model family and
 # the one block-form function: the rest is what is left to fold into those).
 KIND_BOUNDARIES = {
-    "storage_format/schema.py": 2,  # the definition; fanouts by relation name (the Fanouts value's work)
+    "storage_format/schema.py": 1,  # the definition
     "storage_format/store.py": 10,  # the manifest's schema: etypes.npy, per-type accessors, DGL's graph, info
-    "storage_format/writer.py": 4,  # the manifest's schema written
-    "storage_format/topology.py": 7,  # preprocessing: a typed CSC, etypes.npy, the order within types
-    "storage_format/input_checks.py": 1,  # a source's edges checked per relation
+    "storage_format/preprocess/writer.py": 4,  # the manifest's schema written
+    "storage_format/preprocess/topology.py": 7,  # preprocessing: a typed CSC, etypes.npy, the order within types
+    "storage_format/preprocess/input_checks.py": 1,  # a source's edges checked per relation
     "storage_format/link_split.py": 1,  # a link split of one relation
-    "sampler/sampling.py": 3,  # the sampler's own hop kernel choice, and the LABOR kernel's one-relation runs
+    "sampler/fanouts.py": 2,  # the fanouts value: DGL's form, relation dicts refused on one relation
+    "sampler/sampling.py": 4,  # the sampler's own hop kernel choice, and the LABOR kernel's one-relation runs
     "gnnssd/loading/form.py": 2,  # the one block-form function (typed_form) and the blocks it picks
     "gnnssd/loading/types.py": 1,  # MiniBatch's CSC blocks in the form it carries
-    "gnnssd/loading/typed.py": 2,  # fanouts per relation (the Fanouts value's work)
-    "gnnssd/loading/node_loader.py": 3,  # the user's seeds, labels and fanouts: dicts by type/relation
+    "gnnssd/loading/node_loader.py": 2,  # the user's seeds and labels: dicts by type
     "gnnssd/loading/edge_loader.py": 1,  # the user's edges: a dict by relation
     "gnnssd/loading/feature_source.py": 2,  # IDs back to the dataset's, per type
     "gnnssd/models/builtin.py": 1,  # the model family
     "gnnssd/cli/export.py": 10,  # the GraphBolt export
     "gnnssd/cli/commands.py": 1,  # preprocess --flatten / --self-loops
-    "gnnssd/inference/layerwise.py": 3,  # the typed layer-wise loop beside the plain one (issue 45 item 4)
+    "gnnssd/inference/layerwise.py": 3,  # outputs by the dataset's IDs per type; a typed model checked (memory, ssd)
     "gnnssd/inference/typed.py": 1,  # the typed model's outputs
 }
 
@@ -354,7 +357,7 @@ def test_the_lower_layers_never_ask_the_graphs_kind() -> None:
     """sampler/, pipeline/ and loading/backends/ hold one shape: the twins do not grow back."""
     found = kind_checks(REPO, KIND_FOLDERS)
     asked = [f"{path}:{line} {kind}" for path, lines in found.items() for line, kind in lines
-             if path.startswith(KIND_FREE) and kind in KIND_FREE_PATTERNS]
+             if path.startswith(KIND_FREE) and path not in KIND_FREE_EXCEPT and kind in KIND_FREE_PATTERNS]
     assert asked == []
 
 

@@ -1,6 +1,6 @@
 """Layer-wise inference: every node's embedding or prediction computed one layer at a
 time over all nodes, its rows read from memory or the SSD. The commands that run it on a
 trained run (`embed`, `predict --layerwise`) are gnnssd.cli's."""
-from .layerwise import LayerwiseSSD, layerwise, layerwise_inference, layerwise_memory, output_rows, ssd_runner
+from .layerwise import layerwise, layerwise_inference, output_rows, ssd_runner
 
-__all__ = ["LayerwiseSSD", "layerwise", "layerwise_inference", "layerwise_memory", "output_rows", "ssd_runner"]
+__all__ = ["layerwise", "layerwise_inference", "output_rows", "ssd_runner"]
