@@ -140,11 +140,11 @@ class SSDLoader:
         # thread and one more planner do (no more memory with more packers)
         share = max(1, self.packers)
         self.repack_staging = max(MIN_STAGING, self.staging_bytes // share)
-        self.repack_writer = self.repack_staging // 4
+        self.writer_bytes = self.repack_staging // 4
         self.packer_plan_bytes = max(1, self.plan_bytes // PLANS_ALIVE // share)
         if self.block_budget:
             # those, and the plan stubs of the windows alive (8 bytes per row of their blocks)
-            queue_bytes += (share * (self.repack_staging + self.repack_writer)
+            queue_bytes += (share * (self.repack_staging + self.writer_bytes)
                             + (2 * share * self.packer_plan_bytes if self.packers else 0)
                             + (self.block_budget // row_bytes) * 8)
         try:
@@ -294,7 +294,7 @@ class SSDLoader:
         cores = len(os.sched_getaffinity(0))
         return PackerSpec(str(self.store.path), self._plan_config(fanouts), self.hot.members, self.budget.buffer_rows,
                           self.packer_plan_bytes, self.cost_model, self.block_budget // (self.packers + 1),
-                          self.repack_staging, self.repack_writer, self._ssd.queue_depth, self._ssd.io_backend,
+                          self.repack_staging, self.writer_bytes, self._ssd.queue_depth, self._ssd.io_backend,
                           self._ssd.verify_checksums, self.threads or max(1, cores // self.packers),
                           options, typed)
 
@@ -407,7 +407,7 @@ class SSDLoader:
             return ([plan] for plan in plans)
         return repacked_windows(plans, self.direct_io, self.store.features_path, self.store.row_bytes,
                                 self.cost_model,
-                                self.block_budget, directory, self.repack_staging, self.repack_writer,
+                                self.block_budget, directory, self.repack_staging, self.writer_bytes,
                                 report=self._count_repack, uses=uses)
 
     def _count_repack(self, report: RepackReport) -> None:
