@@ -135,9 +135,10 @@ class SSDLoader:
         self.staging_bytes = staging_bytes(sizing)
         self.plan_bytes = plan_bytes_in_flight(sizing)
         queue_bytes = self.staging_bytes + self.plan_bytes
-        # each packer's share of the repack scan's staging, the block writer's chunks and
-        # (packers plan too) of a plan's bytes: the packers together take what one repack
-        # thread and one more planner do (no more memory with more packers)
+        # each packer's share of the repack scan's staging and the block writer's chunks: the
+        # packers together take what one repack thread does; they plan within the plans'
+        # share (the planner's two plans, split between them; the trainer's planner plans
+        # only the first window)
         share = max(1, self.packers)
         self.repack_staging = max(MIN_STAGING, self.staging_bytes // share)
         self.writer_bytes = self.repack_staging // 4
@@ -145,7 +146,6 @@ class SSDLoader:
         if self.block_budget:
             # those, and the plan stubs of the windows alive (8 bytes per row of their blocks)
             queue_bytes += (share * (self.repack_staging + self.writer_bytes)
-                            + (2 * share * self.packer_plan_bytes if self.packers else 0)
                             + (self.block_budget // row_bytes) * 8)
         try:
             self.budget = ssd_split(total, row_bytes, queue_bytes, ssd.hot_fraction, store.feature_rows, BUFFERS,
