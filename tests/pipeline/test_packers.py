@@ -12,7 +12,7 @@ from gnnssd.sampler import node_order
 from gnnssd.storage_format import Store, write_store
 
 OPTIONS = {"fanouts": [5, 5], "batch_size": 200, "eval_fanouts": [5, 5], "eval_batch_size": 200, "features": "ssd",
-           "memory_budget": "36MiB",
+           "memory_budget": "28MiB",
            "block_budget": "24MiB", "mega_batch": 4, "hot_fraction": 0.05, "seed": 3, "shuffle": True, "device": "cpu"}
 
 

@@ -145,17 +145,17 @@ class SSDLoader:
         self.staging_bytes = staging_bytes(sizing)
         self.plan_bytes = plan_bytes_in_flight(sizing)
         queue_bytes = self.staging_bytes + self.plan_bytes
-        # each packer's share of the repack scan's staging, the block writer's chunks and
-        # (packers plan too) of a plan's bytes: the packers together take what one repack
-        # thread and one more planner do (no more memory with more packers)
+        # each packer's share of the repack scan's staging and the block writer's chunks: the
+        # packers together take what one repack thread does; they plan within the plans'
+        # share (the planner's two plans, split between them; the trainer's planner plans
+        # only the first window)
         share = max(1, self.packers)
         self.repack_staging = max(MIN_STAGING, self.staging_bytes // share)
-        self.repack_writer = self.repack_staging // 4
+        self.writer_bytes = self.repack_staging // 4
         self.packer_plan_bytes = max(1, self.plan_bytes // PLANS_ALIVE // share)
         if self.block_budget:
             # those, and the plan stubs of the windows alive (8 bytes per row of their blocks)
-            queue_bytes += (share * (self.repack_staging + self.repack_writer)
-                            + (2 * share * self.packer_plan_bytes if self.packers else 0)
+            queue_bytes += (share * (self.repack_staging + self.writer_bytes)
                             + (self.block_budget // row_bytes) * 8)
         try:
             self.budget = ssd_split(total, row_bytes, queue_bytes, ssd.hot_fraction, store.feature_rows, BUFFERS,
@@ -307,7 +307,7 @@ class SSDLoader:
         cores = len(os.sched_getaffinity(0))
         return PackerSpec(str(self.store.path), self._plan_config(fanouts), self.hot.members, self.budget.buffer_rows,
                           self.packer_plan_bytes, self.cost_model, self.block_budget // (self.packers + 1),
-                          self.repack_staging, self.repack_writer, self._ssd.queue_depth, self._ssd.io_backend,
+                          self.repack_staging, self.writer_bytes, self._ssd.queue_depth, self._ssd.io_backend,
                           self._ssd.verify_checksums, self.threads or max(1, cores // self.packers),
                           options)
 
@@ -420,7 +420,7 @@ class SSDLoader:
             return ([plan] for plan in plans)
         return repacked_windows(plans, self.direct_io, self.store.features_path, self.store.row_bytes,
                                 self.cost_model,
-                                self.block_budget, directory, self.repack_staging, self.repack_writer,
+                                self.block_budget, directory, self.repack_staging, self.writer_bytes,
                                 report=self._count_repack, uses=uses)
 
     def _count_repack(self, report: RepackReport) -> None:
