@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from gnnssd.pipeline.buffers import IN_ORDER, Recycler, _gather_rows, _gather_widened, _rows
+from gnnssd.pipeline.buffers import Recycler, _gather_rows, _gather_widened, _rows
+from gnnssd.pipeline.hot_cache import COLD, HOST, NO_ROWS
 from gnnssd.sampler.graphs import random_csc
 from gnnssd.sampler.plan import PlanConfig, Planner
 from gnnssd.sampler.seed_order import Shuffled, seed_batches
@@ -57,6 +58,12 @@ def test_plans_match_a_numpy_reference(graph, max_rows):
         previous = plan.rows
 
 
+def _levels(index: np.ndarray, num_hot: int) -> tuple[np.ndarray, np.ndarray]:
+    """A gather index over [hot | buffer] as RowPlaces' (level, slot): the host cache or the buffer."""
+    hot = index < num_hot
+    return np.where(hot, HOST, COLD).astype(np.int8), np.where(hot, index, index - num_hot).astype(np.int64)
+
+
 @pytest.mark.parametrize("words", [True, False])  # 8-byte words, or bytes (rows of 12 bytes)
 def test_gather_kernel_matches_numpy_and_leaves_unsupplied_rows(words):
     rng = np.random.default_rng(0)
@@ -66,13 +73,14 @@ def test_gather_kernel_matches_numpy_and_leaves_unsupplied_rows(words):
     table = np.concatenate([hot, buffer])
     index = rng.integers(0, 120, 1000)
     out = np.full((1000, row_bytes), 7, np.uint8)  # a whole plan: every row, in order
-    _gather_rows(_rows(hot, row_bytes, words), _rows(buffer, row_bytes, words), index, IN_ORDER, len(hot),
-                 _rows(out, row_bytes, words))
+    no_device = _rows(hot[:0], row_bytes, words)
+    _gather_rows(no_device, _rows(hot, row_bytes, words), _rows(buffer, row_bytes, words), *_levels(index, len(hot)),
+                 NO_ROWS, _rows(out, row_bytes, words))
     np.testing.assert_array_equal(out, table[index])
     positions = rng.permutation(1000)[:700]  # a piece: its rows only, the rest another piece's
     out = np.full((1000, row_bytes), 7, np.uint8)
-    _gather_rows(_rows(hot, row_bytes, words), _rows(buffer, row_bytes, words), index[:700], positions,
-                 len(hot), _rows(out, row_bytes, words))
+    _gather_rows(no_device, _rows(hot, row_bytes, words), _rows(buffer, row_bytes, words),
+                 *_levels(index[:700], len(hot)), positions, _rows(out, row_bytes, words))
     want = np.full_like(out, 7)
     want[positions] = table[index[:700]]
     np.testing.assert_array_equal(out, want)
@@ -86,8 +94,8 @@ def test_gather_widens_every_float16_exactly_as_numpy_does():
     index = np.arange(len(halves))[::-1].copy()
     mine = np.arange(len(index)) % 7 > 0  # rows another piece supplies: left as they are
     out = np.full((len(index), 64), 3.0, np.float32)
-    _gather_widened(hot.view(np.uint16), buffer.view(np.uint16), index[mine], np.flatnonzero(mine), len(hot),
-                    out.view(np.uint32))
+    _gather_widened(hot[:0].view(np.uint16), hot.view(np.uint16), buffer.view(np.uint16),
+                    *_levels(index[mine], len(hot)), np.flatnonzero(mine), out.view(np.uint32))
     want = np.full_like(out, 3.0)
     want[mine] = halves[index[mine]].astype(np.float32)
     np.testing.assert_array_equal(out.view(np.uint32), want.view(np.uint32))
