@@ -14,6 +14,11 @@
 # TESTS_K selects tests (pytest -k), PARTS the benchmark's parts, E2E_BATCHES its (b) length.
 # Then the gather step: the ssd loader with x gathered on the host vs on the device, and with
 # ssd.device_budget at 1/8 of the features (bench_gpu.py's part (e)).
+# STEPS picks the steps (default all: "tests bench_gpu device gather packers"; the stores are
+# made by any step that needs them). One command may run 600 s and a session has 15 minutes of
+# device time in all, start included, so run it in two calls, e.g.
+#   STEPS="tests bench_gpu" bash scripts/device_check.sh          (~6 min with the install)
+#   STEPS="device gather packers" bash scripts/device_check.sh    (~8 min)
 # CPU mode (a dry run of every step's code, no figure to keep; the CUDA tests skip):
 #   GNNSSD_PY=.venv/bin/python DEVICE=cpu STORE=stores/medium PARTS=e2e E2E_BATCHES=6 bash scripts/device_check.sh
 set -uo pipefail
@@ -23,7 +28,9 @@ SCRATCH=${TMPDIR:-/tmp}
 DEVICE=${DEVICE:-cuda}
 STORE=${STORE:-$SCRATCH/gnnssd-medium}
 export PYTHONUNBUFFERED=1
+STEPS=" ${STEPS:-tests bench_gpu device gather packers} "
 step() { echo; echo "== $(date +%T) $*"; }
+want() { [[ "$STEPS" == *" $1 "* ]]; }
 
 if [ -z "${GNNSSD_PY:-}" ]; then
   step "install"
@@ -57,26 +64,38 @@ print("io_engine backend:", engine.backend)
 engine.close()
 PY
 
+if want tests; then
 step "tests: the CUDA ones (marked cuda) and the compiler's CPU lowering ones on this stack"
-timeout 240 $PY -m pytest -q -p no:cacheprovider tests/compiler/test_cuda.py tests/compiler/test_compiler_csc.py \
+timeout ${TESTS_TIMEOUT:-150} $PY -m pytest -q -p no:cacheprovider tests/compiler/test_cuda.py tests/compiler/test_compiler_csc.py \
   tests/compiler/test_compiler_hetero.py tests/loading/test_tensor_sampling.py tests/loading/test_device_mode.py tests/pipeline/test_row_places.py -k "${TESTS_K:-not cora and not interpreter and not trains}" -W ignore::DeprecationWarning 2>&1 | tee "$OUT/pytest_cuda.txt" | tail -25
+fi
 
 step "store: synthetic medium"
 [ -f "$STORE/manifest.json" ] || $PY -m gnnssd preprocess synthetic --preset medium --out "$STORE" --order degree 2>&1 | tail -3
 
-step "store: hetero-synthetic mag-small (rgcn and rgat layers)"
 TYPED=${TYPED:-$SCRATCH/gnnssd-mag-small}
+if want bench_gpu; then
+step "store: hetero-synthetic mag-small (rgcn and rgat layers)"
 [ -f "$TYPED/manifest.json" ] || $PY -m gnnssd preprocess hetero-synthetic --preset mag-small --out "$TYPED" 2>&1 | tail -3
+fi
 
+if want bench_gpu; then
 step "bench_gpu"
-timeout 330 $PY scripts/bench_gpu.py --store "$STORE" --typed-store "$TYPED" --quick --e2e-batches ${E2E_BATCHES:-40} --parts ${PARTS:-layers,e2e,threads} --device $DEVICE --json "$OUT/bench_gpu.json" 2>&1 | tee "$OUT/bench_gpu.txt"
+timeout ${BENCH_TIMEOUT:-200} $PY scripts/bench_gpu.py --store "$STORE" --typed-store "$TYPED" --quick --e2e-batches ${E2E_BATCHES:-40} --parts ${PARTS:-layers,e2e,threads} --device $DEVICE --json "$OUT/bench_gpu.json" 2>&1 | tee "$OUT/bench_gpu.txt"
+fi
+if want device; then
 step "device tier: medium with features: device (the store on the GPU) against compute-only"
-timeout ${DEVICE_TIMEOUT:-240} $PY scripts/bench_gpu.py --store "$STORE" --quick --e2e-batches ${E2E_BATCHES:-40} --parts device --device $DEVICE --json "$OUT/bench_gpu_device.json" 2>&1 | tee "$OUT/bench_gpu_device.txt"
+timeout ${DEVICE_TIMEOUT:-120} $PY scripts/bench_gpu.py --store "$STORE" --quick --e2e-batches ${E2E_BATCHES:-40} --parts device --device $DEVICE --json "$OUT/bench_gpu_device.json" 2>&1 | tee "$OUT/bench_gpu_device.txt"
+fi
+if want gather; then
 step "gather where x is consumed: host vs device gather, and ssd.device_budget at 1/8 of the features (medium)"
-timeout ${GATHER_TIMEOUT:-240} $PY scripts/bench_gpu.py --store "$STORE" --quick --e2e-batches ${E2E_BATCHES:-40} --parts gather --device $DEVICE --json "$OUT/bench_gpu_gather.json" 2>&1 | tee "$OUT/bench_gpu_gather.txt"
+timeout ${GATHER_TIMEOUT:-120} $PY scripts/bench_gpu.py --store "$STORE" --quick --e2e-batches ${E2E_BATCHES:-40} --parts gather --device $DEVICE --json "$OUT/bench_gpu_gather.json" 2>&1 | tee "$OUT/bench_gpu_gather.txt"
+fi
+if want packers; then
 step "ssd loader with packers (issue 46): loader-only on medium at 1/8 of the features beside memory mode"
 # one row per packer count; on the CPU the same command runs with PACKERS="1 2" (no GPU needed)
-timeout ${PACKERS_TIMEOUT:-420} $PY scripts/bench_feed.py --store "$STORE" --quick --beside-x --batches ${FEED_BATCHES:-16} \
+timeout ${PACKERS_TIMEOUT:-240} $PY scripts/bench_feed.py --store "$STORE" --quick --beside-x --batches ${FEED_BATCHES:-12} \
   --threads $(nproc) --packers ${PACKERS:-1 2 4 8 14} --systems memory ssd --no-warmup --json "$OUT/bench_feed_packers.json" \
   2>&1 | tee "$OUT/bench_feed_packers.txt"
+fi
 step "done"

@@ -60,20 +60,22 @@ def _child(body: str, store: Path, scratch: Path, **options) -> subprocess.Popen
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **options)
 
 
-def test_a_killed_packer_stops_training_with_an_error_naming_it(store, tmp_path):
-    """kill -9 of the packer: the next window it owed is an error naming the packer, its
-    process and the signal, raised within seconds (not a hang); no scratch is left."""
-    body = """
-packers[0].kill()
-start = time.monotonic()
+#: The child's loop over the mini-batches: the packer's error printed, or that none came.
+_DRAIN = """
 try:
     for _ in batches:
         pass
     print("no error")
 except PackerError as exc:
     print("error:", exc, flush=True)
-print("seconds", round(time.monotonic() - start, 1), flush=True)
 """
+
+
+def test_a_killed_packer_stops_training_with_an_error_naming_it(store, tmp_path):
+    """kill -9 of the packer: the next window it owed is an error naming the packer, its
+    process and the signal, raised within seconds (not a hang); no scratch is left."""
+    body = ("packers[0].kill()\nstart = time.monotonic()\n" + _DRAIN
+            + 'print("seconds", round(time.monotonic() - start, 1), flush=True)\n')
     proc = _child(body, store, tmp_path / "scratch")
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err[-3000:]
@@ -115,14 +117,7 @@ def test_a_full_scratch_disk_names_the_block_file_and_its_disk(store, tmp_path):
     """The packer's compact block meets a full disk (the file-size limit's EFBIG, inherited
     by the packer process): an error naming the packer, the block file, its disk and
     ssd.block_budget: 0; no scratch left."""
-    body = """
-try:
-    for _ in batches:
-        pass
-    print("no error")
-except PackerError as exc:
-    print("error:", exc, flush=True)
-"""
+    body = _DRAIN
     limit = ("import resource, signal\nsignal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
              "resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 18, 1 << 18))\n")
     scratch = tmp_path / "scratch"
