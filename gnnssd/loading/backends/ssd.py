@@ -342,12 +342,12 @@ class SSDLoader:
         windows = itertools.chain((([plan], directory) for plan in own), packed())
         try:
             for i, batch in enumerate(self._trained(self._loaded(windows, delete))):
-                yield batch
-                del batch
-                if i == 0 and works:
+                if i == 0 and works:  # the packers start while the first mini-batch trains
                     pools.append(PackerPool(self._packer_spec(fanouts), min(self.packers, len(works)), works,
                                             self.packers, report=self._count_repack))
                     started.set()
+                yield batch
+                del batch
             started.set()  # no packers needed (one window): the stream ends
         finally:
             started.set()
