@@ -20,9 +20,9 @@ from gnnssd.pipeline.kept import KeptSamples, samples_key
 from gnnssd.pipeline.packers import PackerPool, PackerSpec, WindowWork, default_packers
 from gnnssd.pipeline.repack import RepackReport, delete, repack, repacked_windows
 from gnnssd.pipeline.row_source import RowSource
-from gnnssd.pipeline.worker import POLL_S, PlanWorker, check_numba_threads, check_stop, numba_threads
+from gnnssd.pipeline.worker import PlanWorker, check_numba_threads, numba_threads
 
-__all__ = ["BUFFERS", "POLL_S", "BlockWriter", "DirectIO", "FeatureFile", "HotCache", "HotRanking", "KeptSamples",
-           "MegaBatchBuffers", "PackerPool", "PackerSpec", "PlanWorker", "Recycler", "RepackReport", "RowSource", "calibrate", "check_numba_threads", "check_stop",
+__all__ = ["BUFFERS", "BlockWriter", "DirectIO", "FeatureFile", "HotCache", "HotRanking", "KeptSamples",
+           "MegaBatchBuffers", "PackerPool", "PackerSpec", "PlanWorker", "Recycler", "RepackReport", "RowSource", "calibrate", "check_numba_threads",
            "default_packers", "delete", "load_cost_model", "numba_threads", "repack", "repacked_windows",
            "samples_key", "WindowWork", "x_dtype", "x_pool_bytes"]

@@ -36,9 +36,9 @@ import torch
 
 from gnnssd.core import (ConfigError, SamplerConfig, SSDConfig, StageTimer, disk_share, format_bytes,
                          resolve_block_budget, ssd_split)
-from gnnssd.pipeline import (BUFFERS, POLL_S, DirectIO, FeatureFile, HotCache, HotRanking, KeptSamples,
+from gnnssd.pipeline import (BUFFERS, DirectIO, FeatureFile, HotCache, HotRanking, KeptSamples,
                              MegaBatchBuffers, PackerPool, PackerSpec, PlanWorker, Recycler, RepackReport,
-                             WindowWork, check_numba_threads, check_stop, default_packers, delete, load_cost_model,
+                             WindowWork, check_numba_threads, default_packers, delete, load_cost_model,
                              numba_threads, repacked_windows, samples_key, x_dtype, x_pool_bytes)
 from gnnssd.sampler import (Fanouts, HotRows, MegaBatchPlan, MFGs, NeighborSampler, PlanConfig, Planner, Strategy,
                             pages_plan, sampling_method)
@@ -331,26 +331,32 @@ class SSDLoader:
         works = [WindowWork(k, epoch, first + lo, batches[first + lo : first + lo + size],
                             None if rest is None else rest[lo : lo + size], directory / f"w{k}")
                  for k, lo in enumerate(range(size, len(batches) - first, size), start=1)]
-        pools: list[PackerPool] = []  # started once the first mini-batch is out: its CPU is not in its wait
-        started = threading.Event()
+        # The packers start as the first mini-batch is handed out (their start is not in its
+        # wait), or earlier if the loading stage needs the second window before that.
+        pools: list[PackerPool] = []
+        lock = threading.Lock()
+        closed = False
+
+        def start_packers() -> None:
+            with lock:
+                if works and not pools and not closed:
+                    pools.append(PackerPool(self._packer_spec(fanouts), min(self.packers, len(works)), works,
+                                            self.packers, report=self._count_repack))
 
         def packed() -> Iterator[tuple[list[MegaBatchPlan], Path]]:
-            while not started.wait(POLL_S):
-                check_stop()
+            start_packers()
             yield from pools[0].windows() if pools else ()
 
         windows = itertools.chain((([plan], directory) for plan in own), packed())
         try:
             for i, batch in enumerate(self._trained(self._loaded(windows, delete))):
-                if i == 0 and works:  # the packers start while the first mini-batch trains
-                    pools.append(PackerPool(self._packer_spec(fanouts), min(self.packers, len(works)), works,
-                                            self.packers, report=self._count_repack))
-                    started.set()
+                if i == 0:
+                    start_packers()
                 yield batch
                 del batch
-            started.set()  # no packers needed (one window): the stream ends
         finally:
-            started.set()
+            with lock:
+                closed = True
             own.close()
             for pool in pools:
                 pool.close()
