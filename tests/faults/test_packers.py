@@ -89,6 +89,7 @@ def test_ctrl_c_with_packers_stops_cleanly(store, tmp_path):
     it and keep their windows; the trainer gets KeyboardInterrupt, and closing the loader
     ends the packers and removes the scratch."""
     body = """
+signal.signal(signal.SIGINT, signal.default_int_handler)  # a terminal's Python, whatever its parent ignored
 print("ready", flush=True)
 try:
     for _ in batches:

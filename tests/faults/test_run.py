@@ -344,12 +344,16 @@ def test_ctrl_c_inside_a_model_step_is_raised_when_the_step_ends():
     from gnnssd.core.runtime import one_interrupt, uninterruptible
 
     finished = []
-    with pytest.raises(KeyboardInterrupt), one_interrupt():
-        with uninterruptible():
-            os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(0.05)  # the handler runs here, and must not raise
-            finished.append("step")
-        finished.append("after the step")  # not reached: the interrupt is raised first
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        with pytest.raises(KeyboardInterrupt), one_interrupt():
+            with uninterruptible():
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.05)  # the handler runs here, and must not raise
+                finished.append("step")
+            finished.append("after the step")  # not reached: the interrupt is raised first
+    finally:  # once interrupted, one_interrupt leaves Ctrl-C ignored: not for the tests after this one
+        signal.signal(signal.SIGINT, previous)
     assert finished == ["step"]
 
 
