@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -11,6 +12,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 import torch
 import torch.nn.functional as F
@@ -55,8 +57,41 @@ def _write_config(path: Path, store: Path, **sections) -> Path:
 
 
 def _gnnssd(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gnnssd", *args], capture_output=True, text=True,
-                          cwd=REPO, timeout=timeout, env={**os.environ, **(env or {})})
+    """Run the CLI; past `timeout` the test fails with where each of its processes was."""
+    command = [sys.executable, "-m", "gnnssd", *args]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+                          env={**os.environ, **(env or {})}) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            where = _stacks(proc.pid)
+            for process in [*psutil.Process(proc.pid).children(recursive=True), proc]:
+                process.kill()
+            out, err = proc.communicate()
+            pytest.fail(f"{' '.join(args)}: still running after {timeout} s\n--- stdout\n{out}\n--- stderr\n"
+                        f"{err}\n--- its processes\n{where}")
+    return subprocess.CompletedProcess(command, proc.returncode, out, err)
+
+
+def _stacks(pid: int) -> str:
+    """Each process of the tree under `pid`: its command, state and threads' kernel wait
+    channels, and its Python and native stacks where py-spy is installed."""
+    spy = shutil.which("py-spy")
+    lines = []
+    for process in [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]:
+        try:
+            lines.append(f"pid {process.pid} {process.status()}: {' '.join(process.cmdline())[:200]}")
+            for thread in process.threads():
+                wchan = Path(f"/proc/{process.pid}/task/{thread.id}/wchan")
+                lines.append(f"  thread {thread.id}: {wchan.read_text() if wchan.exists() else '?'}")
+        except psutil.Error as exc:
+            lines.append(f"pid {process.pid}: {exc}")
+            continue
+        if spy:
+            dump = subprocess.run([spy, "dump", "--native", "--pid", str(process.pid)],
+                                  capture_output=True, text=True, timeout=60)
+            lines.append(dump.stdout + dump.stderr)
+    return "\n".join(lines)
 
 
 def _metrics(run_dir: Path) -> list[dict]:
