@@ -5,7 +5,7 @@ everything in the dataset's own IDs (a store in a locality or degree order is ma
 through perm), which `dgl.graphbolt.OnDiskDataset(OUT).load()` opens:
 
     graph:        nodes [{num}] or [{type, num}], edges [{format: numpy, path}] of (2, E)
-                  (source, destination) pairs: the store's in-edges, per relation if typed
+                  (source, destination) pairs: the store's in-edges, per relation
     feature_data: the node features `feat` (per featured type, its own width), float32 for an
                   int8 store (dequantized as the loaders give them), else the stored dtype;
                   and the labels as node feature `label` (-1: unlabelled)
@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from gnnssd.storage_format import GraphSchema, Store, StoreError, atomic_file, atomic_write_bytes, contained, new_output_folder
+from gnnssd.storage_format import (GraphSchema, Store, StoreError, atomic_file, atomic_write_bytes, contained,
+                                   new_output_folder)
 
 CHUNK_ROWS = 1 << 16  # feature rows gathered per pass (bounded memory on a large store)
 SETS = {"train": "train_set", "valid": "validation_set", "test": "test_set"}
