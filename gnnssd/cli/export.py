@@ -25,6 +25,8 @@ from gnnssd.storage_format import (GraphSchema, Store, StoreError, atomic_file, 
 
 CHUNK_ROWS = 1 << 16  # feature rows gathered per pass (bounded memory on a large store)
 SETS = {"train": "train_set", "valid": "validation_set", "test": "test_set"}
+#: Per node type or relation: (its `type` key in metadata.yaml, none or one; its files' stem).
+GraphBoltNames = list[tuple[dict[str, str], str]]
 
 
 def export_graphbolt(store: Store, out: Path) -> Path:
@@ -48,9 +50,9 @@ def _write_dataset(store: Store, out: Path) -> None:
     """The dataset's files and metadata.yaml in `out`; every file named after a node type
     or relation is checked to stay inside `out`."""
     schema = store.schema
-    type_names, relation_names = _graphbolt_names(schema)
+    type_entries, relation_entries = _graphbolt_names(schema)
     nodes, edges, features = [], [], []
-    for node_type, (key, stem) in zip(schema.node_types, type_names):
+    for node_type, (key, stem) in zip(schema.node_types, type_entries):
         nodes.append({"num": int(node_type.count), **key})
         _save(_inside(out, f"{stem}-label.npy"), store.node_labels(np.arange(node_type.count), node_type.name))
         features.append(_feature("label", key, f"{stem}-label.npy"))
@@ -59,7 +61,7 @@ def _write_dataset(store: Store, out: Path) -> None:
             _write_features(store, node_type.name, node_type.count, width, _inside(out, f"{stem}-feat.npy"))
             features.append(_feature("feat", key, f"{stem}-feat.npy"))
     graph = store.graph()
-    for relation, (key, stem) in zip(schema.relations, relation_names):
+    for relation, (key, stem) in zip(schema.relations, relation_entries):
         path = f"{stem}.npy"
         src, dst = graph.edges(etype=relation, order="eid")  # in the store's CSC order
         _save(_inside(out, path), np.stack([src.numpy(), dst.numpy()]))
@@ -71,13 +73,10 @@ def _write_dataset(store: Store, out: Path) -> None:
         _save(out / f"{split}-labels.npy", store.node_labels(seeds))
         data = [{"name": "seed_nodes", "format": "numpy", "path": f"{split}-seed_nodes.npy"},
                 {"name": "labels", "format": "numpy", "path": f"{split}-labels.npy"}]
-        task[key] = [{"data": data, **type_names[schema.type_id(schema.target)][0]}]
+        task[key] = [{"data": data, **type_entries[schema.type_id(schema.target)][0]}]
     meta = {"dataset_name": str(store.manifest.get("name", store.path.name)),
             "graph": {"nodes": nodes, "edges": edges}, "feature_data": features, "tasks": [task]}
     atomic_write_bytes(out / "metadata.yaml", yaml.safe_dump(meta, sort_keys=False).encode())
-
-
-GraphBoltNames = list[tuple[dict[str, str], str]]
 
 
 def _graphbolt_names(schema: GraphSchema) -> tuple[GraphBoltNames, GraphBoltNames]:
