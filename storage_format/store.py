@@ -345,12 +345,11 @@ class Store:
         """float32 features (len(ids), the type's own width) of the dataset's node IDs
         `ids` of `node_type` (default the target type), as the loaders give them."""
         rows = self.store_ids(ids, node_type)
-        if not self.schema.is_homogeneous:
-            t = self.schema.node_types[self.schema.type_id(node_type or self.schema.target)]
-            if not t.features:
-                raise ValueError(f"node type {t.name!r} has no features in {self.path} (types with "
-                                 f"features: {[n.name for n in self.schema.node_types if n.features]})")
-        width = self.feat_dim if self.schema.is_homogeneous else (t.dim or self.feat_dim)
+        t = self.schema.node_types[self.schema.type_id(node_type or self.schema.target)]
+        if not t.features:
+            raise ValueError(f"node type {t.name!r} has no features in {self.path} (types with "
+                             f"features: {[n.name for n in self.schema.node_types if n.features]})")
+        width = t.dim or self.feat_dim
         return self.as_float32(self.features_memmap()[rows], rows)[:, :width]
 
     def node_labels(self, ids: np.ndarray, node_type: str | None = None) -> np.ndarray:
@@ -360,11 +359,7 @@ class Store:
 
     def _type_range(self, node_type: str | None) -> tuple[int, int, str]:
         """(first store row, node count, a name for errors) of `node_type` (default the
-        target type; a homogeneous store's nodes take no type)."""
-        if self.schema.is_homogeneous:
-            if node_type is not None:
-                raise ValueError(f"node_type {node_type!r}: {self.path} is homogeneous (no node types)")
-            return 0, self.num_nodes, "the nodes"
+        target type: a homogeneous store's one type)."""
         name = node_type or self.schema.target
         if name not in self.schema.type_names:
             raise ValueError(f"node_type {name!r}: expected one of {self.schema.type_names}")

@@ -302,28 +302,32 @@ KIND_FREE_PATTERNS = ("is_homogeneous", "etypes is None")
 # The one module of those layers that may: the fanouts value lives in sampler/ so that the
 # config parses it without numba, and gives DGL's form (ints, or dicts by relation).
 KIND_FREE_EXCEPT = ("sampler/fanouts.py",)
-# Where the kind is still asked, with how many lines (54 in all; issue 45's target is 15, at
-# the GraphBolt export, the manifest's schema, DGL's graph constructors, the model family and
-# the one block-form function: the rest is what is left to fold into those).
+# Where the kind is still asked, with how many lines (33 in all, from 54; issue 45's target is
+# 15, at the GraphBolt export, the manifest's schema, DGL's graph constructors, the model family
+# and the one block-form function: the rest is what is left to fold into those).
 KIND_BOUNDARIES = {
     "storage_format/schema.py": 1,  # the definition
-    "storage_format/store.py": 10,  # the manifest's schema: etypes.npy, per-type accessors, DGL's graph, info
-    "storage_format/preprocess/writer.py": 4,  # the manifest's schema written
-    "storage_format/preprocess/topology.py": 7,  # preprocessing: a typed CSC, etypes.npy, the order within types
-    "storage_format/preprocess/input_checks.py": 1,  # a source's edges checked per relation
+    # the manifest's schema: etypes.npy read and checked, a typed store's order checked,
+    # DGL's graph, `info`, a size error's words, the link split's relation
+    "storage_format/store.py": 7,
+    "storage_format/preprocess/writer.py": 1,  # the manifest's schema written (_schema_parts)
+    # the order's and renumbering's typed parts; a typed CSC built; a link split of one relation
+    "storage_format/preprocess/topology.py": 3,
+    "storage_format/preprocess/input_checks.py": 1,  # a typed source's options checked
     "storage_format/link_split.py": 1,  # a link split of one relation
     "sampler/fanouts.py": 2,  # the fanouts value: DGL's form, relation dicts refused on one relation
     "sampler/sampling.py": 4,  # the sampler's own hop kernel choice, and the LABOR kernel's one-relation runs
-    "gnnssd/loading/form.py": 2,  # the one block-form function (typed_form) and the blocks it picks
+    # the one block-form function (typed_form), the blocks it picks, nodes by type (by_type)
+    "gnnssd/loading/form.py": 3,
     "gnnssd/loading/types.py": 1,  # MiniBatch's CSC blocks in the form it carries
-    "gnnssd/loading/node_loader.py": 2,  # the user's seeds and labels: dicts by type
+    "gnnssd/loading/node_loader.py": 1,  # an ItemSetDict's labels
     "gnnssd/loading/edge_loader.py": 1,  # the user's edges: a dict by relation
-    "gnnssd/loading/feature_source.py": 2,  # IDs back to the dataset's, per type
+    "gnnssd/loading/feature_source.py": 1,  # IDs back to the dataset's, in the form they came
     "gnnssd/models/builtin.py": 1,  # the model family
-    "gnnssd/cli/export.py": 10,  # the GraphBolt export
+    "gnnssd/cli/export.py": 1,  # the GraphBolt export's names (its homogeneous form names no type)
     "gnnssd/cli/commands.py": 1,  # preprocess --flatten / --self-loops
-    "gnnssd/inference/layerwise.py": 3,  # outputs by the dataset's IDs per type; a typed model checked (memory, ssd)
-    "gnnssd/inference/typed.py": 1,  # the typed model's outputs
+    "gnnssd/inference/layerwise.py": 1,  # outputs by the dataset's IDs per type
+    "gnnssd/inference/typed.py": 2,  # the model's form checked; a homogeneous store's layer chunks
 }
 
 

@@ -5,7 +5,7 @@ everything in the dataset's own IDs (a store in a locality or degree order is ma
 through perm), which `dgl.graphbolt.OnDiskDataset(OUT).load()` opens:
 
     graph:        nodes [{num}] or [{type, num}], edges [{format: numpy, path}] of (2, E)
-                  (source, destination) pairs: the store's in-edges, per relation if typed
+                  (source, destination) pairs: the store's in-edges, per relation
     feature_data: the node features `feat` (per featured type, its own width), float32 for an
                   int8 store (dequantized as the loaders give them), else the stored dtype;
                   and the labels as node feature `label` (-1: unlabelled)
@@ -20,10 +20,13 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from gnnssd.storage_format import Store, StoreError, atomic_file, atomic_write_bytes, contained, new_output_folder
+from gnnssd.storage_format import (GraphSchema, Store, StoreError, atomic_file, atomic_write_bytes, contained,
+                                   new_output_folder)
 
 CHUNK_ROWS = 1 << 16  # feature rows gathered per pass (bounded memory on a large store)
 SETS = {"train": "train_set", "valid": "validation_set", "test": "test_set"}
+#: Per node type or relation: (its `type` key in metadata.yaml, none or one; its files' stem).
+GraphBoltNames = list[tuple[dict[str, str], str]]
 
 
 def export_graphbolt(store: Store, out: Path) -> Path:
@@ -47,24 +50,22 @@ def _write_dataset(store: Store, out: Path) -> None:
     """The dataset's files and metadata.yaml in `out`; every file named after a node type
     or relation is checked to stay inside `out`."""
     schema = store.schema
-    typed = not schema.is_homogeneous
-    names = schema.type_names if typed else [None]
+    type_entries, relation_entries = _graphbolt_names(schema)
     nodes, edges, features = [], [], []
-    for name in names:
-        node_type = schema.node_types[schema.type_id(name)] if typed else None
-        count = node_type.count if typed else store.num_nodes
-        nodes.append({"num": int(count), **({"type": name} if typed else {})})
-        stem = name or "node"
-        _save(_inside(out, f"{stem}-label.npy"), store.node_labels(np.arange(count), name))
-        features.append(_feature("label", name, f"{stem}-label.npy"))
-        if not typed or node_type.features:
-            width = (node_type.dim if typed else None) or store.feat_dim
-            _write_features(store, name, count, width, _inside(out, f"{stem}-feat.npy"))
-            features.append(_feature("feat", name, f"{stem}-feat.npy"))
-    for relation, pairs in _edges(store):
-        path = f"edges-{relation[1]}.npy" if typed else "edges.npy"
-        _save(_inside(out, path), pairs)
-        edges.append({"format": "numpy", "path": path, **({"type": ":".join(relation)} if typed else {})})
+    for node_type, (key, stem) in zip(schema.node_types, type_entries):
+        nodes.append({"num": int(node_type.count), **key})
+        _save(_inside(out, f"{stem}-label.npy"), store.node_labels(np.arange(node_type.count), node_type.name))
+        features.append(_feature("label", key, f"{stem}-label.npy"))
+        if node_type.features:
+            width = node_type.dim or store.feat_dim
+            _write_features(store, node_type.name, node_type.count, width, _inside(out, f"{stem}-feat.npy"))
+            features.append(_feature("feat", key, f"{stem}-feat.npy"))
+    graph = store.graph()
+    for relation, (key, stem) in zip(schema.relations, relation_entries):
+        path = f"{stem}.npy"
+        src, dst = graph.edges(etype=relation, order="eid")  # in the store's CSC order
+        _save(_inside(out, path), np.stack([src.numpy(), dst.numpy()]))
+        edges.append({"format": "numpy", "path": path, **key})
     task = {"name": "node_classification", "num_classes": int(store.num_classes)}
     for split, key in SETS.items():
         seeds = np.asarray(store.split(split), np.int64)
@@ -72,10 +73,19 @@ def _write_dataset(store: Store, out: Path) -> None:
         _save(out / f"{split}-labels.npy", store.node_labels(seeds))
         data = [{"name": "seed_nodes", "format": "numpy", "path": f"{split}-seed_nodes.npy"},
                 {"name": "labels", "format": "numpy", "path": f"{split}-labels.npy"}]
-        task[key] = [{"data": data, **({"type": schema.target} if typed else {})}]
+        task[key] = [{"data": data, **type_entries[schema.type_id(schema.target)][0]}]
     meta = {"dataset_name": str(store.manifest.get("name", store.path.name)),
             "graph": {"nodes": nodes, "edges": edges}, "feature_data": features, "tasks": [task]}
     atomic_write_bytes(out / "metadata.yaml", yaml.safe_dump(meta, sort_keys=False).encode())
+
+
+def _graphbolt_names(schema: GraphSchema) -> tuple[GraphBoltNames, GraphBoltNames]:
+    """(the metadata's `type` key, the file stem) of each node type and of each relation:
+    GraphBolt's homogeneous form names no type (the export's one question of the kind)."""
+    if schema.is_homogeneous:
+        return [({}, "node")], [({}, "edges")]
+    return ([({"type": name}, name) for name in schema.type_names],
+            [({"type": ":".join(r)}, f"edges-{r[1]}") for r in schema.relations])
 
 
 def _inside(out: Path, name: str) -> Path:
@@ -87,8 +97,8 @@ def _inside(out: Path, name: str) -> Path:
     return path
 
 
-def _feature(name: str, node_type: str | None, path: str) -> dict:
-    return {"domain": "node", **({"type": node_type} if node_type else {}), "name": name,
+def _feature(name: str, type_key: dict[str, str], path: str) -> dict:
+    return {"domain": "node", **type_key, "name": name,
             "format": "numpy", "path": path, "in_memory": False}
 
 
@@ -98,7 +108,7 @@ def _save(path: Path, array: np.ndarray) -> None:
         np.save(f, array)
 
 
-def _write_features(store: Store, node_type: str | None, count: int, width: int, path: Path) -> None:
+def _write_features(store: Store, node_type: str, count: int, width: int, path: Path) -> None:
     """The type's features in its dataset ID order, CHUNK_ROWS at a time into a .npy."""
     dtype = np.dtype(np.float32 if store.feat_dtype == np.int8 else store.feat_dtype)
     header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": (count, width)}
@@ -111,21 +121,3 @@ def _write_features(store: Store, node_type: str | None, count: int, width: int,
             else:  # the stored values, unconverted
                 rows = store.features_memmap()[store.store_ids(ids, node_type)][:, :width]
             f.write(np.ascontiguousarray(rows, dtype=dtype).tobytes())
-
-
-def _edges(store: Store) -> list[tuple[tuple[str, str, str], np.ndarray]]:
-    """(relation, (2, E) int64 pairs in the dataset's IDs, per type if typed) of the store's in-edges."""
-    indptr = np.asarray(store.indptr)
-    perm = np.asarray(store.perm)
-    dst = perm[np.repeat(np.arange(store.num_nodes, dtype=np.int64), np.diff(indptr))]
-    src = perm[np.asarray(store.indices, dtype=np.int64)]
-    schema = store.schema
-    if schema.is_homogeneous:
-        return [(("_N", "_E", "_N"), np.stack([src, dst]))]
-    etypes = np.asarray(store.etypes)
-    out = []
-    for r, (s, name, d) in enumerate(schema.relations):
-        mine = etypes == r
-        out.append(((s, name, d), np.stack([src[mine] - schema.offsets[schema.type_id(s)],
-                                            dst[mine] - schema.offsets[schema.type_id(d)]])))
-    return out

@@ -53,7 +53,7 @@ from gnnssd.storage_format import Store
 from .blocks import CHUNK_SHARE, input_types, layer_types
 from .mean import mean_layer_chunks
 from .rows import Rows, StoredRows, TensorRows
-from .typed import check_typed_model, first_inputs, layer_chunks_of_type
+from .typed import check_model_form, first_inputs, layer_chunks_of_type
 
 log = logging.getLogger("gnnssd.inference.layerwise")
 
@@ -81,8 +81,7 @@ def layerwise_memory(model: nn.Module, store: Store, features: torch.Tensor | No
     layer's outputs a tensor per type the next layer reads. Without `features` (the featured
     types' rows) the store's are loaded here, and freed once layer 0 is done."""
     schema = store.schema
-    if not schema.is_homogeneous:
-        check_typed_model(model)
+    check_model_form(model, schema)
     model.eval()
     types = layer_types(schema, layers or model.num_layers)
     inputs = first_inputs(model, store, TensorRows(load_features(store) if features is None else features),
@@ -142,8 +141,7 @@ class LayerwiseSSD:
         by the next layer (through a cache of its most referenced rows, or by sequential
         passes for a mean-aggregation layer) and deleted after it."""
         store, schema = self.store, self.store.schema
-        if not schema.is_homogeneous:
-            check_typed_model(model)
+        check_model_form(model, schema)
         model.eval()
         self.scratch_dir.mkdir(parents=True, exist_ok=True)
         types = layer_types(schema, layers or model.num_layers)

@@ -15,15 +15,16 @@ import torch
 from torch import nn
 
 from gnnssd.models import BlockGNN
-from gnnssd.storage_format import Store
+from gnnssd.storage_format import GraphSchema, Store
 
 from .blocks import chunk_block, chunk_bounds, typed_chunk_block
 from .rows import OffsetRows, Rows, TensorRows, ZeroRows
 
 
-def check_typed_model(model: nn.Module) -> None:
-    """Refuse a homogeneous model before any layer runs (its layers take one tensor)."""
-    if isinstance(model, BlockGNN):
+def check_model_form(model: nn.Module, schema: GraphSchema) -> None:
+    """Refuse a homogeneous model for a heterogeneous store before any layer runs (its
+    layers take one tensor): the layer-wise passes' one question of the model's form."""
+    if isinstance(model, BlockGNN) and not schema.is_homogeneous:
         raise TypeError("layer-wise inference on a heterogeneous store needs a model whose layer(i, block, h) "
                         "takes and returns dicts of rows by node type (gnnssd.models.hetero), not a BlockGNN")
 

@@ -36,6 +36,7 @@ from .backends.baselines import MmapLoader, PerRowLoader
 from .backends.device import DeviceLoader
 from .backends.memory import MemoryLoader
 from .backends.ssd import SSDLoader
+from .form import by_type
 from .types import MiniBatch
 
 
@@ -264,7 +265,7 @@ class _PrefixLookup:
 
     def __init__(self, source: FeatureSource, input_nodes: torch.Tensor | dict[str, torch.Tensor]):
         self.source = source
-        self.inputs = input_nodes if isinstance(input_nodes, dict) else {None: input_nodes}
+        self.inputs = by_type(input_nodes, None)
         self.converted: dict[str | None, torch.Tensor] = {}
 
     def __call__(self, node_type: str, ids: torch.Tensor) -> torch.Tensor:

@@ -5,7 +5,8 @@ types an array (empty for one relation), so the sampler, the planner and the sto
 ask which kind of graph they hold. DGL has two forms for a model: plain blocks with
 tensors (one node type, one relation), and typed (heterogeneous) blocks with input_nodes,
 output_nodes and x as dicts by node type, as DGL's DataLoader gives them for a
-heterograph. `typed_form` is the one function that chooses; `batch_parts` builds a
+heterograph. `typed_form` is the one function that chooses; `by_type` reads nodes given in either
+form; `batch_parts` builds a
 mini-batch's parts in that form, and `plain_form_only` refuses a typed schema for a part
 that serves the plain form only (features: device, gnnssd.layerwise). MiniBatch carries
 the choice (`MiniBatch.typed`) instead of guessing it from its values.
@@ -28,6 +29,12 @@ def typed_form(schema: GraphSchema) -> bool:
     node type) rather than the plain one (homogeneous blocks, tensors): typed unless the
     schema has one node type and one relation."""
     return not schema.is_homogeneous
+
+
+def by_type(nodes: Any, node_type: str | None) -> dict[str | None, Any]:
+    """`nodes` by node type: a dict by type as given (DGL's typed form), else all of
+    `node_type`: the loaders' one question of the shape of nodes they are handed."""
+    return nodes if isinstance(nodes, dict) else {node_type: nodes}
 
 
 def plain_form_only(schema: GraphSchema, refusal: Exception) -> None:

@@ -29,7 +29,7 @@ from gnnssd.sampler import Fanouts, SeedOrder, Sequential, Sharded, named_order,
 from gnnssd.storage_format import GraphSchema, Store, mapped_take
 
 from .feature_source import FeatureSource, SourceLoader
-from .form import typed_form
+from .form import by_type, typed_form
 from .types import MiniBatch
 
 
@@ -104,14 +104,13 @@ def check_seeds(seeds: Any, schema: GraphSchema) -> np.ndarray:
     node type's IDs ({"paper": ids}, as DGL takes them), or the target type's IDs."""
     if not typed_form(schema):
         return check_nodes(seeds, schema.num_nodes)
-    name = schema.target
-    if isinstance(seeds, dict):
-        if len(seeds) != 1:
-            raise ValueError(f"seeds: node types {sorted(seeds)}; a loader takes the seeds of one "
-                             f"node type (the store's are {schema.type_names})")
-        (name, seeds), = seeds.items()
-        if name not in schema.type_names:
-            raise ValueError(f"seeds: node type {name!r}; expected one of {schema.type_names}")
+    given = by_type(seeds, schema.target)
+    if len(given) != 1:
+        raise ValueError(f"seeds: node types {sorted(given)}; a loader takes the seeds of one "
+                         f"node type (the store's are {schema.type_names})")
+    (name, seeds), = given.items()
+    if name not in schema.type_names:
+        raise ValueError(f"seeds: node type {name!r}; expected one of {schema.type_names}")
     t = schema.type_id(name)
     return check_nodes(seeds, schema.node_types[t].count, f"seeds[{name!r}]") + schema.offsets[t]
 

@@ -172,6 +172,12 @@ def _place_rows(rows, indptr, new_start, data, out):
         out[o:o + d] = np.sort(data[offsets[k]:offsets[k + 1]])
 
 
+def renumber_key_dtype(indices: np.ndarray, etypes_out: Path | None) -> np.dtype:
+    """The dtype of renumber_csc_to_file's window keys: the sources' own, or with
+    `etypes_out` int64 keys relation * N + source."""
+    return indices.dtype if etypes_out is None else np.dtype(np.int64)
+
+
 def renumber_csc_to_file(indptr: np.ndarray, indices: np.ndarray, perm: np.ndarray,
                          inv: np.ndarray, out: Path, chunk_edges: int,
                          progress: Callable[[int, int], None], etypes: np.ndarray = ONE_RELATION,
@@ -197,7 +203,7 @@ def renumber_csc_to_file(indptr: np.ndarray, indices: np.ndarray, perm: np.ndarr
         stale.unlink()
     paths = [out.with_name(f"{out.name}.window-{w}") for w in range(windows)]
     small_inv = inv if inv.dtype == indices.dtype else inv.astype(indices.dtype)
-    key_dtype = indices.dtype if etypes_out is None else np.dtype(np.int64)
+    key_dtype = renumber_key_dtype(indices, etypes_out)
     old_bounds = bucket_bounds(np.asarray(indptr), chunk_edges)
     steps = len(old_bounds) - 1 + windows
     files = [writable_file(path, out.parent) for path in paths]

@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from .checksums import _maps, _save_array
-from .csc import csc_from_edges, index_dtype, renumber_csc_to_file
+from .csc import csc_from_edges, index_dtype, renumber_csc_to_file, renumber_key_dtype
 from .csc_external import BUCKET_IDS_PER_EDGE, external_csc
 from ..errors import DatasetError
 from .input_checks import _checked_edges
@@ -21,7 +21,7 @@ from ..link_split import (LinkSplit, checked_link_split, held_out_mask, random_l
 from ..manifest import ETYPES
 from .order import Permutation, order_name, resolve_order
 from .progress import record, state_of
-from ..schema import ONE_RELATION
+from ..schema import ONE_RELATION, GraphSchema
 from .source import DatasetSource, edge_chunks, edge_count, schema_of
 from .steps import RUNTIME_BYTES, _step, spare_memory
 from .typed_csc import checked_relation_edges, typed_csc, typed_csc_to_files
@@ -50,21 +50,29 @@ def _store_topology(partial: Path, source: DatasetSource, order: str | Permutati
     resumed run skips the finished ones."""
     name = order_name(order)
     if not state_of(partial, "renumber")["done"]:
-        schema = schema_of(source)
-        typed = not schema.is_homogeneous  # node types to keep apart, relations stored beside the CSC
         with _step(steps, "topology"):
             indptr, indices = _resumable_csc(partial, source, link, limit, notify)
+        type_offsets, etypes, etypes_out = _relation_parts(partial, schema_of(source))
         with _step(steps, "order"):
-            perm = _resumable_order(partial, order, indptr, indices, train_idx, schema.offsets if typed else None)
-        etypes = np.load(partial / CSC_ETYPES, mmap_mode="r") if typed else ONE_RELATION
+            perm = _resumable_order(partial, order, indptr, indices, train_idx, type_offsets)
         with _step(steps, "renumber"):
-            _renumber(partial, name, indptr, indices, etypes, typed, perm, limit, notify)
+            _renumber(partial, name, indptr, indices, etypes, etypes_out, perm, limit, notify)
         del indptr, indices, etypes
     dtype = index_dtype(source.num_nodes)
     perm = np.arange(source.num_nodes, dtype=dtype) if name == "original" else np.load(partial / ORDER_PERM)
     perm = perm.astype(dtype, copy=False)
     return (name, perm, _inverse(perm, dtype), np.load(partial / STORE_INDPTR),
             np.load(partial / "indices.npy", mmap_mode="r"))
+
+
+def _relation_parts(partial: Path, schema: GraphSchema) -> tuple[np.ndarray | None, np.ndarray, Path | None]:
+    """(the node types' offsets an order keeps apart, the relation of every edge the
+    topology step staged, the store's etypes file) of a typed graph; (None, ONE_RELATION,
+    None) for a homogeneous one, whose store has no etypes file: the topology's one
+    question of the graph's kind, once the CSC is staged."""
+    if schema.is_homogeneous:
+        return None, ONE_RELATION, None
+    return schema.offsets, np.load(partial / CSC_ETYPES, mmap_mode="r"), partial / f"{ETYPES}.npy"
 
 
 def _inverse(perm: np.ndarray, dtype: np.dtype = np.dtype(np.int64)) -> np.ndarray:
@@ -106,28 +114,28 @@ def _resumable_order(partial: Path, order: str | Permutation, indptr: np.ndarray
 
 
 def _renumber(partial: Path, order: str, indptr: np.ndarray, indices: np.ndarray, etypes: np.ndarray,
-              typed: bool, perm: np.ndarray, limit: int, notify: Callable[[str, int, int], None]) -> None:
-    """Write the topology in store order: indices.npy (and a `typed` graph's etypes.npy) in
-    the partial folder, renumbered out of core (each row sorted by relation, then source),
-    or the source-order files linked when the order is the original."""
-    final, final_etypes = partial / "indices.npy", partial / f"{ETYPES}.npy"
-    for path in (final, final_etypes):
+              etypes_out: Path | None, perm: np.ndarray, limit: int, notify: Callable[[str, int, int], None]) -> None:
+    """Write the topology in store order: indices.npy (and with `etypes_out`, a typed
+    graph's etypes.npy) in the partial folder, renumbered out of core (each row sorted by
+    relation, then source), or the source-order files linked when the order is the original."""
+    final = partial / "indices.npy"
+    for path in (final, partial / f"{ETYPES}.npy"):
         path.unlink(missing_ok=True)  # from an earlier attempt at this step
     if order == "original":
         new_indptr = indptr
         os.link(partial / CSC_INDICES, final)
-        if typed:
-            os.link(partial / CSC_ETYPES, final_etypes)
+        if etypes_out is not None:
+            os.link(partial / CSC_ETYPES, etypes_out)
     else:
         # pass 1 holds a chunk and the old pages it mapped; pass 2 a window and its file;
         # beside them the new indptr (node-sized, made inside) is counted here. A typed
         # graph's windows hold int64 keys (relation, source).
         spare = spare_memory(limit) - indptr.nbytes
-        value_bytes = 8 if typed else indices.dtype.itemsize
+        value_bytes = renumber_key_dtype(indices, etypes_out).itemsize
         chunk = min(RENUMBER_CHUNK_EDGES, max(1 << 16, spare // (4 * value_bytes)))
         new_indptr, _ = renumber_csc_to_file(indptr, indices, perm, _inverse(perm, indices.dtype), final, chunk,
                                              lambda done, total: notify("renumber", done, total),
-                                             etypes, final_etypes if typed else None)
+                                             etypes, etypes_out)
     _save_array(partial / STORE_INDPTR, new_indptr)
     record(partial, "renumber", {"done": 1})
     for staged in (CSC_INDICES, CSC_ETYPES):

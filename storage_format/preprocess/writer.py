@@ -14,6 +14,7 @@ import datetime
 import importlib.metadata
 import logging
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -29,6 +30,7 @@ from .features import (_checked_feature_rows, _quantize_features, _stream_featur
 from .input_checks import (_check_splits_in_target, _check_typed_options, _checked_labels,
                            _checked_splits)
 from ..link_split import split_relation
+from ..schema import GraphSchema
 from ..manifest import (ARRAY_FILES, ETYPES, FEATURE_DTYPES, FEATURES, FORMAT_NAME, FORMAT_VERSION,
                        MANIFEST, PAGE, PAGE_CHECKSUMS, ROW_SCALES, manifest_checksum)
 from .order import Permutation, order_name
@@ -75,6 +77,7 @@ def write_store(out: str | Path, source: DatasetSource, order: str | Permutation
     schema = schema_of(source)
     # refuses a missing or unknown relation name before anything is written
     relation = None if edge_split is None else split_relation(schema, edge_split_relation, source.name)
+    parts = _schema_parts(schema, relation)
     inputs = [Path(p).resolve() for p in getattr(source, "input_paths", list)()]
     _check_no_overlap(out, inputs)
     with output_lock(out):
@@ -84,16 +87,14 @@ def write_store(out: str | Path, source: DatasetSource, order: str | Permutation
                                   "dtype": dtype}
         if edge_split is not None:
             params["edge_split"] = {"fractions": list(edge_split), "seed": split_seed,
-                                    "eval_negatives": eval_negatives}
-            if not schema.is_homogeneous:
-                params["edge_split"]["relation"] = schema.relations[relation][1]
+                                    "eval_negatives": eval_negatives, **parts.split}
         topology: dict[str, int] = {}
         limit = memory_limit or default_memory_limit()
         _check_free_space(out, _partial_dir(out), _space_needed(source, dtype, order_name(order), None, limit))
         try:
             partial = _open_partial_dir(out, {**params, "inputs": _input_identity(inputs)})
             _write_partial(partial, source, order, dtype, params, progress, topology,
-                           limit, edge_split)
+                           limit, edge_split, parts)
         except DiskFullError as exc:
             partial = _partial_dir(out)
             shutil.rmtree(partial, ignore_errors=True)
@@ -106,10 +107,34 @@ def write_store(out: str | Path, source: DatasetSource, order: str | Permutation
     return out
 
 
+@dataclass(frozen=True)
+class _SchemaParts:
+    """What a typed graph's store holds beside a homogeneous one's; all empty for a
+    homogeneous graph, whose store the format keeps without them (no schema, no etypes
+    file, a link split with no relation): the writer asks the graph's kind once, here."""
+    #: the manifest's "schema" entry
+    manifest: dict[str, Any]
+    #: the arrays of the relations (the topology step staged them in the partial folder)
+    arrays: tuple[str, ...]
+    #: the edge split's relation, by name (the preprocess parameters)
+    split: dict[str, str]
+    #: the link section's relation (source type, name, destination type)
+    link: dict[str, list[str]]
+
+
+def _schema_parts(schema: GraphSchema, relation: int | None) -> _SchemaParts:
+    """The typed parts of a store of `schema` (`relation`: the edge split's, if any)."""
+    if schema.is_homogeneous:
+        return _SchemaParts({}, (), {}, {})
+    split = {} if relation is None else {"relation": schema.relations[relation][1]}
+    link = {} if relation is None else {"relation": list(schema.relations[relation])}
+    return _SchemaParts({"schema": schema.to_manifest()}, (ETYPES,), split, link)
+
+
 def _write_partial(partial: Path, source: DatasetSource, order: str | Permutation, dtype: str,
                    params: dict[str, Any], progress: Callable[[str, int, int], None] | None,
                    topology: dict[str, int], limit: int,
-                   edge_split: tuple[float, float, float] | None) -> None:
+                   edge_split: tuple[float, float, float] | None, parts: _SchemaParts) -> None:
     """Write (or finish writing) every file of the store into `partial`, manifest last;
     `topology` gets num_edges once known (for the disk-full estimate). Each step's wall
     and CPU time, peak RSS and bytes written are logged and recorded in the manifest's
@@ -152,8 +177,7 @@ def _write_partial(partial: Path, source: DatasetSource, order: str | Permutatio
               "perm": perm, "inv": inv,
               **{f"{k}_idx": np.sort(inv[v]) for k, v in splits.items()}}
     assert set(arrays) == set(ARRAY_FILES)
-    if not schema.is_homogeneous:
-        arrays[ETYPES] = np.load(partial / f"{ETYPES}.npy", mmap_mode="r")
+    arrays.update({name: np.load(partial / f"{name}.npy", mmap_mode="r") for name in parts.arrays})
     if link is not None:
         arrays.update(link.renumbered(inv).arrays())
     with _step(steps, "arrays"):
@@ -178,13 +202,9 @@ def _write_partial(partial: Path, source: DatasetSource, order: str | Permutatio
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "gnnssd_version": _version(),
     }
-    if not schema.is_homogeneous:
-        manifest["schema"] = schema.to_manifest()
+    manifest.update(parts.manifest)
     if link is not None:
-        manifest["link"] = {"split": params.get("edge_split", "dataset"),
-                            **({} if schema.is_homogeneous else
-                               {"relation": list(schema.relations[split_relation(schema, params["edge_split"]["relation"],
-                                                                                  source.name)])}),
+        manifest["link"] = {"split": params.get("edge_split", "dataset"), **parts.link,
                             "edges": {k: len(v) for k, v in link.edges.items()},
                             "eval_negatives": int(link.negatives["test"].shape[1])}
     manifest["checksum"] = manifest_checksum(manifest)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from gnnssd.datasets import synthetic_source
 from gnnssd.sampler import node_order
 from gnnssd.storage_format import Store, write_store
 from tests.hetero_graph import ToyHeteroSource
@@ -52,3 +53,18 @@ def test_ids_outside_their_type_are_refused_naming_it(toy) -> None:
         store.node_features([0], "author")
     with pytest.raises(ValueError, match=r"node_type 'venue': expected one of \['paper', 'author', 'institution'\]"):
         store.node_labels([0], "venue")
+
+
+def test_a_homogeneous_store_is_the_one_type_case_of_the_accessors(tmp_path) -> None:
+    """Its one node type ("_N") is the default type and may be named: the same rows and
+    labels as without a type, equal to the source's (a degree order mapped back); another
+    type is refused naming the one there is."""
+    source = synthetic_source("tiny")
+    store = Store.open(write_store(tmp_path / "store", source, order=node_order("degree")))
+    ids = np.array([0, store.num_nodes - 1, 5, 5])
+    np.testing.assert_array_equal(store.node_features(ids, "_N"), np.concatenate(list(source.feature_chunks(0, store.num_nodes)))[ids])
+    np.testing.assert_array_equal(store.node_features(ids, "_N"), store.node_features(ids))
+    np.testing.assert_array_equal(store.node_labels(ids, "_N"), source.load_labels()[ids])
+    np.testing.assert_array_equal(store.original_ids(store.store_ids(ids, "_N"), "_N"), ids)
+    with pytest.raises(ValueError, match=r"node_type 'paper': expected one of \['_N'\]"):
+        store.node_labels(ids, "paper")
