@@ -3,6 +3,11 @@ import os
 
 # DGL picks its tensor backend from this variable at import; gnnssd is PyTorch-only.
 os.environ.setdefault("DGLBACKEND", "pytorch")
+# numba's parallel kernels run on OpenMP, whose idle workers spin by default: beside the
+# loader's other threads and its packer processes (which inherit this) on shared cores, the
+# spinning took about half of the ssd loader's CPU (docs/BENCHMARKS.md, issue 46). Read when
+# numba first loads its OpenMP pool (its first parallel kernel); a user's own setting is kept.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from gnnssd.storage_format import lazy_exports  # noqa: E402 - after DGLBACKEND
 

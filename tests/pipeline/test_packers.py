@@ -2,6 +2,10 @@
 the trainer's own planner gives, with the store's rows, and every window's scratch goes."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -56,3 +60,18 @@ def test_a_bad_packers_value_names_the_key(store, tmp_path):
     with pytest.raises((ConfigError, ValueError), match="ssd.packers"):
         NodeLoader(store, store.original_ids(np.asarray(store.train_store_ids)), packers=-1,
                    scratch_dir=tmp_path / "scratch", **OPTIONS)
+
+
+@pytest.mark.parametrize("users, expected", [(None, "PASSIVE"), ("ACTIVE", "ACTIVE")])
+def test_openmp_workers_wait_passively_in_the_trainer_and_its_packers(users, expected):
+    """Importing gnnssd makes numba's OpenMP workers wait without spinning (spinning on the
+    cores the packers share took about half of the loader's CPU), in the trainer and in the
+    packer processes, which inherit its environment; a user's own OMP_WAIT_POLICY is kept."""
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    if users is not None:
+        env["OMP_WAIT_POLICY"] = users
+    program = ("import os, subprocess, sys; import gnnssd; print(os.environ.get('OMP_WAIT_POLICY')); "
+               "print(subprocess.run([sys.executable, '-c', 'import os; print(os.environ.get(\"OMP_WAIT_POLICY\"))'], "
+               "capture_output=True, text=True, check=True).stdout.strip())")
+    shown = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, check=True)
+    assert shown.stdout.split() == [expected, expected]
