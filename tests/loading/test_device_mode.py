@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from gnnssd import NodeLoader
+from gnnssd import EdgeLoader, NodeLoader
 from gnnssd.compiler import CSCBlock
 from gnnssd.core.config import ConfigError, config_from_dict
 from gnnssd.datasets import synthetic_source
@@ -20,6 +20,7 @@ from gnnssd.pipeline import DirectIO
 from gnnssd.sampler import node_order
 from gnnssd.storage_format import PageChecksumError, Store, StoreError, write_store
 from gnnssd.training.tasks import Trainer
+from tests.hetero_graph import ToyHeteroSource
 
 
 def _source():
@@ -142,6 +143,22 @@ def test_a_corrupt_chunk_past_the_first_is_refused_naming_the_file(tmp_path, dam
         f.write(bytes([kept[0] ^ 0x40]))
     with pytest.raises(error, match=message):
         _loader(store, memory_budget="16KiB")
+
+
+def test_typed_stores_and_edge_batches_are_refused_naming_the_alternatives(tmp_path, store_path):
+    """What the device backend does not serve yet (issue 47): a heterogeneous store (the
+    tensor sampler takes one node and edge type) and edge mini-batches (no exclusion of a
+    batch's positive edges); both refusals name what does."""
+    typed = write_store(tmp_path / "typed", ToyHeteroSource(papers=300, authors=200, institutions=5, feat_dim=8))
+    with pytest.raises(ConfigError, match=r"features: device: the store .*typed is heterogeneous \(paper, "
+                                          r".*\); device sampling takes one node and edge type for now: use "
+                                          r"features: memory or ssd"):
+        NodeLoader(typed, {"paper": Store.open(typed).train_idx}, fanouts=[3, 3], batch_size=64, features="device",
+                   device="cpu")
+    store = Store.open(store_path)
+    edges = np.stack([store.indices[:100].astype(np.int64), np.zeros(100, np.int64)], axis=1)
+    with pytest.raises(ValueError, match=r"features: 'device'; expected one of \('memory', 'ssd'\)"):
+        EdgeLoader(store, edges, fanouts=[3, 3], batch_size=16, features="device", device="cpu")
 
 
 def test_a_store_that_does_not_fit_is_refused_naming_the_sizes(store_path):
