@@ -12,7 +12,7 @@ from typing import Iterator, Mapping
 
 import numpy as np
 
-from gnnssd.io_engine import ChecksumError, Engine
+from gnnssd.io_engine import ChecksumError, Engine, Handle
 from gnnssd.io_engine import ALIGNMENT
 from gnnssd.storage_format import PageChecksumError
 
@@ -50,15 +50,34 @@ class DirectIO:
     def close(self, f) -> None:
         f.close()
 
-    def alloc(self, nbytes: int) -> np.ndarray:
-        """Aligned uint8 buffer of at least nbytes (rounded up to the engine's alignment)."""
-        return self._engine.alloc(max(-(-nbytes // ALIGNMENT) * ALIGNMENT, ALIGNMENT))
+    def alloc(self, nbytes: int, pinned: bool = False) -> np.ndarray:
+        """Aligned uint8 buffer of at least nbytes (rounded up to the engine's alignment);
+        `pinned`: page-locked (torch's pinned allocator; needs CUDA), so that a GPU copies
+        out of it asynchronously."""
+        nbytes = max(-(-nbytes // ALIGNMENT) * ALIGNMENT, ALIGNMENT)
+        if not pinned:
+            return self._engine.alloc(nbytes)
+        from gnnssd.pipeline.hot_cache import pinned_empty  # imports torch
+
+        raw = pinned_empty(nbytes + ALIGNMENT)
+        start = -raw.ctypes.data % ALIGNMENT
+        return raw[start:start + nbytes]
+
+    def submit(self, f, offsets: np.ndarray, lengths: np.ndarray, buf: np.ndarray, dest: np.ndarray) -> Handle:
+        """Start read_extents' reads and return at once (`wait` ends them): `buf` must stay
+        untouched until then."""
+        offsets, lengths, dest = (np.ascontiguousarray(a, dtype=np.int64) for a in (offsets, lengths, dest))
+        return self._engine.submit(f, offsets, lengths, buf, dest)
+
+    @staticmethod
+    def wait(handle: Handle) -> None:
+        """Block until `submit`'s reads are done; a corrupt page raises PageChecksumError."""
+        with store_errors():
+            handle.wait()
 
     def read_extents(self, f, offsets: np.ndarray, lengths: np.ndarray, buf: np.ndarray, dest: np.ndarray) -> None:
         """Read file[offsets[i]:+lengths[i]] into buf[dest[i]:+lengths[i]]; all page-aligned."""
-        offsets, lengths, dest = (np.ascontiguousarray(a, dtype=np.int64) for a in (offsets, lengths, dest))
-        with store_errors():
-            self._engine.submit(f, offsets, lengths, buf, dest).wait()
+        self.wait(self.submit(f, offsets, lengths, buf, dest))
 
     def read_rows(self, f, rows: np.ndarray, row_bytes: int, offsets: np.ndarray, lengths: np.ndarray,
                   out: np.ndarray, staging: np.ndarray) -> np.ndarray:

@@ -4,18 +4,23 @@ sampled there as CSC blocks whose rows and labels are the store's, the ssd mode'
 (LABOR: the same mini-batches), and training through the Trainer and the CLI."""
 from __future__ import annotations
 
+import time
+
 import dgl
 import numpy as np
 import pytest
 import torch
 
-from gnnssd import NodeLoader
+from gnnssd import EdgeLoader, NodeLoader
 from gnnssd.compiler import CSCBlock
 from gnnssd.core.config import ConfigError, config_from_dict
 from gnnssd.datasets import synthetic_source
+from gnnssd.loading.backends.device import Bounce
+from gnnssd.pipeline import DirectIO
 from gnnssd.sampler import node_order
 from gnnssd.storage_format import PageChecksumError, Store, StoreError, write_store
 from gnnssd.training.tasks import Trainer
+from tests.hetero_graph import ToyHeteroSource
 
 
 def _source():
@@ -91,6 +96,71 @@ def test_a_corrupt_page_or_array_is_refused_while_loading(tmp_path):
         _loader(Store.open(path))
 
 
+def test_the_next_chunk_is_read_while_one_is_in_the_callers_hands(tmp_path):
+    """The double-buffered load: each chunk the bounce buffer hands out holds the file's
+    bytes, and while it is in the caller's hands (being checked and copied), the next chunk
+    is already being read into the other half: it arrives there without the caller asking."""
+    data = np.random.default_rng(0).integers(0, 256, 7 * 4096 + 100, dtype=np.uint8)  # a short last chunk
+    path = tmp_path / "file.bin"
+    path.write_bytes(data.tobytes())
+    engine = DirectIO()
+    try:
+        bounce = Bounce(engine, 2 * 4096, torch.device("cpu"))
+        assert bounce.half_bytes == 4096 and not np.shares_memory(*bounce.halves)
+        out = torch.empty(len(data), dtype=torch.uint8)
+        chunks = list(range(0, len(data), 4096))
+        for k, (lo, half, chunk) in enumerate(bounce.chunks(path, len(data))):
+            assert (lo, half) == (chunks[k], k % 2)
+            np.testing.assert_array_equal(chunk, data[lo:lo + 4096])
+            if k + 1 < len(chunks):  # the next chunk lands in the other half, unasked
+                following = data[chunks[k + 1]:chunks[k + 1] + 4096]
+                other = bounce.halves[1 - half][:len(following)]
+                deadline = time.monotonic() + 60
+                while not np.array_equal(other, following) and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                np.testing.assert_array_equal(other, following)
+            bounce.copy(half, chunk, out[lo:lo + len(chunk)])
+        bounce.finish()
+        np.testing.assert_array_equal(out.numpy(), data)
+    finally:
+        engine.shutdown()
+
+
+@pytest.mark.parametrize("damaged, error, message", [
+    ("features.bin", PageChecksumError, r"features.bin: page 30 "),
+    ("indices.npy", StoreError, r"indices.npy: checksum mismatch while loading it onto cpu")])
+def test_a_corrupt_chunk_past_the_first_is_refused_naming_the_file(tmp_path, damaged, error, message):
+    """A tiny budget streams the files through many chunks of both halves: a damaged page
+    far from the start (features.bin's page 30, the middle of indices.npy) is still caught,
+    naming the file."""
+    path = write_store(tmp_path / "s", _source())
+    store = Store.open(path)
+    at = 30 * 4096 + 100 if damaged == "features.bin" else (path / damaged).stat().st_size // 2
+    with open(path / damaged, "r+b") as f:
+        f.seek(at)
+        kept = f.read(1)
+        f.seek(at)
+        f.write(bytes([kept[0] ^ 0x40]))
+    with pytest.raises(error, match=message):
+        _loader(store, memory_budget="16KiB")
+
+
+def test_typed_stores_and_edge_batches_are_refused_naming_the_alternatives(tmp_path, store_path):
+    """What the device backend does not serve yet (issue 47): a heterogeneous store (the
+    tensor sampler takes one node and edge type) and edge mini-batches (no exclusion of a
+    batch's positive edges); both refusals name what does."""
+    typed = write_store(tmp_path / "typed", ToyHeteroSource(papers=300, authors=200, institutions=5, feat_dim=8))
+    with pytest.raises(ConfigError, match=r"features: device: the store .*typed is heterogeneous \(paper, "
+                                          r".*\); device sampling takes one node and edge type for now: use "
+                                          r"features: memory or ssd"):
+        NodeLoader(typed, {"paper": Store.open(typed).train_idx}, fanouts=[3, 3], batch_size=64, features="device",
+                   device="cpu")
+    store = Store.open(store_path)
+    edges = np.stack([store.indices[:100].astype(np.int64), np.zeros(100, np.int64)], axis=1)
+    with pytest.raises(ValueError, match=r"features: 'device'; expected one of \('memory', 'ssd'\)"):
+        EdgeLoader(store, edges, fanouts=[3, 3], batch_size=16, features="device", device="cpu")
+
+
 def test_a_store_that_does_not_fit_is_refused_naming_the_sizes(store_path):
     with pytest.raises(ConfigError, match=r"features: device needs .* on cpu for the store .*\(features \(float32\) "
                                           r".*topology .*labels .*less ssd.device_reserve 0.999"):
@@ -140,6 +210,27 @@ def test_the_config_takes_device_and_its_reserve_and_refuses_bad_values(store_pa
         _config(store_path, tmp_path, features="device", ssd={"device_reserve": 1.5})
     with pytest.raises(ConfigError, match=r"features: 'gpu' is invalid; expected one of \['memory', 'ssd', 'device'\]"):
         _config(store_path, tmp_path, features="gpu")
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="torch sees no CUDA device")
+def test_on_a_gpu_the_load_goes_through_pinned_halves_and_equals_the_store(store_path):
+    """On CUDA the bounce halves are pinned and the copies non-blocking on the copy stream,
+    each half read into again only after its copy: with a tiny budget (many chunks per
+    half), the arrays on the GPU are the store's."""
+    store = Store.open(store_path)
+    engine = DirectIO()
+    try:
+        assert all(torch.from_numpy(h).is_pinned() for h in Bounce(engine, 8192, torch.device("cuda")).halves)
+    finally:
+        engine.shutdown()
+    with _loader(store, device="cuda", memory_budget="16KiB") as loader:
+        backend = loader.backend
+        assert backend.features.is_cuda
+        np.testing.assert_array_equal(backend.features.cpu().numpy(), store.read_features())
+        np.testing.assert_array_equal(backend.indptr.cpu().numpy(), store.indptr)
+        np.testing.assert_array_equal(backend.indices.cpu().numpy(), store.indices)
+        np.testing.assert_array_equal(backend.labels.cpu().numpy(), store.labels)
 
 
 @pytest.mark.cuda

@@ -29,6 +29,7 @@ from gnnssd.pipeline import DirectIO
 from gnnssd.sampler import Fanouts
 from gnnssd.storage_format import Store, StoreError
 
+from ..device import copy_stream
 from ..tensor_sampling import TensorSampler
 from ..form import plain_form_only
 from ..types import IOCounters, MiniBatch
@@ -67,16 +68,18 @@ class DeviceLoader:
         self.store, self.device, self.timer, self.seed, self.method = store, device, timer, seed, method
         self.io = IOCounters()
         check_fits(store, ssd, device)
-        bounce = _bounce_bytes(ssd.memory_budget)
         engine = DirectIO(ssd.queue_depth, ssd.io_backend,
                           {store.features_path: store.page_checksums()} if ssd.verify_checksums else None)
         try:
-            buffer = engine.alloc(bounce)
+            bounce = Bounce(engine, _bounce_bytes(ssd.memory_budget), device)
             with timer.stage("load"):
-                raw = self._stream_features(engine, buffer)
-                self.indptr = self._stream_array("indptr.npy", store.indptr, buffer)
-                self.indices = self._stream_array("indices.npy", store.indices, buffer)
-                self.labels = self._stream_array("labels.npy", store.labels, buffer)
+                try:
+                    raw = self._stream_features(bounce)
+                    self.indptr = self._stream_array("indptr.npy", store.indptr, bounce)
+                    self.indices = self._stream_array("indices.npy", store.indices, bounce)
+                    self.labels = self._stream_array("labels.npy", store.labels, bounce)
+                finally:
+                    bounce.finish()
         finally:
             engine.shutdown()
         rows = raw[: store.feature_bytes].view(_torch_dtype(store.feat_dtype)).view(store.feature_rows, store.feat_dim)
@@ -89,42 +92,29 @@ class DeviceLoader:
         """The registry's uniform constructor (gnnssd.loading.feature_source.BACKENDS)."""
         return cls(store, ssd, device, timer, seed, sampling.method)
 
-    def _stream_features(self, engine: DirectIO, buffer: np.ndarray) -> torch.Tensor:
+    def _stream_features(self, bounce: Bounce) -> torch.Tensor:
         """features.bin (padded to its pages) on the device as bytes, read by the engine
-        (O_DIRECT, each page checked against features.crc32c) through `buffer`."""
+        (O_DIRECT, each page checked against features.crc32c) through `bounce`."""
         size = int(self.store.manifest["files"]["features.bin"]["size"])
         out = torch.empty(size, dtype=torch.uint8, device=self.device)
-        f = engine.open(self.store.features_path)
-        try:
-            for lo in range(0, size, len(buffer)):
-                n = min(len(buffer), size - lo)
-                dest = np.arange(0, n, EXTENT_BYTES, dtype=np.int64)
-                engine.read_extents(f, lo + dest, np.minimum(EXTENT_BYTES, n - dest), buffer, dest)
-                out[lo:lo + n].copy_(torch.from_numpy(buffer[:n]))
-        finally:
-            engine.close(f)
+        for lo, half, chunk in bounce.chunks(self.store.features_path, size):
+            bounce.copy(half, chunk, out[lo:lo + len(chunk)])
         self.io.add(bytes_read=size, requests=-(-size // EXTENT_BYTES))
         return out
 
-    def _stream_array(self, name: str, mapped: np.memmap, buffer: np.ndarray) -> torch.Tensor:
+    def _stream_array(self, name: str, mapped: np.memmap, bounce: Bounce) -> torch.Tensor:
         """The store's .npy array `name` (`mapped`: the store's mapping of it, for its dtype,
-        shape and data offset) on the device, its file read through `buffer` with its CRC-32
-        recomputed and checked against the manifest's at the end."""
+        shape and data offset) on the device, its file read through `bounce` with its CRC-32
+        recomputed on the way and checked against the manifest's at the end."""
         path = self.store.path / name
         header, size = int(mapped.offset), path.stat().st_size
         out = torch.empty(size - header, dtype=torch.uint8, device=self.device)
-        crc, done = 0, 0
-        with open(path, "rb", buffering=0) as f:
-            while done < size:
-                n = f.readinto(memoryview(buffer)[: min(len(buffer), size - done)])
-                if not n:
-                    raise StoreError(f"{path}: shorter than its {size} bytes")
-                chunk = buffer[:n]
-                crc = zlib.crc32(chunk, crc)
-                lo = max(header - done, 0)  # the chunk's array bytes start after the header
-                if lo < n:
-                    out[done + lo - header:done + n - header].copy_(torch.from_numpy(chunk[lo:]))
-                done += n
+        crc = 0
+        for lo, half, chunk in bounce.chunks(path, size):
+            crc = zlib.crc32(chunk, crc)  # (the GIL is released: the next chunk's read goes on)
+            skip = max(header - lo, 0)  # the chunk's array bytes start after the header
+            if skip < len(chunk):
+                bounce.copy(half, chunk[skip:], out[lo + skip - header:lo + len(chunk) - header])
         expected = self.store.manifest["files"][name]["crc32"]
         if crc != expected:
             raise StoreError(f"{path}: checksum mismatch while loading it onto {self.device} (crc32 {crc:#010x}, "
@@ -168,12 +158,79 @@ class DeviceLoader:
         self.features = self.indptr = self.indices = self.labels = self.row_scales = None
 
 
+class Bounce:
+    """The host side of the load: two halves of a bounce buffer (pinned when the device is a
+    GPU), so that chunk k+1 of a file is read into one half while chunk k is checked and
+    copied to the device out of the other. On a GPU the copies are non-blocking on the
+    device's copy stream, and a half is read into again only once its last copy is done;
+    on the CPU the copy is an ordinary one, while the engine's reads of the next chunk go on."""
+
+    def __init__(self, engine: DirectIO, nbytes: int, device: torch.device):
+        self.engine, self.device = engine, device
+        self.cuda = device.type == "cuda"
+        self.half_bytes = max(nbytes // 2 // PAGE * PAGE, PAGE)
+        self.halves = [engine.alloc(self.half_bytes, pinned=self.cuda) for _ in range(2)]
+        #: each half's last copy (a CUDA event), waited for before the half is read into again
+        self.copies: list[torch.cuda.Event | None] = [None, None]
+        self.stream = copy_stream(device) if self.cuda else None
+
+    def chunks(self, path: Path, size: int) -> Iterator[tuple[int, int, np.ndarray]]:
+        """(offset, half, bytes) of the file's bytes [0, size), a half's length at a time,
+        each read while the previous one is in the caller's hands: the caller uses a chunk
+        (`copy`) before asking for the next, which is then read into its half."""
+        f = self.engine.open(path)
+        pending = None
+        try:
+            count = -(-size // self.half_bytes)
+            pending = self._submit(f, 0, size) if count else None
+            for k in range(count):
+                handle, chunk = pending
+                pending = self._submit(f, k + 1, size) if k + 1 < count else None
+                self.engine.wait(handle)
+                yield k * self.half_bytes, k % 2, chunk
+        finally:
+            if pending is not None:  # stopped early or failed: the next read is not waited for
+                pending[0].cancel()
+            self.engine.close(f)
+
+    def _submit(self, f: Any, k: int, size: int) -> tuple[Any, np.ndarray]:
+        """Start reading chunk k into its half, once the half's last copy is done."""
+        half, copied = self.halves[k % 2], self.copies[k % 2]
+        if copied is not None:
+            copied.synchronize()
+        lo = k * self.half_bytes
+        n = min(self.half_bytes, size - lo)
+        whole = -(-n // f.block_size) * f.block_size  # O_DIRECT reads whole blocks (zeros past the end)
+        dest = np.arange(0, whole, EXTENT_BYTES, dtype=np.int64)
+        return self.engine.submit(f, lo + dest, np.minimum(EXTENT_BYTES, whole - dest), half, dest), half[:n]
+
+    def copy(self, half: int, chunk: np.ndarray, dest: torch.Tensor) -> None:
+        """dest = chunk (a view of half `half`): non-blocking on a GPU, its event recorded."""
+        if not self.cuda:
+            dest.copy_(torch.from_numpy(chunk))
+            return
+        with torch.cuda.stream(self.stream):
+            dest.copy_(torch.from_numpy(chunk), non_blocking=True)
+            event = torch.cuda.Event()
+            event.record(self.stream)
+        self.copies[half] = event
+
+    def finish(self) -> None:
+        """Wait for the copies in flight (the halves may then be freed) and order the device's
+        work after them."""
+        for event in self.copies:
+            if event is not None:
+                event.synchronize()
+        if self.cuda:
+            torch.cuda.current_stream(self.device).wait_stream(self.stream)
+
+
 def _torch_dtype(dtype: np.dtype) -> torch.dtype:
     return torch.from_numpy(np.empty(0, dtype)).dtype
 
 
 def _bounce_bytes(memory_budget: int) -> int:
-    """The bounce buffer: at most BOUNCE_BYTES and half the budget, whole pages."""
+    """The bounce buffer (both halves): at most BOUNCE_BYTES and half the budget, whole pages."""
     return max(min(BOUNCE_BYTES, memory_budget // 2) // PAGE * PAGE, PAGE)
 
 
