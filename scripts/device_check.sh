@@ -31,6 +31,9 @@ export PYTHONUNBUFFERED=1
 STEPS=" ${STEPS:-tests bench_gpu device gather packers} "
 step() { echo; echo "== $(date +%T) $*"; }
 want() { [[ "$STEPS" == *" $1 "* ]]; }
+# a step that fails or times out (124) is named at the end and the check exits 1; the others still run
+FAILED=""
+check() { local rc=$?; [ $rc -eq 0 ] || FAILED="$FAILED $1(rc $rc)"; }
 
 if [ -z "${GNNSSD_PY:-}" ]; then
   step "install"
@@ -67,7 +70,7 @@ PY
 if want tests; then
 step "tests: the CUDA ones (marked cuda) and the compiler's CPU lowering ones on this stack"
 timeout ${TESTS_TIMEOUT:-150} $PY -m pytest -q -p no:cacheprovider tests/compiler/test_cuda.py tests/compiler/test_compiler_csc.py \
-  tests/compiler/test_compiler_hetero.py tests/loading/test_tensor_sampling.py tests/loading/test_device_mode.py tests/pipeline/test_row_places.py -k "${TESTS_K:-not cora and not interpreter and not trains}" -W ignore::DeprecationWarning 2>&1 | tee "$OUT/pytest_cuda.txt" | tail -25
+  tests/compiler/test_compiler_hetero.py tests/loading/test_tensor_sampling.py tests/loading/test_device_mode.py tests/pipeline/test_row_places.py -k "${TESTS_K:-not cora and not interpreter and not trains}" -W ignore::DeprecationWarning 2>&1 | tee "$OUT/pytest_cuda.txt" | tail -25; check tests
 fi
 
 step "store: synthetic medium"
@@ -81,21 +84,22 @@ fi
 
 if want bench_gpu; then
 step "bench_gpu"
-timeout ${BENCH_TIMEOUT:-200} $PY scripts/bench_gpu.py --store "$STORE" --typed-store "$TYPED" --quick --e2e-batches ${E2E_BATCHES:-40} --parts ${PARTS:-layers,e2e,threads} --device $DEVICE --json "$OUT/bench_gpu.json" 2>&1 | tee "$OUT/bench_gpu.txt"
+timeout ${BENCH_TIMEOUT:-200} $PY scripts/bench_gpu.py --store "$STORE" --typed-store "$TYPED" --quick --e2e-batches ${E2E_BATCHES:-40} --parts ${PARTS:-layers,e2e,threads} --device $DEVICE --json "$OUT/bench_gpu.json" 2>&1 | tee "$OUT/bench_gpu.txt"; check bench_gpu
 fi
 if want device; then
 step "device tier: medium with features: device (the store on the GPU) against compute-only"
-timeout ${DEVICE_TIMEOUT:-120} $PY scripts/bench_gpu.py --store "$STORE" --quick --e2e-batches ${E2E_BATCHES:-40} --parts device --device $DEVICE --json "$OUT/bench_gpu_device.json" 2>&1 | tee "$OUT/bench_gpu_device.txt"
+timeout ${DEVICE_TIMEOUT:-120} $PY scripts/bench_gpu.py --store "$STORE" --quick --e2e-batches ${E2E_BATCHES:-40} --parts device --device $DEVICE --json "$OUT/bench_gpu_device.json" 2>&1 | tee "$OUT/bench_gpu_device.txt"; check device
 fi
 if want gather; then
 step "gather where x is consumed: host vs device gather, and ssd.device_budget at 1/8 of the features (medium)"
-timeout ${GATHER_TIMEOUT:-120} $PY scripts/bench_gpu.py --store "$STORE" --quick --e2e-batches ${E2E_BATCHES:-40} --parts gather --device $DEVICE --json "$OUT/bench_gpu_gather.json" 2>&1 | tee "$OUT/bench_gpu_gather.txt"
+timeout ${GATHER_TIMEOUT:-120} $PY scripts/bench_gpu.py --store "$STORE" --quick --e2e-batches ${E2E_BATCHES:-40} --parts gather --device $DEVICE --json "$OUT/bench_gpu_gather.json" 2>&1 | tee "$OUT/bench_gpu_gather.txt"; check gather
 fi
 if want packers; then
 step "ssd loader with packers (issue 46): loader-only on medium at 1/8 of the features beside memory mode"
 # one row per packer count; on the CPU the same command runs with PACKERS="1 2" (no GPU needed)
 timeout ${PACKERS_TIMEOUT:-240} $PY scripts/bench_feed.py --store "$STORE" --quick --beside-x --batches ${FEED_BATCHES:-12} \
   --threads $(nproc) --packers ${PACKERS:-1 2 4 8 14} --systems memory ssd --no-warmup --json "$OUT/bench_feed_packers.json" \
-  2>&1 | tee "$OUT/bench_feed_packers.txt"
+  2>&1 | tee "$OUT/bench_feed_packers.txt"; check packers
 fi
+if [ -n "$FAILED" ]; then step "failed:$FAILED"; exit 1; fi
 step "done"
