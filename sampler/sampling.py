@@ -328,7 +328,6 @@ def _sample_hop_labor(indptr, indices, etypes, dst, dst_batch, fanouts, seed, la
     bounds = np.searchsorted(edge_end, np.arange(tasks + 1) * total // tasks)  # task t: dst[bounds[t]:bounds[t+1]]
     bounds[0], bounds[tasks] = 0, n
     scratch = np.empty(total, indices.dtype)
-    scratch_rel = np.empty(total if typed else 0, etypes.dtype)
     take = np.empty((n, num_rel), np.int64)
     for t in nb.prange(tasks):
         o = edge_end[bounds[t]]
@@ -349,8 +348,6 @@ def _sample_hop_labor(indptr, indices, etypes, dst, dst_batch, fanouts, seed, la
                 f = fanouts[r]
                 c = _labor_keep(indices, run, end - run, ex_keys, ex_lo, ex_hi, base, prefix,
                                 1.0 if f < 0 or f >= d else f / d, scratch, o)
-                if typed:
-                    scratch_rel[o:o + c] = r
                 take[i, r] = c
                 o += c
                 run = end
@@ -360,8 +357,10 @@ def _sample_hop_labor(indptr, indices, etypes, dst, dst_batch, fanouts, seed, la
     for t in range(tasks):
         first, last, part = flat[bounds[t] * num_rel], flat[bounds[t + 1] * num_rel], edge_end[bounds[t]]
         out[first:last] = scratch[part:part + last - first]
-        if typed:
-            out_rel[first:last] = scratch_rel[part:part + last - first]
+    if typed:  # run (i, r) of the output holds relation r
+        for i in range(n):
+            for r in range(num_rel):
+                out_rel[flat[i * num_rel + r]:flat[i * num_rel + r + 1]] = r
     return flat[::num_rel].copy(), out, out_rel
 
 
