@@ -10,10 +10,12 @@ at 10^8 nodes).
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from contextlib import contextmanager
+from typing import Any, Iterator, Sequence
 
 import numba as nb
 import numpy as np
+from numba.cpython.unsafe.numbers import trailing_zeros
 
 from gnnssd.storage_format import ONE_RELATION, sampling_method
 
@@ -27,6 +29,11 @@ _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _FLOYD_MAX = 32  # above this fanout, reservoir sampling (O(degree)) beats Floyd (O(k^2))
+_TASKS_PER_THREAD = 4  # LABOR's hop: parts of a layer per thread, so that uneven parts even out
+#: LABOR's hop: in-edges a thread is worth (~0.3 ms of hashing): a layer with fewer runs on
+#: fewer threads, since waking and joining a thread costs more than it saves (on a busy
+#: machine, a wait for a time slice).
+_EDGES_PER_THREAD = 1 << 18
 
 
 @nb.njit(inline="always")
@@ -247,23 +254,37 @@ def _variate_bound(threshold):
 
 
 @nb.njit(cache=True, nogil=True)
-def _labor_mark(indices, start, d, keys, lo, hi, base, prefix, threshold, bits, b0):
+def _labor_keep(indices, start, d, keys, lo, hi, base, prefix, threshold, out, o):
     """The sources u of indices[start:start+d] (less excluded keys base + u in keys[lo:hi])
-    with r_u <= threshold (r_u: _variate(prefix, u)), each marked by bit p of bits[b0:]
-    (p: its position in the run) when bits is not empty; returns how many."""
+    with r_u <= threshold (r_u: _variate(prefix, u)), written in order to out[o:] when out
+    is not empty; returns how many.
+
+    Without an exclusion, a run at or under the fanout (threshold 1) is copied unhashed,
+    and a longer one is tested 64 edges at a time: the tests of a block fill one 64-bit
+    mask (no branch an edge: the block's hashes pipeline), whose set bits, fanout / degree
+    of them on average, are then copied out."""
+    writing = out.shape[0] > 0
+    if hi == lo and threshold >= 1.0:
+        if writing:
+            out[o:o + d] = indices[start:start + d]
+        return d
     c = 0
-    if hi == lo and threshold < 1.0:  # no exclusion: the test alone, one hash an edge
+    if hi == lo:
         bound = _variate_bound(threshold)
-        marking = bits.shape[0] > 0
-        for p in range(d):
-            if _mix(prefix ^ np.uint64(indices[start + p])) >> np.uint64(11) <= bound:
-                if marking:
-                    bits[b0 + (p >> 3)] |= np.uint8(1 << (p & 7))
+        for s in range(start, start + d, 64):
+            mask = np.uint64(0)
+            for k in range(min(64, start + d - s)):
+                kept = (_mix(prefix ^ np.uint64(indices[s + k])) >> np.uint64(11)) <= bound
+                mask |= np.uint64(kept) << np.uint64(k)
+            while mask:
+                if writing:
+                    out[o + c] = indices[s + trailing_zeros(mask)]
                 c += 1
+                mask &= mask - np.uint64(1)
         return c
     j = lo
-    for p in range(d):
-        u = indices[start + p]
+    for p in range(start, start + d):
+        u = indices[p]
         key = base + u
         while j < hi and keys[j] < key:
             j += 1
@@ -271,14 +292,15 @@ def _labor_mark(indices, start, d, keys, lo, hi, base, prefix, threshold, bits, 
             continue
         if threshold < 1.0 and _variate(prefix, u) > threshold:
             continue
-        if bits.shape[0]:
-            bits[b0 + (p >> 3)] |= np.uint8(1 << (p & 7))
+        if writing:
+            out[o + c] = u
         c += 1
     return c
 
 
 @nb.njit(parallel=True, cache=True, nogil=True)
-def _sample_hop_labor(indptr, indices, etypes, dst, dst_batch, fanouts, seed, layer, dst_local, ex_ptr, ex_keys):
+def _sample_hop_labor(indptr, indices, etypes, dst, dst_batch, fanouts, seed, layer, dst_local, ex_ptr, ex_keys,
+                      tasks):
     """Layer-neighbour sampling (LABOR-0, Balin & Catalyurek 2023; DGL's LaborSampler with
     importance_sampling=0): the in-edge u -> v of relation r is kept iff r_u <= k_r / d_r(v),
     k_r the relation's fanout (-1: all) and d_r(v) v's in-degree in it after the
@@ -287,59 +309,58 @@ def _sample_hop_labor(indptr, indices, etypes, dst, dst_batch, fanouts, seed, la
     uniform samples. A homogeneous graph is one relation (etypes empty). Returns (ptr,
     sampled node IDs, their relations: empty for one relation, as etypes).
 
-    Each in-edge's variate is hashed once: the first pass marks the kept edges in a bitset
-    (a byte-aligned run of bits per destination and relation: an eighth of a byte an
-    in-edge, no two threads on one byte) while it counts them, the second copies the marked
-    sources into place."""
+    One parallel loop, over `tasks` runs of consecutive destinations with about equal
+    in-edges (_TASKS_PER_THREAD a thread, as the caller counts threads): each in-edge's variate is hashed once, and a task writes its kept
+    sources compactly into its own part of a scratch array (the part its in-edges would
+    fill, so no bound is needed beforehand); the tasks' parts are then concatenated. A
+    parallel loop's start and end cost more than the loop on a busy machine, hence one."""
     n = dst.shape[0]
     num_nodes = indptr.shape[0] - 1
     num_rel = fanouts.shape[0]
     typed = etypes.shape[0] > 0
-    no_bits = np.empty(0, np.uint8)
-    runs = np.empty((n, num_rel + 1), np.int64)
-    take = np.empty((n, num_rel), np.int64)
-    ex_lo = np.zeros(n, np.int64)
-    ex_hi = np.zeros(n, np.int64)
-    for i in nb.prange(n):
-        v = dst[i]
-        a, b = indptr[v], indptr[v + 1]
-        for r in range(num_rel + 1):
-            runs[i, r] = (a + np.searchsorted(etypes[a:b], r)) if typed else (a if r == 0 else b)
-    bit_ptr = np.empty(n * num_rel + 1, np.int64)  # where each run's bits start, in bytes
-    bit_ptr[0] = 0
+    no_output = np.empty(0, indices.dtype)
+    edge_end = np.empty(n + 1, np.int64)  # in-edges of dst[:i]: where dst[i]'s part of the scratch starts
+    edge_end[0] = 0
     for i in range(n):
-        for r in range(num_rel):
-            bit_ptr[i * num_rel + r + 1] = bit_ptr[i * num_rel + r] + (runs[i, r + 1] - runs[i, r] + 7) // 8
-    bits = np.zeros(bit_ptr[n * num_rel], np.uint8)
-    for i in nb.prange(n):
-        base = np.int64(dst[i]) * num_nodes
-        prefix = _prefix(seed, dst_batch[i], layer)
-        if ex_keys.shape[0] > 0:
-            ex_lo[i], ex_hi[i] = _exclusion_range(ex_ptr, ex_keys, dst_local[i], base, num_nodes)
-        for r in range(num_rel):
-            d = runs[i, r + 1] - runs[i, r]
-            if ex_hi[i] > ex_lo[i]:  # the relation's in-degree after the exclusion
-                d = _labor_mark(indices, runs[i, r], d, ex_keys, ex_lo[i], ex_hi[i], base, prefix, 1.0, no_bits, 0)
-            f = fanouts[r]
-            take[i, r] = _labor_mark(indices, runs[i, r], runs[i, r + 1] - runs[i, r], ex_keys, ex_lo[i], ex_hi[i],
-                                     base, prefix, 1.0 if f < 0 or f >= d else f / d, bits, bit_ptr[i * num_rel + r])
+        edge_end[i + 1] = edge_end[i] + indptr[dst[i] + 1] - indptr[dst[i]]
+    total = edge_end[n]
+    tasks = max(1, min(n, tasks))
+    bounds = np.searchsorted(edge_end, np.arange(tasks + 1) * total // tasks)  # task t: dst[bounds[t]:bounds[t+1]]
+    bounds[0], bounds[tasks] = 0, n
+    scratch = np.empty(total, indices.dtype)
+    take = np.empty((n, num_rel), np.int64)
+    for t in nb.prange(tasks):
+        o = edge_end[bounds[t]]
+        for i in range(bounds[t], bounds[t + 1]):
+            v = dst[i]
+            a, b = indptr[v], indptr[v + 1]
+            base = np.int64(v) * num_nodes
+            prefix = _prefix(seed, dst_batch[i], layer)
+            ex_lo = ex_hi = np.int64(0)
+            if ex_keys.shape[0] > 0:
+                ex_lo, ex_hi = _exclusion_range(ex_ptr, ex_keys, dst_local[i], base, num_nodes)
+            run = a
+            for r in range(num_rel):
+                end = (a + np.searchsorted(etypes[a:b], r + 1)) if typed else b
+                d = end - run
+                if ex_hi > ex_lo:  # the relation's in-degree after the exclusion
+                    d = _labor_keep(indices, run, d, ex_keys, ex_lo, ex_hi, base, prefix, 1.0, no_output, 0)
+                f = fanouts[r]
+                c = _labor_keep(indices, run, end - run, ex_keys, ex_lo, ex_hi, base, prefix,
+                                1.0 if f < 0 or f >= d else f / d, scratch, o)
+                take[i, r] = c
+                o += c
+                run = end
     flat = _run_offsets(take)
     out = np.empty(flat[n * num_rel], np.int64)
     out_rel = np.empty(flat[n * num_rel] if typed else 0, etypes.dtype)
-    for i in nb.prange(n):
-        for r in range(num_rel):
-            o, start = flat[i * num_rel + r], runs[i, r]
-            for q in range(bit_ptr[i * num_rel + r], bit_ptr[i * num_rel + r + 1]):
-                byte = bits[q]
-                if byte:
-                    p = start + (q - bit_ptr[i * num_rel + r]) * 8
-                    for k in range(8):
-                        if (byte >> k) & 1:
-                            out[o] = indices[p + k]
-                            o += 1
-            if typed:
-                for j in range(flat[i * num_rel + r], o):
-                    out_rel[j] = r
+    for t in range(tasks):
+        first, last, part = flat[bounds[t] * num_rel], flat[bounds[t + 1] * num_rel], edge_end[bounds[t]]
+        out[first:last] = scratch[part:part + last - first]
+    if typed:  # run (i, r) of the output holds relation r
+        for i in range(n):
+            for r in range(num_rel):
+                out_rel[flat[i * num_rel + r]:flat[i * num_rel + r + 1]] = r
     return flat[::num_rel].copy(), out, out_rel
 
 
@@ -448,6 +469,15 @@ def _relabel(nodes, node_ptr, eptr, nbrs):
     return new_ptr, new_nodes, esrc, edst
 
 
+def relabel_layer(nodes: np.ndarray, node_ptr: np.ndarray, eptr: np.ndarray,
+                  nbrs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """_relabel on at most a thread per mini-batch: its parallel loop is over them, so for
+    one (memory mode samples a mini-batch at a time) a second thread would be woken only
+    to wait at its end."""
+    with _on_threads(min(len(node_ptr) - 1, nb.get_num_threads())):
+        return _relabel(nodes, node_ptr, eptr, nbrs)
+
+
 def exclusion_keys(exclude: Sequence[np.ndarray] | None, num_nodes: int,
                    nbatch: int) -> tuple[np.ndarray, np.ndarray]:
     """Per mini-batch, the sorted keys dst * num_nodes + src of its excluded in-edges: each
@@ -554,7 +584,7 @@ class NeighborSampler:
             _check_destinations(self.indptr, self.indices, nodes)
             eptr, nbrs, rels = self._hop(nodes, dst_batch, self.fanouts[layer], seed, layer, dst_local, ex_ptr, ex_keys)
             _check_sources(nbrs, len(self.indptr) - 1)
-            new_ptr, new_nodes, esrc, edst = _relabel(nodes, node_ptr, eptr, nbrs)
+            new_ptr, new_nodes, esrc, edst = relabel_layer(nodes, node_ptr, eptr, nbrs)
             hops.append((node_ptr, new_ptr, eptr[node_ptr], esrc, edst, rels))
             nodes, node_ptr = new_nodes, new_ptr
         hops.reverse()
@@ -591,5 +621,21 @@ class NeighborSampler:
 
     def _labor_hop(self, nodes: np.ndarray, dst_batch: np.ndarray, fanout: Any, seed: int, layer: int,
                    dst_local: np.ndarray, ex_ptr: np.ndarray, ex_keys: np.ndarray) -> _Hop:
-        return _sample_hop_labor(self.indptr, self.indices, self.etypes, nodes, dst_batch,
-                                 np.atleast_1d(np.asarray(fanout, np.int64)), seed, layer, dst_local, ex_ptr, ex_keys)
+        in_edges = int((self.indptr[nodes + 1] - self.indptr[nodes]).sum())
+        threads = max(1, min(nb.get_num_threads(), in_edges // _EDGES_PER_THREAD))
+        with _on_threads(threads):
+            return _sample_hop_labor(self.indptr, self.indices, self.etypes, nodes, dst_batch,
+                                     np.atleast_1d(np.asarray(fanout, np.int64)), seed, layer, dst_local, ex_ptr,
+                                     ex_keys, _TASKS_PER_THREAD * threads)
+
+
+@contextmanager
+def _on_threads(count: int) -> Iterator[None]:
+    """Run this thread's numba parallel loops on `count` threads meanwhile (numba's setting
+    is per calling thread): 1 runs them in place, with no thread woken or joined."""
+    previous = nb.get_num_threads()
+    nb.set_num_threads(max(1, count))
+    try:
+        yield
+    finally:
+        nb.set_num_threads(previous)

@@ -47,14 +47,15 @@ def epoch_of(store: Store, method: str, features: str, fanouts: list[int], batch
     with NodeLoader(store, seeds, fanouts=fanouts, batch_size=batch_size, features=features, method=method,
                     memory_budget=budget, seed=0, device="cpu") as loader:
         loader.io_stats()  # the set-up (feature load, hot cache) left out
-        rows, start = [], time.perf_counter()
+        rows, start, cpu = [], time.perf_counter(), time.process_time()
         for mb in loader:
             rows.append(len(mb.input_nodes))
             mb.x.sum()  # the inputs touched
-        seconds = time.perf_counter() - start
+        seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
         io = loader.io_stats()
     row = {"method": method, "features": features, "minibatches": len(rows),
-           "input_rows_per_minibatch": statistics.mean(rows), "minibatches_per_s": len(rows) / seconds}
+           "input_rows_per_minibatch": statistics.mean(rows), "minibatches_per_s": len(rows) / seconds,
+           "cpu_s_per_minibatch": cpu / len(rows)}
     if features == "ssd":
         row.update(bytes_read=io["bytes_read"], useful_bytes=io["useful_bytes"],
                    bytes_read_per_useful_byte=io["bytes_read"] / max(io["useful_bytes"], 1),
@@ -99,7 +100,8 @@ def main() -> int:
         if args.store or args.preset:
             path = args.store or write_store(work / args.preset, synthetic_source(args.preset))
             store = Store.open(path)
-            print(f"{'method':8} {'features':8} {'rows/mb':>9} {'mb/s':>7} {'read/useful':>11} {'MiB read/mb':>11}")
+            print(f"{'method':8} {'features':8} {'rows/mb':>9} {'mb/s':>7} {'CPU s/mb':>8} {'read/useful':>11} "
+                  f"{'MiB read/mb':>11}")
             for features in ("memory", "ssd"):
                 for method in METHODS:  # warm-up: numba's compilation and first calls left out
                     epoch_of(store, method, features, [15, 10, 5], 1024, args.budget, 1)
@@ -108,13 +110,15 @@ def main() -> int:
                         row = epoch_of(store, method, features, [15, 10, 5], 1024, args.budget, args.batches)
                         out["rows"].append(row)
                         print(f"{method:8} {features:8} {row['input_rows_per_minibatch']:9.0f} "
-                              f"{row['minibatches_per_s']:7.2f} "
+                              f"{row['minibatches_per_s']:7.2f} {row['cpu_s_per_minibatch']:8.3f} "
                               f"{row.get('bytes_read_per_useful_byte', float('nan')):11.2f} "
                               f"{row.get('bytes_read_per_minibatch', float('nan')) / 2**20:11.2f}")
-                speeds = {m: statistics.median(r["minibatches_per_s"] for r in out["rows"]
-                                               if r["method"] == m and r["features"] == features) for m in METHODS}
+                speed, cpu = ({m: statistics.median(r[key] for r in out["rows"]
+                                                    if r["method"] == m and r["features"] == features)
+                               for m in METHODS} for key in ("minibatches_per_s", "cpu_s_per_minibatch"))
                 print(f"{'':8} {features:8} labor / uniform speed (median of {args.repeats}): "
-                      f"{speeds['labor'] / speeds['uniform']:.2f}x")
+                      f"{speed['labor'] / speed['uniform']:.2f}x; CPU seconds uniform / labor: "
+                      f"{cpu['uniform'] / cpu['labor']:.2f}x")
         print(f"\n{'dataset':9} {'features':8} {'method':8} {'test acc':>9} {'rows/mb':>8}")
         for name in [d for d in args.datasets.split(",") if d and args.seeds]:
             path = write_store(work / name, PlanetoidSource(args.planetoid, name))

@@ -22,7 +22,9 @@ FANOUTS = (15, 10, 5)
 
 
 def sample_parts(indptr: np.ndarray, indices: np.ndarray, seeds: list[np.ndarray], method: str) -> dict:
-    """Seconds of the hop kernels and of the relabelling, the input nodes and edges."""
+    """Seconds of the hop kernels and of the relabelling (as NeighborSampler.sample_many
+    runs them, thread counts included), the input nodes and edges."""
+    sampler = sampling.NeighborSampler(indptr, indices, list(FANOUTS), method=method)
     nodes = np.concatenate(seeds)
     node_ptr = np.r_[0, np.cumsum([len(s) for s in seeds])].astype(np.int64)
     ex_ptr, ex_keys = sampling.exclusion_keys(None, len(indptr) - 1, len(seeds))
@@ -31,15 +33,9 @@ def sample_parts(indptr: np.ndarray, indices: np.ndarray, seeds: list[np.ndarray
     for layer in reversed(range(len(FANOUTS))):
         batch = np.repeat(np.arange(len(seeds), dtype=np.int64), np.diff(node_ptr))
         start = time.perf_counter()
-        if method == "labor":
-            eptr, nbrs, _ = sampling._sample_hop_labor(indptr, indices, sampling._NO_ETYPES, nodes, batch,
-                                                       np.array([FANOUTS[layer]], np.int64), 1, layer, batch,
-                                                       ex_ptr, ex_keys)
-        else:
-            eptr, nbrs = sampling._sample_hop(indptr, indices, nodes, batch, FANOUTS[layer], 1, layer, batch,
-                                              ex_ptr, ex_keys)
+        eptr, nbrs, _ = sampler._hop(nodes, batch, sampler.fanouts[layer], 1, layer, batch, ex_ptr, ex_keys)
         middle = time.perf_counter()
-        node_ptr, nodes, _, _ = sampling._relabel(nodes, node_ptr, eptr, nbrs)
+        node_ptr, nodes, _, _ = sampling.relabel_layer(nodes, node_ptr, eptr, nbrs)
         hop, relabel = hop + middle - start, relabel + time.perf_counter() - middle
         edges += len(nbrs)
     return {"hop_s": hop, "relabel_s": relabel, "input_nodes": len(nodes), "edges": edges}
