@@ -11,7 +11,6 @@ Each test is named after the fault it covers; stores and files are tiny and made
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import pickle
 import re
