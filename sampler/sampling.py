@@ -377,10 +377,13 @@ def _sample_hop_labor(indptr, indices, etypes, dst, dst_batch, fanouts, seed, la
     empty to hash them an in-edge at a time.
 
     One parallel loop, over `tasks` runs of consecutive destinations with about equal
-    in-edges (_TASKS_PER_THREAD a thread, as the caller counts threads): each in-edge's variate is hashed once, and a task writes its kept
-    sources compactly into its own part of a scratch array (the part its in-edges would
-    fill, so no bound is needed beforehand); the tasks' parts are then concatenated. A
-    parallel loop's start and end cost more than the loop on a busy machine, hence one."""
+    in-edges (_TASKS_PER_THREAD a thread, as the caller counts threads): each in-edge's
+    variate is hashed (or looked up) once, and a task writes its kept sources compactly
+    into its own part of a scratch array (the part its in-edges would fill, so no bound is
+    needed beforehand); the tasks' parts are then concatenated. A parallel loop's start
+    and end cost more than the loop on a busy machine, hence one. The destinations' runs
+    start anywhere in `indices`, each at a cache miss: the runs _PREFETCH_AHEAD ahead are
+    prefetched while one is scanned."""
     n = dst.shape[0]
     num_nodes = indptr.shape[0] - 1
     num_rel = fanouts.shape[0]
