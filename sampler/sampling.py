@@ -15,7 +15,10 @@ from typing import Any, Iterator, Sequence
 
 import numba as nb
 import numpy as np
+from llvmlite import ir
+from numba.core import cgutils, types
 from numba.cpython.unsafe.numbers import trailing_zeros
+from numba.extending import intrinsic
 
 from gnnssd.storage_format import ONE_RELATION, sampling_method
 
@@ -34,6 +37,38 @@ _TASKS_PER_THREAD = 4  # LABOR's hop: parts of a layer per thread, so that uneve
 #: fewer threads, since waking and joining a thread costs more than it saves (on a busy
 #: machine, a wait for a time slice).
 _EDGES_PER_THREAD = 1 << 18
+#: LABOR's hop: a layer scanning at least this many in-edges a node of the graph (per
+#: mini-batch) looks its sources' variates up in a table of every node's, hashed once,
+#: instead of hashing one an in-edge: a small graph with dense neighbourhoods, whose
+#: layers reach most of its nodes many times over (tolokers: 60 in-edges a node in layer 0).
+_EDGES_PER_VARIATE = 8
+#: ... and whose table, one 8-byte variate a node, stays within a core's L2 cache, where a
+#: lookup costs less than the hash it saves.
+_VARIATE_TABLE_NODES = 1 << 16
+_NO_TABLE = np.empty(0, np.uint64)
+#: LABOR's hop: destinations ahead of the one scanned whose in-edge run, and twice as many
+#: whose indptr entry, are prefetched (a destination's run starts at a cache miss: the
+#: destinations of a layer lie anywhere in the graph).
+_PREFETCH_AHEAD = 8
+
+
+@intrinsic
+def _prefetch(typingctx, array, index):
+    """Ask the CPU to bring array[index]'s cache line in (LLVM's prefetch: a hint, never a
+    fault, so an index past the end is harmless)."""
+    sig = types.void(array, types.intp)
+
+    def codegen(context, builder, signature, args):
+        data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        byte_pointer = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        prefetch = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [byte_pointer, i32, i32, i32]), "llvm.prefetch.p0i8")
+        # read, keep in every cache level, data (not instructions)
+        builder.call(prefetch, [builder.bitcast(builder.gep(data, [args[1]]), byte_pointer), i32(0), i32(3), i32(1)])
+        return context.get_dummy_value()
+
+    return sig, codegen
 
 
 @nb.njit(inline="always")
@@ -253,29 +288,59 @@ def _variate_bound(threshold):
     return np.uint64(np.floor(threshold * 9007199254740992.0))
 
 
+@nb.njit(inline="always")
+def _variate_bits(prefix, table, row, node):
+    """h >> 11 of LABOR's variate r_u = (h >> 11) / 2**53 of source `node` (see
+    _variate_bound): looked up in row `row` of `table` (_variate_table) when it is not empty,
+    else hashed from its _prefix."""
+    if table.shape[0] > 0:
+        return table[row + node]
+    return _mix(prefix ^ np.uint64(node)) >> np.uint64(11)
+
+
 @nb.njit(cache=True, nogil=True)
-def _labor_keep(indices, start, d, keys, lo, hi, base, prefix, threshold, out, o):
+def _variate_table(seed, batch_ids, layer, num_nodes):
+    """The _variate_bits of every node for each mini-batch of batch_ids, row b at
+    b * num_nodes: what a layer's in-edges look up when they are many times the nodes."""
+    table = np.empty(batch_ids.shape[0] * num_nodes, np.uint64)
+    for b in range(batch_ids.shape[0]):
+        prefix = _prefix(seed, batch_ids[b], layer)
+        row = b * num_nodes
+        for u in range(num_nodes):
+            table[row + u] = _mix(prefix ^ np.uint64(u)) >> np.uint64(11)
+    return table
+
+
+@nb.njit(inline="always")
+def _labor_keep(indices, start, d, keys, lo, hi, base, prefix, table, row, threshold, out, o):
     """The sources u of indices[start:start+d] (less excluded keys base + u in keys[lo:hi])
-    with r_u <= threshold (r_u: _variate(prefix, u)), written in order to out[o:] when out
-    is not empty; returns how many.
+    with r_u <= threshold (r_u: _variate(prefix, u), or its bits in row `row` of `table`
+    when that is not empty), written in order to out[o:] when out is not empty; returns
+    how many.
 
     Without an exclusion, a run at or under the fanout (threshold 1) is copied unhashed,
     and a longer one is tested 64 edges at a time: the tests of a block fill one 64-bit
-    mask (no branch an edge: the block's hashes pipeline), whose set bits, fanout / degree
-    of them on average, are then copied out."""
+    mask (no branch an edge: the block's hashes or lookups pipeline), whose set bits,
+    fanout / degree of them on average, are then copied out. Inlined into the hop kernel:
+    a call a destination cost ~10% of it."""
     writing = out.shape[0] > 0
     if hi == lo and threshold >= 1.0:
         if writing:
             out[o:o + d] = indices[start:start + d]
         return d
     c = 0
+    bound = _variate_bound(threshold)
     if hi == lo:
-        bound = _variate_bound(threshold)
+        tabled = table.shape[0] > 0
         for s in range(start, start + d, 64):
             mask = np.uint64(0)
-            for k in range(min(64, start + d - s)):
-                kept = (_mix(prefix ^ np.uint64(indices[s + k])) >> np.uint64(11)) <= bound
-                mask |= np.uint64(kept) << np.uint64(k)
+            if tabled:
+                for k in range(min(64, start + d - s)):
+                    mask |= np.uint64(table[row + indices[s + k]] <= bound) << np.uint64(k)
+            else:
+                for k in range(min(64, start + d - s)):
+                    kept = (_mix(prefix ^ np.uint64(indices[s + k])) >> np.uint64(11)) <= bound
+                    mask |= np.uint64(kept) << np.uint64(k)
             while mask:
                 if writing:
                     out[o + c] = indices[s + trailing_zeros(mask)]
@@ -290,7 +355,7 @@ def _labor_keep(indices, start, d, keys, lo, hi, base, prefix, threshold, out, o
             j += 1
         if j < hi and keys[j] == key:
             continue
-        if threshold < 1.0 and _variate(prefix, u) > threshold:
+        if threshold < 1.0 and _variate_bits(prefix, table, row, u) > bound:
             continue
         if writing:
             out[o + c] = u
@@ -300,20 +365,25 @@ def _labor_keep(indices, start, d, keys, lo, hi, base, prefix, threshold, out, o
 
 @nb.njit(parallel=True, cache=True, nogil=True)
 def _sample_hop_labor(indptr, indices, etypes, dst, dst_batch, fanouts, seed, layer, dst_local, ex_ptr, ex_keys,
-                      tasks):
+                      tasks, table):
     """Layer-neighbour sampling (LABOR-0, Balin & Catalyurek 2023; DGL's LaborSampler with
     importance_sampling=0): the in-edge u -> v of relation r is kept iff r_u <= k_r / d_r(v),
     k_r the relation's fanout (-1: all) and d_r(v) v's in-degree in it after the
     exclusion; each destination keeps k_r edges on average, and destinations that share a
     source share its variate, so fewer distinct sources are drawn than by independent
     uniform samples. A homogeneous graph is one relation (etypes empty). Returns (ptr,
-    sampled node IDs, their relations: empty for one relation, as etypes).
+    sampled node IDs, their relations: empty for one relation, as etypes). `table`: the
+    variates' bits of every node per mini-batch (_variate_table, rows by dst_local), or
+    empty to hash them an in-edge at a time.
 
     One parallel loop, over `tasks` runs of consecutive destinations with about equal
-    in-edges (_TASKS_PER_THREAD a thread, as the caller counts threads): each in-edge's variate is hashed once, and a task writes its kept
-    sources compactly into its own part of a scratch array (the part its in-edges would
-    fill, so no bound is needed beforehand); the tasks' parts are then concatenated. A
-    parallel loop's start and end cost more than the loop on a busy machine, hence one."""
+    in-edges (_TASKS_PER_THREAD a thread, as the caller counts threads): each in-edge's
+    variate is hashed (or looked up) once, and a task writes its kept sources compactly
+    into its own part of a scratch array (the part its in-edges would fill, so no bound is
+    needed beforehand); the tasks' parts are then concatenated. A parallel loop's start
+    and end cost more than the loop on a busy machine, hence one. The destinations' runs
+    start anywhere in `indices`, each at a cache miss: the runs _PREFETCH_AHEAD ahead are
+    prefetched while one is scanned."""
     n = dst.shape[0]
     num_nodes = indptr.shape[0] - 1
     num_rel = fanouts.shape[0]
@@ -332,10 +402,17 @@ def _sample_hop_labor(indptr, indices, etypes, dst, dst_batch, fanouts, seed, la
     for t in nb.prange(tasks):
         o = edge_end[bounds[t]]
         for i in range(bounds[t], bounds[t + 1]):
+            if i + 2 * _PREFETCH_AHEAD < n:
+                _prefetch(indptr, dst[i + 2 * _PREFETCH_AHEAD])
+            if i + _PREFETCH_AHEAD < n:  # its run's first two cache lines (int32: 32 in-edges)
+                ahead = indptr[dst[i + _PREFETCH_AHEAD]]
+                _prefetch(indices, ahead)
+                _prefetch(indices, ahead + 16)
             v = dst[i]
             a, b = indptr[v], indptr[v + 1]
             base = np.int64(v) * num_nodes
             prefix = _prefix(seed, dst_batch[i], layer)
+            row = dst_local[i] * num_nodes
             ex_lo = ex_hi = np.int64(0)
             if ex_keys.shape[0] > 0:
                 ex_lo, ex_hi = _exclusion_range(ex_ptr, ex_keys, dst_local[i], base, num_nodes)
@@ -344,9 +421,10 @@ def _sample_hop_labor(indptr, indices, etypes, dst, dst_batch, fanouts, seed, la
                 end = (a + np.searchsorted(etypes[a:b], r + 1)) if typed else b
                 d = end - run
                 if ex_hi > ex_lo:  # the relation's in-degree after the exclusion
-                    d = _labor_keep(indices, run, d, ex_keys, ex_lo, ex_hi, base, prefix, 1.0, no_output, 0)
+                    d = _labor_keep(indices, run, d, ex_keys, ex_lo, ex_hi, base, prefix, table, row, 1.0,
+                                    no_output, 0)
                 f = fanouts[r]
-                c = _labor_keep(indices, run, end - run, ex_keys, ex_lo, ex_hi, base, prefix,
+                c = _labor_keep(indices, run, end - run, ex_keys, ex_lo, ex_hi, base, prefix, table, row,
                                 1.0 if f < 0 or f >= d else f / d, scratch, o)
                 take[i, r] = c
                 o += c
@@ -623,10 +701,16 @@ class NeighborSampler:
                    dst_local: np.ndarray, ex_ptr: np.ndarray, ex_keys: np.ndarray) -> _Hop:
         in_edges = int((self.indptr[nodes + 1] - self.indptr[nodes]).sum())
         threads = max(1, min(nb.get_num_threads(), in_edges // _EDGES_PER_THREAD))
+        num_nodes, nbatch = len(self.indptr) - 1, len(ex_ptr) - 1
+        table = _NO_TABLE
+        if num_nodes <= _VARIATE_TABLE_NODES and nbatch * num_nodes * _EDGES_PER_VARIATE <= in_edges:
+            batch_ids = np.zeros(nbatch, np.int64)
+            batch_ids[dst_local] = dst_batch
+            table = _variate_table(seed, batch_ids, layer, num_nodes)
         with _on_threads(threads):
             return _sample_hop_labor(self.indptr, self.indices, self.etypes, nodes, dst_batch,
                                      np.atleast_1d(np.asarray(fanout, np.int64)), seed, layer, dst_local, ex_ptr,
-                                     ex_keys, _TASKS_PER_THREAD * threads)
+                                     ex_keys, _TASKS_PER_THREAD * threads, table)
 
 
 @contextmanager

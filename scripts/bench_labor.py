@@ -14,7 +14,8 @@ trained by gnnssd's Trainer with `sampler.method` uniform and labor (evaluation 
 by the same method, fanouts 10,10), memory and ssd (32 MiB budget) features; mean test accuracy and the
 distinct input rows per training mini-batch.
 
-    python scripts/bench_labor.py [--preset medium] [--repeats 3] [--seeds 3] [--json bench_out/labor.json]
+    python scripts/bench_labor.py [--preset medium | --store STORE] [--features memory,ssd] [--repeats 3]
+        [--seeds 3] [--json bench_out/labor.json]
 """
 from __future__ import annotations
 
@@ -89,6 +90,7 @@ def main() -> int:
     parser.add_argument("--budget", default="256MiB", help="ssd.memory_budget of the bytes part")
     parser.add_argument("--batches", type=int, default=40, help="mini-batches per epoch of the bytes part")
     parser.add_argument("--repeats", type=int, default=1, help="epochs per method of the bytes part, alternating")
+    parser.add_argument("--features", default="memory,ssd", help="feature modes of the bytes part, comma-separated")
     parser.add_argument("--seeds", type=int, default=3, help="training seeds per accuracy cell (0 to skip)")
     parser.add_argument("--datasets", default="cora,citeseer")
     parser.add_argument("--planetoid", type=Path, default=SHARED / "planetoid", help="the ind.NAME.* files")
@@ -102,7 +104,7 @@ def main() -> int:
             store = Store.open(path)
             print(f"{'method':8} {'features':8} {'rows/mb':>9} {'mb/s':>7} {'CPU s/mb':>8} {'read/useful':>11} "
                   f"{'MiB read/mb':>11}")
-            for features in ("memory", "ssd"):
+            for features in args.features.split(","):
                 for method in METHODS:  # warm-up: numba's compilation and first calls left out
                     epoch_of(store, method, features, [15, 10, 5], 1024, args.budget, 1)
                 for _ in range(args.repeats):  # methods alternating: load that drifts hits both

@@ -11,8 +11,9 @@ import pytest
 import gnnssd
 from gnnssd.core.config import config_from_dict
 from gnnssd.datasets import synthetic_source
+from gnnssd.sampler import sampling
 from gnnssd.sampler.graphs import random_csc
-from gnnssd.sampler.sampling import NeighborSampler, _uniform01
+from gnnssd.sampler.sampling import NeighborSampler, _uniform01, _variate_table
 from gnnssd.storage_format import write_store
 from tests.hetero_graph import ToyHeteroSource
 
@@ -78,6 +79,30 @@ def test_labor_is_deterministic_given_the_seed() -> None:
     a, b, c = (NeighborSampler(indptr, indices, [3, 3], method="labor").sample(seeds, s, 2) for s in (9, 9, 10))
     assert np.array_equal(a.nodes, b.nodes) and np.array_equal(a.edge_src, b.edge_src)
     assert not np.array_equal(a.nodes, c.nodes)
+
+
+@pytest.mark.parametrize("typed", [False, True])
+def test_a_dense_graphs_variate_table_keeps_the_edges_hashing_keeps(monkeypatch, typed) -> None:
+    # 200 nodes of in-degree ~60: three mini-batches of 100 seeds scan ~18,000 in-edges a
+    # layer, over 8 a node of the graph per mini-batch, so the hop looks variates up
+    indptr, indices = random_csc(200, 60, seed=4)
+    rng = np.random.default_rng(0)
+    etypes = (np.concatenate([np.sort(rng.integers(0, 3, indptr[v + 1] - indptr[v])) for v in range(200)])
+              .astype(np.int8) if typed else np.empty(0, np.int8))
+    seeds = np.concatenate([np.sort(rng.choice(200, 100, replace=False)) for _ in range(3)])
+    exclude = [rng.integers(0, 200, (30, 2)) for _ in range(3)]
+    sampler = NeighborSampler(indptr, indices, [5, 5], etypes=etypes, num_relations=3 if typed else 1,
+                              method="labor")
+    tables = []
+    monkeypatch.setattr(sampling, "_variate_table", lambda *args: tables.append(args) or _variate_table(*args))
+    looked_up = [sampler.sample_many(seeds, np.array([0, 100, 200, 300]), 9, 4, ex) for ex in (None, exclude)]
+    assert len(tables) == 4  # both layers of both calls
+    monkeypatch.setattr(sampling, "_VARIATE_TABLE_NODES", 0)
+    hashed = [sampler.sample_many(seeds, np.array([0, 100, 200, 300]), 9, 4, ex) for ex in (None, exclude)]
+    assert len(tables) == 4
+    for a, b in zip(sum(looked_up, []), sum(hashed, [])):
+        for field in ("nodes", "num_src", "edge_ptr", "edge_src", "edge_dst", "edge_type"):
+            np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
 
 
 def test_excluded_edges_are_never_kept() -> None:
