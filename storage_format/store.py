@@ -130,7 +130,7 @@ class Store:
                 f"{dim * np.dtype(dtype).itemsize} B per row, but features.row_bytes is "
                 f"{row_bytes!r}")
         rows = self.schema.feature_rows
-        counted = "num_nodes" if self.schema.is_homogeneous else "the featured node types' count"
+        counted = "num_nodes" if rows == self.num_nodes else "the featured node types' count"
         padded = -(-rows * row_bytes // PAGE) * PAGE
         sizes = [(FEATURES, padded), (PAGE_CHECKSUMS, padded // PAGE * 4)]
         if dtype == "int8":
@@ -169,7 +169,6 @@ class Store:
             check_range(self.path / f"{name}.npy", self._stored(name), 0, n, "a node ID")
         if self.has_link_split:
             self._check_link_arrays()
-        self._check_etypes()
 
     @cached_property
     def schema(self) -> GraphSchema:
@@ -197,8 +196,12 @@ class Store:
             return ONE_RELATION
         return load_stored_array(self.path / f"{ETYPES}.npy")
 
-    def _check_etypes(self) -> None:
-        """A typed store has etypes.npy listed and as long as indices, its values relations."""
+    def _check_relations(self) -> None:
+        """A typed store's own checks (a homogeneous store has one type and one relation,
+        whose IDs and edges the other checks cover): etypes.npy listed and as long as
+        indices, its values relations; the target type the labelled one; perm keeping each
+        node in its type and every edge within its relation's types (a wrong relation
+        samples another type's rows silently)."""
         if self.schema.is_homogeneous:
             return
         path = self.path / f"{ETYPES}.npy"
@@ -212,6 +215,8 @@ class Store:
                                        f"num_edges {self.num_edges} needs {self.num_edges}")
         check_range(path, self.etypes, 0, len(self.schema.relations), "a relation")
         self._check_target()
+        check_within_types(self.path / "perm.npy", self.perm, self.schema)
+        check_typed_edges(path, self.indptr, self.indices, self.etypes, self.schema)
 
     def _check_target(self) -> None:
         """The manifest's target type is the one the labels and splits are of: a target
@@ -260,10 +265,7 @@ class Store:
         their checksums, and on a typed store one over the edges."""
         check_indptr_monotone(self.path / "indptr.npy", self.indptr)
         check_inverse(self.path / "perm.npy", self.perm, self.inv)
-        if not self.schema.is_homogeneous:
-            check_within_types(self.path / "perm.npy", self.perm, self.schema)
-            check_typed_edges(self.path / f"{ETYPES}.npy", self.indptr, self.indices,
-                              self.etypes, self.schema)
+        self._check_relations()
 
     def _check_content(self) -> None:
         """What open leaves out: every index in range, split IDs distinct, int8 row scales
