@@ -27,8 +27,7 @@ from .disk_space import DiskFullError, _check_free_space, _mib, _writing
 from ..errors import DatasetError
 from .features import (_checked_feature_rows, _quantize_features, _stream_features, _window_rows,
                        _written_dtype)
-from .input_checks import (_check_splits_in_target, _check_typed_options, _checked_labels,
-                           _checked_splits)
+from .input_checks import _check_splits_in_target, _checked_labels, _checked_splits, check_kind_options
 from ..link_split import split_relation
 from ..schema import GraphSchema
 from ..manifest import (ARRAY_FILES, ETYPES, FEATURE_DTYPES, FEATURES, FORMAT_NAME, FORMAT_VERSION,
@@ -70,14 +69,12 @@ def write_store(out: str | Path, source: DatasetSource, order: str | Permutation
     if source.feat_dim < 1:
         raise DatasetError(f"{source.name}: feature dim {source.feat_dim}; every node needs at "
                            "least one feature")
-    _check_typed_options(source)
+    check_kind_options(source)
     if edge_split is None and edge_split_relation is not None:
         raise DatasetError(f"--edge-split-relation {edge_split_relation!r} without --edge-split: "
                            "name the fractions too, e.g. --edge-split 0.85,0.05,0.10")
-    schema = schema_of(source)
     # refuses a missing or unknown relation name before anything is written
-    relation = None if edge_split is None else split_relation(schema, edge_split_relation, source.name)
-    parts = _schema_parts(schema, relation)
+    parts = _schema_parts(schema_of(source), edge_split is not None, edge_split_relation, source.name)
     inputs = [Path(p).resolve() for p in getattr(source, "input_paths", list)()]
     _check_no_overlap(out, inputs)
     with output_lock(out):
@@ -122,10 +119,16 @@ class _SchemaParts:
     link: dict[str, list[str]]
 
 
-def _schema_parts(schema: GraphSchema, relation: int | None) -> _SchemaParts:
-    """The typed parts of a store of `schema` (`relation`: the edge split's, if any)."""
+def _schema_parts(schema: GraphSchema, edge_split: bool, relation_name: str | None, source: str) -> _SchemaParts:
+    """The typed parts of `source`'s store of `schema`, with `edge_split` of the relation
+    `relation_name` (--edge-split-relation: refused on a homogeneous graph, which has one
+    relation and names none; on a typed graph required where it has several)."""
     if schema.is_homogeneous:
+        if relation_name is not None:
+            raise DatasetError(f"{source}: --edge-split-relation {relation_name!r}: the graph has one node type "
+                               "and one relation; drop --edge-split-relation")
         return _SchemaParts({}, (), {}, {})
+    relation = split_relation(schema, relation_name, source) if edge_split else None
     split = {} if relation is None else {"relation": schema.relations[relation][1]}
     link = {} if relation is None else {"relation": list(schema.relations[relation])}
     return _SchemaParts({"schema": schema.to_manifest()}, (ETYPES,), split, link)
