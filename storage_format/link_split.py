@@ -59,7 +59,7 @@ def parse_fractions(text: str) -> tuple[float, float, float]:
 
 def split_relation(schema: GraphSchema, name: str | None, source: str) -> int:
     """The index of the relation an edge split of `source`'s typed graph is on: `name`,
-    required when the graph has several relations (the writer's _schema_parts refuses a
+    required when the graph has several relations (the writer's schema_parts refuses a
     name for a homogeneous graph, which has one relation and no names)."""
     names = [r for _, r, _ in schema.relations]
     if name is None:

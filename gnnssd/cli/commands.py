@@ -79,12 +79,12 @@ def cmd_preprocess(args: argparse.Namespace) -> None:
     from gnnssd.datasets import FlattenedSource
     from gnnssd.sampler import node_order
     from gnnssd.storage_format import Store, parse_fractions, write_store
-    from gnnssd.storage_format.preprocess.input_checks import check_kind_options
+    from gnnssd.storage_format.preprocess.writer import schema_parts
 
     edge_split = parse_fractions(args.edge_split) if args.edge_split else None
     source = _source_from_args(args)
     dtype = args.dtype or getattr(source, "default_dtype", "float32")
-    check_kind_options(source, flatten=args.flatten, self_loops=args.self_loops)
+    schema_parts(source, flatten=args.flatten, self_loops=args.self_loops)  # refuses what the kind cannot have
     if args.flatten:
         source = FlattenedSource(source)
     if args.self_loops:

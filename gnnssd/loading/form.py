@@ -30,15 +30,18 @@ from gnnssd.storage_format import GraphSchema
 @dataclass(frozen=True)
 class BlockForm:
     """What each of DGL's two forms builds its blocks with: DGL blocks of sampled MFGs
-    (mfgs, schema, device), and the CSC block class a mini-batch's DGL blocks convert to
-    (gnnssd.compiler's, for compiled layers)."""
+    (mfgs, schema, device), the CSC block class a mini-batch's DGL blocks convert to
+    (gnnssd.compiler's, for compiled layers), and its nodes (a tensor, or a dict by type)."""
 
     dgl_blocks: Callable[[MFGs, GraphSchema, str], list]
     csc_block: type[CSCBlock] | type[TypedCSCBlock]
+    #: nodes in this form from nodes by type (by_type's): the one type's, or the dict
+    nodes: Callable[[dict[Any, Any]], Any]
 
 
-PLAIN = BlockForm(lambda mfgs, schema, device: plain_dgl_blocks(mfgs, device), CSCBlock)
-TYPED = BlockForm(typed_dgl_blocks, TypedCSCBlock)
+PLAIN = BlockForm(lambda mfgs, schema, device: plain_dgl_blocks(mfgs, device), CSCBlock,
+                  lambda nodes: next(iter(nodes.values())))
+TYPED = BlockForm(typed_dgl_blocks, TypedCSCBlock, lambda nodes: nodes)
 
 
 def block_form(typed: bool) -> BlockForm:

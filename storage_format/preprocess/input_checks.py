@@ -1,6 +1,6 @@
 """The checks on preprocess's input: labels, node splits and edge endpoints, feature rows,
-and what the graph's kind allows of the options (--flatten, --self-loops, an own link
-split). Each error names the dataset, the value and what was expected."""
+(the graph's kind and the options: the writer's schema_parts). Each error names the
+dataset, the value and what was expected."""
 from __future__ import annotations
 
 from typing import Any
@@ -9,29 +9,11 @@ import numpy as np
 
 from ..errors import DatasetError
 from ..schema import GraphSchema
-from .source import DatasetSource, schema_of
+from .source import DatasetSource
 
 #: Any store may have this many classes; more only with as many labelled nodes (a label of
 #: 10**9 on a small graph is a data error, and would size the output layer at 10**9).
 FEW_CLASSES = 1 << 16
-
-
-def check_kind_options(source: DatasetSource, flatten: bool = False, self_loops: bool = False) -> None:
-    """What the graph's kind allows of preprocess's input, the one question of it there:
-    `flatten` (--flatten) needs a heterogeneous graph; `self_loops` (--self-loops) and a
-    dataset's own link split need one relation (a heterogeneous graph flattened first)."""
-    if schema_of(source).is_homogeneous:
-        if flatten:
-            raise DatasetError("--flatten: the dataset has one node type and one relation already")
-        return
-    if flatten:
-        return
-    if self_loops:
-        raise DatasetError("--self-loops: a heterogeneous graph has no relation for them; "
-                           "add a relation in the dataset, or --flatten it")
-    if hasattr(source, "load_link_split"):
-        raise DatasetError(f"{source.name}: a heterogeneous dataset's own link split is not "
-                           "supported yet; split one relation with --edge-split")
 
 
 def _checked_labels(source: DatasetSource) -> np.ndarray:

@@ -44,15 +44,14 @@ RENUMBER_CHUNK_EDGES = 1 << 26
 
 def _store_topology(partial: Path, source: DatasetSource, order: str | Permutation,
                     train_idx: np.ndarray, link: LinkSplit | None, limit: int,
-                    notify: Notify,
-                    steps: dict[str, dict[str, float]]) -> tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+                    notify: Notify, steps: dict[str, dict[str, float]],
+                    parts: TopologyParts) -> tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(order name, perm, inv, indptr, indices) of the store: the CSC in the source's
     order, the node order over it, and the CSC renumbered into that order (out of core,
     as indices.npy of the partial folder). Each step is recorded once durable, so a
     resumed run skips the finished ones."""
     name = order_name(order)
     if not state_of(partial, "renumber")["done"]:
-        parts = _topology_parts(schema_of(source))
         with _step(steps, "topology"):
             indptr, indices = _resumable_csc(partial, source, link, limit, notify, parts)
         etypes = parts.staged_etypes(partial)
@@ -69,11 +68,12 @@ def _store_topology(partial: Path, source: DatasetSource, order: str | Permutati
 
 
 @dataclass(frozen=True)
-class _TopologyParts:
+class TopologyParts:
     """How the topology steps build a graph of its kind: a typed graph's CSC comes with
     the relation of every edge (staged as CSC_ETYPES, stored as etypes.npy), its order keeps
     the node types apart and its edge split is of one relation; a homogeneous graph's has
-    none of these. `_topology_parts` chooses once; the steps receive them."""
+    none of these. The writer chooses (schema_parts, preprocess's one question of the
+    kind); the steps receive them."""
     #: (indptr, indices) of the CSC in the source's order, a typed graph's relations staged
     csc: Callable[[Path, DatasetSource, LinkSplit | None, int, Notify], tuple[np.ndarray, np.ndarray]]
     #: the edge split drawn from the edges (the source, the fractions, the split's request)
@@ -88,15 +88,18 @@ class _TopologyParts:
     etypes_out: Callable[[Path], Path | None]
 
 
-def _topology_parts(schema: GraphSchema) -> _TopologyParts:
-    """The topology steps' parts for `schema`'s kind: the topology's one question of it."""
-    if schema.is_homogeneous:
-        return _TopologyParts(_plain_csc, _random_link_split, None, ((CSC_INDICES, "indices.npy"),),
-                              lambda partial: ONE_RELATION, lambda partial: None)
-    return _TopologyParts(_typed_csc_staged, _relation_link_split, schema.offsets,
-                          ((CSC_INDICES, "indices.npy"), (CSC_ETYPES, f"{ETYPES}.npy")),
-                          lambda partial: np.load(partial / CSC_ETYPES, mmap_mode="r"),
-                          lambda partial: partial / f"{ETYPES}.npy")
+def plain_topology() -> TopologyParts:
+    """A homogeneous graph's topology parts: one type, one relation, no etypes file."""
+    return TopologyParts(_plain_csc, _random_link_split, None, ((CSC_INDICES, "indices.npy"),),
+                         lambda partial: ONE_RELATION, lambda partial: None)
+
+
+def typed_topology(schema: GraphSchema) -> TopologyParts:
+    """A typed graph's topology parts: the types kept apart, the relations stored beside."""
+    return TopologyParts(_typed_csc_staged, _relation_link_split, schema.offsets,
+                         ((CSC_INDICES, "indices.npy"), (CSC_ETYPES, f"{ETYPES}.npy")),
+                         lambda partial: np.load(partial / CSC_ETYPES, mmap_mode="r"),
+                         lambda partial: partial / f"{ETYPES}.npy")
 
 
 def _inverse(perm: np.ndarray, dtype: np.dtype = np.dtype(np.int64)) -> np.ndarray:
@@ -106,7 +109,7 @@ def _inverse(perm: np.ndarray, dtype: np.dtype = np.dtype(np.int64)) -> np.ndarr
 
 
 def _resumable_csc(partial: Path, source: DatasetSource, link: LinkSplit | None, limit: int,
-                   notify: Notify, parts: _TopologyParts) -> tuple[np.ndarray, np.ndarray]:
+                   notify: Notify, parts: TopologyParts) -> tuple[np.ndarray, np.ndarray]:
     """The CSC in the source's node order (indices mapped from the partial folder)."""
     if not state_of(partial, "csc")["done"]:
         indptr, indices = parts.csc(partial, source, link, limit, notify)
@@ -130,7 +133,7 @@ def _resumable_order(partial: Path, order: str | Permutation, indptr: np.ndarray
 
 
 def _renumber(partial: Path, order: str, indptr: np.ndarray, indices: np.ndarray, etypes: np.ndarray,
-              parts: _TopologyParts, perm: np.ndarray, limit: int, notify: Notify) -> None:
+              parts: TopologyParts, perm: np.ndarray, limit: int, notify: Notify) -> None:
     """Write the topology in store order: indices.npy (and a typed graph's etypes.npy) in
     the partial folder, renumbered out of core (each row sorted by relation, then source),
     or the source-order files linked when the order is the original."""
@@ -199,9 +202,9 @@ def _typed_topology(partial: Path, source: DatasetSource, limit: int, notify: No
 
 
 def _link_split(source: DatasetSource, edge_split: tuple[float, float, float] | None,
-                request: dict[str, Any]) -> LinkSplit | None:
-    """The edge split: the source's own, drawn from the edges (`request`: the seed and
-    negatives per evaluation edge), or none."""
+                request: dict[str, Any], parts: TopologyParts) -> LinkSplit | None:
+    """The edge split: the source's own, drawn from the edges as `parts` draw it
+    (`request`: the seed and negatives per evaluation edge), or none."""
     own = getattr(source, "load_link_split", None)
     if edge_split is not None and own is not None:
         raise DatasetError(f"{source.name}: the dataset has its own link split; drop --edge-split")
@@ -212,7 +215,7 @@ def _link_split(source: DatasetSource, edge_split: tuple[float, float, float] | 
     if request["eval_negatives"] < 1:
         raise DatasetError(f"--eval-negatives {request['eval_negatives']}: expected a positive "
                            "integer")
-    return _topology_parts(schema_of(source)).link_split(source, edge_split, request)
+    return parts.link_split(source, edge_split, request)
 
 
 def _relation_link_split(source: DatasetSource, edge_split: tuple[float, float, float],
