@@ -78,8 +78,7 @@ def _progress_bar() -> Callable[[str, int, int], None]:
 def cmd_preprocess(args: argparse.Namespace) -> None:
     from gnnssd.datasets import FlattenedSource
     from gnnssd.sampler import node_order
-    from gnnssd.storage_format import Store, parse_fractions, write_store
-    from gnnssd.storage_format.preprocess.writer import schema_parts
+    from gnnssd.storage_format import Store, parse_fractions, schema_parts, write_store
 
     edge_split = parse_fractions(args.edge_split) if args.edge_split else None
     source = _source_from_args(args)
