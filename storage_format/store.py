@@ -265,10 +265,10 @@ class Store:
     def _check_order_content(self) -> None:
         """At open (their checksums can be valid and the content still wrong, and every
         result would then be silently wrong): perm and inv inverse permutations (which row
-        is which node), indptr monotone, and on a typed store perm keeping each node in its
-        type and every edge within its relation's types (a wrong relation samples another
-        type's rows silently). One pass over the node arrays, which open has just read for
-        their checksums, and on a typed store one over the edges."""
+        is which node), indptr monotone, and a typed store's own checks (_check_relations:
+        its etypes file, target type, perm keeping each node in its type and every edge
+        within its relation's types). One pass over the node arrays, which open has just
+        read for their checksums, and on a typed store one over the edges."""
         check_indptr_monotone(self.path / "indptr.npy", self.indptr)
         check_inverse(self.path / "perm.npy", self.perm, self.inv)
         self._kind.check_relations(self)

@@ -6,8 +6,8 @@ ask which kind of graph they hold. DGL has two forms for a model: plain blocks w
 tensors (one node type, one relation), and typed (heterogeneous) blocks with input_nodes,
 output_nodes and x as dicts by node type, as DGL's DataLoader gives them for a
 heterograph. `typed_form` is the one function that chooses; `block_form` gives the blocks
-of each form (DGL's, and the compiler's CSC blocks); `by_type` reads nodes, labels or
-edges given in either form; `batch_parts` builds a mini-batch's parts in that form, and
+of each form (DGL's, and the compiler's CSC blocks); `by_type` reads nodes or edges
+given in either form; `batch_parts` builds a mini-batch's parts in that form, and
 `plain_form_only` refuses a typed schema for a part that serves the plain form only
 (features: device, gnnssd.layerwise). MiniBatch carries the choice (`MiniBatch.typed`)
 instead of guessing it from its values, and asks `block_form` for its CSC blocks.
@@ -58,8 +58,8 @@ def typed_form(schema: GraphSchema) -> bool:
 
 def by_type(nodes: Any, node_type: str | None) -> dict[str | None, Any]:
     """`nodes` (or edges) by node type (relation): a dict by type as given (DGL's typed
-    form), else all of `node_type`: the loaders' one question of the shape of the nodes,
-    labels and edges they are handed."""
+    form), else all of `node_type`: the loaders' one question of the shape of the nodes
+    and edges they are handed."""
     return nodes if isinstance(nodes, dict) else {node_type: nodes}
 
 
