@@ -25,9 +25,9 @@ _EXPORTS = by_name({
     ".schema": ("ONE_RELATION", "GraphSchema", "NodeType"),
     ".small_files": ("SmallFileError", "opened_regular", "parse_yaml", "read_small_json", "read_small_text",
                      "read_small_yaml"),
-    ".preprocess.source": ("DatasetSource", "TypedSource", "edge_chunks", "edge_count", "schema_of"),
+    ".preprocess.source": ("DatasetSource", "TypedSource", "edge_chunks", "edge_count"),
     ".store": ("Store",),
-    ".preprocess.writer": ("write_store",),
+    ".preprocess.writer": ("schema_parts", "write_store"),
 })
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 __all__ = sorted(_EXPORTS)

@@ -58,14 +58,10 @@ def parse_fractions(text: str) -> tuple[float, float, float]:
 
 
 def split_relation(schema: GraphSchema, name: str | None, source: str) -> int:
-    """The index of the relation an edge split of `source` is on: `name`, required when
-    the graph has several relations (a homogeneous graph has one and takes no name)."""
+    """The index of the relation an edge split of `source`'s typed graph is on: `name`,
+    required when the graph has several relations (the writer's schema_parts refuses a
+    name for a homogeneous graph, which has one relation and no names)."""
     names = [r for _, r, _ in schema.relations]
-    if schema.is_homogeneous:
-        if name is not None:
-            raise DatasetError(f"{source}: --edge-split-relation {name!r}: the graph has one node type "
-                               "and one relation; drop --edge-split-relation")
-        return 0
     if name is None:
         if len(names) == 1:
             return 0

@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -130,7 +131,7 @@ class Store:
                 f"{dim * np.dtype(dtype).itemsize} B per row, but features.row_bytes is "
                 f"{row_bytes!r}")
         rows = self.schema.feature_rows
-        counted = "num_nodes" if self.schema.is_homogeneous else "the featured node types' count"
+        counted = "num_nodes" if rows == self.num_nodes else "the featured node types' count"
         padded = -(-rows * row_bytes // PAGE) * PAGE
         sizes = [(FEATURES, padded), (PAGE_CHECKSUMS, padded // PAGE * 4)]
         if dtype == "int8":
@@ -169,7 +170,6 @@ class Store:
             check_range(self.path / f"{name}.npy", self._stored(name), 0, n, "a node ID")
         if self.has_link_split:
             self._check_link_arrays()
-        self._check_etypes()
 
     @cached_property
     def schema(self) -> GraphSchema:
@@ -190,17 +190,26 @@ class Store:
         return schema
 
     @cached_property
+    def _kind(self) -> _Kind:
+        """What a store of its kind reads and checks differently (see _Kind): the store's
+        one question of the graph's kind, asked of the manifest's schema."""
+        return _ONE_TYPE if self.schema.is_homogeneous else _TYPED
+
+    @cached_property
     def etypes(self) -> np.ndarray:
         """The relation (index into schema.relations) of every edge, aligned with indices;
         empty (`ONE_RELATION`: every edge is relation 0) on a store of one relation."""
-        if self.schema.is_homogeneous:
-            return ONE_RELATION
+        return self._kind.etypes(self)
+
+    def _stored_etypes(self) -> np.ndarray:
         return load_stored_array(self.path / f"{ETYPES}.npy")
 
-    def _check_etypes(self) -> None:
-        """A typed store has etypes.npy listed and as long as indices, its values relations."""
-        if self.schema.is_homogeneous:
-            return
+    def _check_relations(self) -> None:
+        """A typed store's own checks (a homogeneous store has one type and one relation,
+        whose IDs and edges the other checks cover): etypes.npy listed and as long as
+        indices, its values relations; the target type the labelled one; perm keeping each
+        node in its type and every edge within its relation's types (a wrong relation
+        samples another type's rows silently)."""
         path = self.path / f"{ETYPES}.npy"
         if f"{ETYPES}.npy" not in self.manifest["files"]:
             raise self._manifest_error(f"a schema without files.{ETYPES}.npy")
@@ -212,6 +221,8 @@ class Store:
                                        f"num_edges {self.num_edges} needs {self.num_edges}")
         check_range(path, self.etypes, 0, len(self.schema.relations), "a relation")
         self._check_target()
+        check_within_types(self.path / "perm.npy", self.perm, self.schema)
+        check_typed_edges(path, self.indptr, self.indices, self.etypes, self.schema)
 
     def _check_target(self) -> None:
         """The manifest's target type is the one the labels and splits are of: a target
@@ -254,16 +265,13 @@ class Store:
     def _check_order_content(self) -> None:
         """At open (their checksums can be valid and the content still wrong, and every
         result would then be silently wrong): perm and inv inverse permutations (which row
-        is which node), indptr monotone, and on a typed store perm keeping each node in its
-        type and every edge within its relation's types (a wrong relation samples another
-        type's rows silently). One pass over the node arrays, which open has just read for
-        their checksums, and on a typed store one over the edges."""
+        is which node), indptr monotone, and a typed store's own checks (_check_relations:
+        its etypes file, target type, perm keeping each node in its type and every edge
+        within its relation's types). One pass over the node arrays, which open has just
+        read for their checksums, and on a typed store one over the edges."""
         check_indptr_monotone(self.path / "indptr.npy", self.indptr)
         check_inverse(self.path / "perm.npy", self.perm, self.inv)
-        if not self.schema.is_homogeneous:
-            check_within_types(self.path / "perm.npy", self.perm, self.schema)
-            check_typed_edges(self.path / f"{ETYPES}.npy", self.indptr, self.indices,
-                              self.etypes, self.schema)
+        self._kind.check_relations(self)
 
     def _check_content(self) -> None:
         """What open leaves out: every index in range, split IDs distinct, int8 row scales
@@ -386,8 +394,10 @@ class Store:
     def link_relation(self) -> tuple[str, str, str] | None:
         """The relation (source type, name, destination type) a heterogeneous store's link
         split is on; None on a homogeneous store."""
-        if self.schema.is_homogeneous:
-            return None
+        return self._kind.link_relation(self)
+
+    def _stored_link_relation(self) -> tuple[str, str, str]:
+        """The link section's relation, refused unless one of the schema's."""
         relation = tuple(self.manifest["link"].get("relation", ()))
         if relation not in self.schema.relations:
             raise self._manifest_error(f"link.relation {list(relation)} is not one of the schema's "
@@ -526,11 +536,13 @@ class Store:
         they stay on disk); a heterogeneous store's as a DGLHeteroGraph in per-type IDs.
         `store_ids`: in the store's own IDs instead (what the loaders sample on). Needs
         DGL, which the store itself does not."""
+        return self._kind.graph(self, store_ids)
+
+    def _plain_graph(self, store_ids: bool) -> Any:
+        """DGL's homogeneous graph of a store of one type and one relation."""
         import dgl
         import torch
 
-        if not self.schema.is_homogeneous:
-            return self._typed_graph(store_ids)
         perm = np.arange(self.num_nodes) if store_ids else np.asarray(self.perm)
         dst = np.repeat(np.arange(self.num_nodes, dtype=np.int64), np.diff(np.asarray(self.indptr)))
         src = perm[np.asarray(self.indices, dtype=np.int64)]
@@ -571,9 +583,7 @@ class Store:
             f"edges        {self.num_edges:,} (in-edges, CSC; indices {self.indices.dtype})",
             f"features     {self.feat_dim} x {self.feat_dtype} = {self.row_bytes} B/row, "
             f"{self.feature_bytes / 2**20:,.1f} MiB",
-            *(["node types   " + ", ".join(f"{t.name} {t.count:,}" + _type_features(t) for t in self.schema.node_types),
-               "relations    " + ", ".join("-".join(r) for r in self.schema.relations),
-               f"target type  {self.schema.target}"] if not self.schema.is_homogeneous else []),
+            *self._kind.type_lines(self),
             f"classes      {self.num_classes}",
             f"splits       train {len(self.train_store_ids):,} / valid {len(self.valid_store_ids):,} / "
             f"test {len(self.test_store_ids):,}",
@@ -585,6 +595,33 @@ class Store:
             f"created      {m.get('created', '?')} by gnnssd {m.get('gnnssd_version', '?')}",
         ]
         return "\n".join(lines)
+
+
+    def _type_lines(self) -> list[str]:
+        """`gnnssd info`'s lines of a typed store's node types, relations and target."""
+        types = ", ".join(f"{t.name} {t.count:,}" + _type_features(t) for t in self.schema.node_types)
+        return ["node types   " + types,
+                "relations    " + ", ".join("-".join(r) for r in self.schema.relations),
+                f"target type  {self.schema.target}"]
+
+
+@dataclass(frozen=True)
+class _Kind:
+    """What a store reads and checks by the graph's kind: a typed store has an etypes file
+    and its own checks (_check_relations), a link split of one of its relations, DGL's
+    heterograph and its types in `gnnssd info`; a homogeneous store (one type, one relation)
+    none of these. `Store._kind` chooses once; the rest of Store receives the shape."""
+    etypes: Callable[[Store], np.ndarray]
+    check_relations: Callable[[Store], None]
+    link_relation: Callable[[Store], tuple[str, str, str] | None]
+    graph: Callable[[Store, bool], Any]
+    type_lines: Callable[[Store], list[str]]
+
+
+_ONE_TYPE = _Kind(lambda store: ONE_RELATION, lambda store: None, lambda store: None, Store._plain_graph,
+                  lambda store: [])
+_TYPED = _Kind(Store._stored_etypes, Store._check_relations, Store._stored_link_relation, Store._typed_graph,
+               Store._type_lines)
 
 
 def _type_features(t: NodeType) -> str:

@@ -302,32 +302,25 @@ KIND_FREE_PATTERNS = ("is_homogeneous", "etypes is None")
 # The one module of those layers that may: the fanouts value lives in sampler/ so that the
 # config parses it without numba, and gives DGL's form (ints, or dicts by relation).
 KIND_FREE_EXCEPT = ("sampler/fanouts.py",)
-# Where the kind is still asked, with how many lines (33 in all, from 54; issue 45's target is
-# 15, at the GraphBolt export, the manifest's schema, DGL's graph constructors, the model family
-# and the one block-form function: the rest is what is left to fold into those).
+# Where the kind is still asked, with how many lines (14 in all, from 54; issue 45's target is
+# 15): the GraphBolt export, the manifest's schema (read by the store, written by preprocess),
+# the model family, the one block-form function, and the sampler's own fanouts and kernels.
+# Each of these asks once and hands the others a shape (the store's and preprocess's parts by
+# kind, form.py's BlockForm), so no other file asks.
 KIND_BOUNDARIES = {
     "storage_format/schema.py": 1,  # the definition
-    # the manifest's schema: etypes.npy read and checked, a typed store's order checked,
-    # DGL's graph, `info`, a size error's words, the link split's relation
-    "storage_format/store.py": 7,
-    "storage_format/preprocess/writer.py": 1,  # the manifest's schema written (_schema_parts)
-    # the order's and renumbering's typed parts; a typed CSC built; a link split of one relation
-    "storage_format/preprocess/topology.py": 3,
-    "storage_format/preprocess/input_checks.py": 1,  # a typed source's options checked
-    "storage_format/link_split.py": 1,  # a link split of one relation
+    # the manifest's schema read: the store's parts by kind (etypes, its checks, the link
+    # relation, DGL's graph, `info`'s types), chosen once (Store._kind)
+    "storage_format/store.py": 1,
+    # the manifest's schema written, and preprocess's options and topology parts (schema_parts)
+    "storage_format/preprocess/writer.py": 1,
     "sampler/fanouts.py": 2,  # the fanouts value: DGL's form, relation dicts refused on one relation
     "sampler/sampling.py": 4,  # the sampler's own hop kernel choice, and the LABOR kernel's one-relation runs
-    # the one block-form function (typed_form), the blocks it picks, nodes by type (by_type)
+    # the one block-form function (typed_form), each form's blocks and nodes (block_form),
+    # nodes, labels and edges by type (by_type)
     "gnnssd/loading/form.py": 3,
-    "gnnssd/loading/types.py": 1,  # MiniBatch's CSC blocks in the form it carries
-    "gnnssd/loading/node_loader.py": 1,  # an ItemSetDict's labels
-    "gnnssd/loading/edge_loader.py": 1,  # the user's edges: a dict by relation
-    "gnnssd/loading/feature_source.py": 1,  # IDs back to the dataset's, in the form they came
     "gnnssd/models/builtin.py": 1,  # the model family
     "gnnssd/cli/export.py": 1,  # the GraphBolt export's names (its homogeneous form names no type)
-    "gnnssd/cli/commands.py": 1,  # preprocess --flatten / --self-loops
-    "gnnssd/inference/layerwise.py": 1,  # outputs by the dataset's IDs per type
-    "gnnssd/inference/typed.py": 2,  # the model's form checked; a homogeneous store's layer chunks
 }
 
 

@@ -78,20 +78,15 @@ def _progress_bar() -> Callable[[str, int, int], None]:
 def cmd_preprocess(args: argparse.Namespace) -> None:
     from gnnssd.datasets import FlattenedSource
     from gnnssd.sampler import node_order
-    from gnnssd.storage_format import Store, parse_fractions, schema_of, write_store
+    from gnnssd.storage_format import Store, parse_fractions, schema_parts, write_store
 
     edge_split = parse_fractions(args.edge_split) if args.edge_split else None
     source = _source_from_args(args)
     dtype = args.dtype or getattr(source, "default_dtype", "float32")
-    typed = not schema_of(source).is_homogeneous
+    schema_parts(source, flatten=args.flatten, self_loops=args.self_loops)  # refuses what the kind cannot have
     if args.flatten:
-        if not typed:
-            raise ConfigError("--flatten: the dataset has one node type and one relation already")
-        source, typed = FlattenedSource(source), False
+        source = FlattenedSource(source)
     if args.self_loops:
-        if typed:
-            raise ConfigError("--self-loops: a heterogeneous graph has no relation for them; "
-                              "add a relation in the dataset, or --flatten it")
         from .self_loops import WithSelfLoops
 
         source = WithSelfLoops(source)

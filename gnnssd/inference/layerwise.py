@@ -64,13 +64,12 @@ HOT_INDEX_BYTES = 5  # per row of a layer's input, a hot cache's membership mask
 
 
 def output_rows(store: Store) -> np.ndarray:
-    """The row of the layer-wise outputs (store order) of each node in the dataset's order:
-    store.inv; on a typed store, of each target-type node by its ID within the type."""
-    if store.schema.is_homogeneous:
-        return np.asarray(store.inv)
+    """The row of the layer-wise outputs (store order within the target type) of each
+    target-type node by its ID within the type: store.inv on a homogeneous store, whose
+    one type starts at row 0."""
     t = store.schema.type_id(store.schema.target)
-    lo, hi = store.schema.offsets[t:t + 2]
-    return np.asarray(store.inv[lo:hi], np.int64) - lo
+    lo, hi = (int(x) for x in store.schema.offsets[t:t + 2])
+    return np.asarray(store.inv[lo:hi], np.int64) - lo if lo else np.asarray(store.inv[lo:hi])  # no copy from 0
 
 
 @torch.no_grad()

@@ -14,6 +14,7 @@ from typing import Iterator
 import torch
 from torch import nn
 
+from gnnssd.loading import typed_form
 from gnnssd.models import BlockGNN
 from gnnssd.storage_format import GraphSchema, Store
 
@@ -23,8 +24,8 @@ from .rows import OffsetRows, Rows, TensorRows, ZeroRows
 
 def check_model_form(model: nn.Module, schema: GraphSchema) -> None:
     """Refuse a homogeneous model for a heterogeneous store before any layer runs (its
-    layers take one tensor): the layer-wise passes' one question of the model's form."""
-    if isinstance(model, BlockGNN) and not schema.is_homogeneous:
+    layers take one tensor): the layer-wise passes ask the model's form of form.py."""
+    if isinstance(model, BlockGNN) and typed_form(schema):
         raise TypeError("layer-wise inference on a heterogeneous store needs a model whose layer(i, block, h) "
                         "takes and returns dicts of rows by node type (gnnssd.models.hetero), not a BlockGNN")
 
@@ -42,13 +43,13 @@ def layer_chunks(model: nn.Module, i: int, store: Store, source: Rows,
 def layer_chunks_of_type(model: nn.Module, i: int, store: Store, inputs: dict[str, Rows], t: int,
                          budget: int) -> Iterator[torch.Tensor]:
     """Layer i's output rows of node type t, chunk by chunk in store order, from `inputs`
-    (each type's input rows by type-local ID): a homogeneous store's one type by
-    `layer_chunks`, a typed store's over heterogeneous blocks."""
+    (each type's input rows by type-local ID): in the model's plain form (form.py's
+    typed_form) by `layer_chunks`, in the typed form over heterogeneous blocks."""
     lo, hi = (int(x) for x in store.schema.offsets[t:t + 2])
     name = store.schema.type_names[t]
     row_bytes = max(rows.dim for rows in inputs.values()) * 4
     bounds = chunk_bounds(store.indptr[lo:hi + 1], row_bytes, budget)
-    if store.schema.is_homogeneous:
+    if not typed_form(store.schema):
         yield from layer_chunks(model, i, store, inputs[name], bounds)
         return
     for a, b in bounds:

@@ -31,7 +31,7 @@ from gnnssd.sampler import Fanouts, Sequential, Sharded
 from gnnssd.storage_format import GraphSchema, Store, random_negatives
 
 from .feature_source import BACKENDS, FeatureSource, SourceLoader
-from .form import typed_form
+from .form import by_type, typed_form
 from .node_loader import NodeLoader, _ranks
 from .types import MiniBatch
 
@@ -106,10 +106,11 @@ def relation_edges(edges: Any, schema: GraphSchema) -> tuple[tuple[str, str, str
             raise ValueError(f"edges: node {bad[0]} outside 0..{schema.num_nodes - 1}")
         return None, array
     names = [r for _, r, _ in schema.relations]
-    if not isinstance(edges, dict) or len(edges) != 1:
+    given = by_type(edges, None)  # not a dict: no relation named (key None)
+    if len(given) != 1 or None in given:
         raise ValueError(f"edges: a heterogeneous store takes one relation's edges as a dict, e.g. "
                          f"{{{names[0]!r}: (src, dst)}}; its relations are {names}")
-    (name, pairs), = edges.items()
+    (name, pairs), = given.items()
     if name not in names:
         raise ValueError(f"edges: relation {name!r}; expected one of {names}")
     relation = schema.relations[names.index(name)]

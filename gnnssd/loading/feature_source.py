@@ -36,7 +36,7 @@ from .backends.baselines import MmapLoader, PerRowLoader
 from .backends.device import DeviceLoader
 from .backends.memory import MemoryLoader
 from .backends.ssd import SSDLoader
-from .form import by_type
+from .form import BlockForm, block_form, by_type
 from .types import MiniBatch
 
 
@@ -233,8 +233,9 @@ class FeatureSource:
             for node_type, data in _node_frames(block):
                 if dgl.NID in data:
                     data[dgl.NID] = original(node_type, data[dgl.NID])
-        return dataclasses.replace(batch, input_nodes=original.of(batch.input_nodes),
-                                   output_nodes=original.of(batch.output_nodes))
+        form = block_form(batch.typed)
+        return dataclasses.replace(batch, input_nodes=original.of(batch.input_nodes, form),
+                                   output_nodes=original.of(batch.output_nodes, form))
 
     @property
     def out_of_core(self) -> bool:
@@ -277,11 +278,12 @@ class _PrefixLookup:
             self.converted[key] = self.source._original_of_type(node_type, full)
         return self.converted[key][: len(ids)]
 
-    def of(self, ids: torch.Tensor | dict[str, torch.Tensor]) -> torch.Tensor | dict[str, torch.Tensor]:
-        """`ids` (global store IDs, or a typed store's per-type IDs by type) in the dataset's."""
-        if not isinstance(ids, dict):
-            return self(self.source.store.schema.type_names[0], ids)
-        return {name: self(name, v) for name, v in ids.items()}
+    def of(self, ids: torch.Tensor | dict[str, torch.Tensor],
+           form: BlockForm) -> torch.Tensor | dict[str, torch.Tensor]:
+        """`ids` (global store IDs, or a typed store's per-type IDs by type) in the dataset's,
+        in `form` (the mini-batch's)."""
+        given = by_type(ids, self.source.store.schema.type_names[0])
+        return form.nodes({name: self(name, v) for name, v in given.items()})
 
 
 def _node_frames(block: dgl.DGLGraph | CSCBlock) -> list[tuple[str, dict[str, torch.Tensor]]]:

@@ -5,23 +5,48 @@ types an array (empty for one relation), so the sampler, the planner and the sto
 ask which kind of graph they hold. DGL has two forms for a model: plain blocks with
 tensors (one node type, one relation), and typed (heterogeneous) blocks with input_nodes,
 output_nodes and x as dicts by node type, as DGL's DataLoader gives them for a
-heterograph. `typed_form` is the one function that chooses; `by_type` reads nodes given in either
-form; `batch_parts` builds a
-mini-batch's parts in that form, and `plain_form_only` refuses a typed schema for a part
-that serves the plain form only (features: device, gnnssd.layerwise). MiniBatch carries
-the choice (`MiniBatch.typed`) instead of guessing it from its values.
+heterograph. `typed_form` is the one function that chooses; `block_form` gives the blocks
+of each form (DGL's, and the compiler's CSC blocks); `by_type` reads nodes or edges
+given in either form; `batch_parts` builds a mini-batch's parts in that form, and
+`plain_form_only` refuses a typed schema for a part that serves the plain form only
+(features: device, gnnssd.layerwise). MiniBatch carries the choice (`MiniBatch.typed`)
+instead of guessing it from its values, and asks `block_form` for its CSC blocks.
 """
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import dgl
 import numpy as np
 import torch
 
+from gnnssd.compiler import CSCBlock, TypedCSCBlock
 from gnnssd.sampler import MFGs, typed_dgl_blocks
 from gnnssd.sampler import to_dgl_blocks as plain_dgl_blocks
 from gnnssd.storage_format import GraphSchema
+
+
+@dataclass(frozen=True)
+class BlockForm:
+    """What each of DGL's two forms builds its blocks with: DGL blocks of sampled MFGs
+    (mfgs, schema, device), the CSC block class a mini-batch's DGL blocks convert to
+    (gnnssd.compiler's, for compiled layers), and its nodes (a tensor, or a dict by type)."""
+
+    dgl_blocks: Callable[[MFGs, GraphSchema, str], list]
+    csc_block: type[CSCBlock] | type[TypedCSCBlock]
+    #: nodes in this form from nodes by type (by_type's): the one type's, or the dict
+    nodes: Callable[[dict[Any, Any]], Any]
+
+
+PLAIN = BlockForm(lambda mfgs, schema, device: plain_dgl_blocks(mfgs, device), CSCBlock,
+                  lambda nodes: next(iter(nodes.values())))
+TYPED = BlockForm(typed_dgl_blocks, TypedCSCBlock, lambda nodes: nodes)
+
+
+def block_form(typed: bool) -> BlockForm:
+    """The blocks of the form `typed` (typed_form's answer, which a MiniBatch carries)."""
+    return TYPED if typed else PLAIN
 
 
 def typed_form(schema: GraphSchema) -> bool:
@@ -32,8 +57,9 @@ def typed_form(schema: GraphSchema) -> bool:
 
 
 def by_type(nodes: Any, node_type: str | None) -> dict[str | None, Any]:
-    """`nodes` by node type: a dict by type as given (DGL's typed form), else all of
-    `node_type`: the loaders' one question of the shape of nodes they are handed."""
+    """`nodes` (or edges) by node type (relation): a dict by type as given (DGL's typed
+    form), else all of `node_type`: the loaders' one question of the shape of the nodes
+    and edges they are handed."""
     return nodes if isinstance(nodes, dict) else {node_type: nodes}
 
 
@@ -46,7 +72,7 @@ def plain_form_only(schema: GraphSchema, refusal: Exception) -> None:
 
 def to_dgl_blocks(mfgs: MFGs, device: str = "cpu", *, schema: GraphSchema) -> list:
     """DGLBlocks of `mfgs` in the form `schema` takes (see typed_form)."""
-    return typed_dgl_blocks(mfgs, schema, device) if typed_form(schema) else plain_dgl_blocks(mfgs, device)
+    return block_form(typed_form(schema)).dgl_blocks(mfgs, schema, device)
 
 
 def batch_parts(mfgs: MFGs, schema: GraphSchema, rows: torch.Tensor) -> dict[str, Any]:

@@ -59,16 +59,16 @@ def check_nodes(nodes: Any, num_nodes: int, what: str = "seeds") -> np.ndarray:
 
 def graphbolt_items(seeds: Any) -> tuple[Any, Any]:
     """(node IDs, labels or None) of a GraphBolt ItemSet (its seed_nodes, or its only
-    item; an int: all nodes below it) or ItemSetDict (a dict of them by node type); any
-    other `seeds` as given, with no labels. An item set of something other than nodes
-    (node_pairs, ...) is refused, naming what to pass instead."""
+    item; an int: all nodes below it) or ItemSetDict (IDs as a dict by node type, labels
+    one array in their order); any other `seeds` as given, with no labels. An item set of
+    something other than nodes (node_pairs, ...) is refused, naming what to pass instead."""
     kind = type(seeds)
     if kind.__name__ not in ("ItemSet", "ItemSetDict") or not kind.__module__.startswith("dgl.graphbolt"):
         return seeds, None
-    if kind.__name__ == "ItemSetDict":
+    if kind.__name__ == "ItemSetDict":  # labels in the order of the types' IDs, as one array
         parts = {name: graphbolt_items(items) for name, items in seeds._itemsets.items()}
-        labels = {name: labels for name, (_, labels) in parts.items() if labels is not None}
-        return {name: ids for name, (ids, _) in parts.items()}, labels or None
+        labels = [np.asarray(labels).reshape(-1) for _, labels in parts.values() if labels is not None]
+        return {name: ids for name, (ids, _) in parts.items()}, np.concatenate(labels) if labels else None
     items, names = seeds._items, seeds.names
     if not isinstance(items, tuple):  # a count: nodes 0..count-1 (GraphBolt's all_nodes_set)
         return np.arange(int(items)), None
@@ -85,8 +85,6 @@ def check_item_labels(labels: Any, store_ids: np.ndarray, store: Store) -> None:
     """Labels that came with the seeds (a GraphBolt ItemSet's) must be the store's: a
     mini-batch's `y` is read from the store, so a mismatch (another dataset's split, a
     relabelling) is refused naming the first seed that differs."""
-    if isinstance(labels, dict):
-        labels = np.concatenate([np.asarray(labels[name]).reshape(-1) for name in labels])
     given = labels.detach().cpu().numpy() if isinstance(labels, torch.Tensor) else np.asarray(labels)
     stored = mapped_take(store.labels, store_ids).astype(np.int64)
     if given.shape != stored.shape:

@@ -24,6 +24,8 @@ from gnnssd.compiler import CSCBlock, TypedCSCBlock
 from gnnssd.core import ConfigError, dgl_has_cuda, format_bytes
 from gnnssd.storage_format import Store, check_indptr_monotone, check_range, mapped_take
 
+from .form import block_form
+
 
 @dataclass
 class MiniBatch:
@@ -119,8 +121,7 @@ class MiniBatch:
         """The blocks in CSC form on the host: `csc` once made, else built from the DGL blocks."""
         if self.csc is not None:
             return self.csc
-        kind = TypedCSCBlock if self.typed else CSCBlock
-        return [kind.from_dgl(block) for block in self.blocks]
+        return [block_form(self.typed).csc_block.from_dgl(block) for block in self.blocks]
 
     @property
     def model_blocks(self) -> list[dgl.DGLGraph] | list[CSCBlock] | list[TypedCSCBlock]:

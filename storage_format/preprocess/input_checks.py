@@ -1,6 +1,6 @@
 """The checks on preprocess's input: labels, node splits and edge endpoints, feature rows,
-and what a heterogeneous store cannot have yet. Each error names the dataset, the value
-and what was expected."""
+(the graph's kind and the options: the writer's schema_parts). Each error names the
+dataset, the value and what was expected."""
 from __future__ import annotations
 
 from typing import Any
@@ -9,20 +9,11 @@ import numpy as np
 
 from ..errors import DatasetError
 from ..schema import GraphSchema
-from .source import DatasetSource, schema_of
+from .source import DatasetSource
 
 #: Any store may have this many classes; more only with as many labelled nodes (a label of
 #: 10**9 on a small graph is a data error, and would size the output layer at 10**9).
 FEW_CLASSES = 1 << 16
-
-
-def _check_typed_options(source: DatasetSource) -> None:
-    """What a heterogeneous store cannot have yet: a dataset's own link split."""
-    if schema_of(source).is_homogeneous:
-        return
-    if hasattr(source, "load_link_split"):
-        raise DatasetError(f"{source.name}: a heterogeneous dataset's own link split is not "
-                           "supported yet; split one relation with --edge-split")
 
 
 def _checked_labels(source: DatasetSource) -> np.ndarray:

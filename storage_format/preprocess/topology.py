@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -27,6 +28,7 @@ from .steps import RUNTIME_BYTES, _step, spare_memory
 from .typed_csc import checked_relation_edges, typed_csc, typed_csc_to_files
 
 log = logging.getLogger(__name__)
+Notify = Callable[[str, int, int], None]
 
 #: Edges per chunk streamed into the out-of-core topology build.
 CHUNK_EDGES = 1 << 20
@@ -42,8 +44,8 @@ RENUMBER_CHUNK_EDGES = 1 << 26
 
 def _store_topology(partial: Path, source: DatasetSource, order: str | Permutation,
                     train_idx: np.ndarray, link: LinkSplit | None, limit: int,
-                    notify: Callable[[str, int, int], None],
-                    steps: dict[str, dict[str, float]]) -> tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+                    notify: Notify, steps: dict[str, dict[str, float]],
+                    parts: TopologyParts) -> tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(order name, perm, inv, indptr, indices) of the store: the CSC in the source's
     order, the node order over it, and the CSC renumbered into that order (out of core,
     as indices.npy of the partial folder). Each step is recorded once durable, so a
@@ -51,12 +53,12 @@ def _store_topology(partial: Path, source: DatasetSource, order: str | Permutati
     name = order_name(order)
     if not state_of(partial, "renumber")["done"]:
         with _step(steps, "topology"):
-            indptr, indices = _resumable_csc(partial, source, link, limit, notify)
-        type_offsets, etypes, etypes_out = _relation_parts(partial, schema_of(source))
+            indptr, indices = _resumable_csc(partial, source, link, limit, notify, parts)
+        etypes = parts.staged_etypes(partial)
         with _step(steps, "order"):
-            perm = _resumable_order(partial, order, indptr, indices, train_idx, type_offsets)
+            perm = _resumable_order(partial, order, indptr, indices, train_idx, parts.type_offsets)
         with _step(steps, "renumber"):
-            _renumber(partial, name, indptr, indices, etypes, etypes_out, perm, limit, notify)
+            _renumber(partial, name, indptr, indices, etypes, parts, perm, limit, notify)
         del indptr, indices, etypes
     dtype = index_dtype(source.num_nodes)
     perm = np.arange(source.num_nodes, dtype=dtype) if name == "original" else np.load(partial / ORDER_PERM)
@@ -65,14 +67,39 @@ def _store_topology(partial: Path, source: DatasetSource, order: str | Permutati
             np.load(partial / "indices.npy", mmap_mode="r"))
 
 
-def _relation_parts(partial: Path, schema: GraphSchema) -> tuple[np.ndarray | None, np.ndarray, Path | None]:
-    """(the node types' offsets an order keeps apart, the relation of every edge the
-    topology step staged, the store's etypes file) of a typed graph; (None, ONE_RELATION,
-    None) for a homogeneous one, whose store has no etypes file: the topology's one
-    question of the graph's kind, once the CSC is staged."""
-    if schema.is_homogeneous:
-        return None, ONE_RELATION, None
-    return schema.offsets, np.load(partial / CSC_ETYPES, mmap_mode="r"), partial / f"{ETYPES}.npy"
+@dataclass(frozen=True)
+class TopologyParts:
+    """How the topology steps build a graph of its kind: a typed graph's CSC comes with
+    the relation of every edge (staged as CSC_ETYPES, stored as etypes.npy), its order keeps
+    the node types apart and its edge split is of one relation; a homogeneous graph's has
+    none of these. The writer chooses (schema_parts, preprocess's one question of the
+    kind); the steps receive them."""
+    #: (indptr, indices) of the CSC in the source's order, a typed graph's relations staged
+    csc: Callable[[Path, DatasetSource, LinkSplit | None, int, Notify], tuple[np.ndarray, np.ndarray]]
+    #: the edge split drawn from the edges (the source, the fractions, the split's request)
+    link_split: Callable[[DatasetSource, tuple[float, float, float], dict[str, Any]], LinkSplit]
+    #: the node types' offsets an order keeps apart (None: one type)
+    type_offsets: np.ndarray | None
+    #: the staged files the store keeps as they are when the order is the original's
+    kept_files: tuple[tuple[str, str], ...]
+    #: the relation of every staged edge (ONE_RELATION for one relation), from the partial folder
+    staged_etypes: Callable[[Path], np.ndarray]
+    #: where the renumbering writes the store's etypes (None: no etypes file)
+    etypes_out: Callable[[Path], Path | None]
+
+
+def plain_topology() -> TopologyParts:
+    """A homogeneous graph's topology parts: one type, one relation, no etypes file."""
+    return TopologyParts(_plain_csc, _random_link_split, None, ((CSC_INDICES, "indices.npy"),),
+                         lambda partial: ONE_RELATION, lambda partial: None)
+
+
+def typed_topology(schema: GraphSchema) -> TopologyParts:
+    """A typed graph's topology parts: the types kept apart, the relations stored beside."""
+    return TopologyParts(_typed_csc_staged, _relation_link_split, schema.offsets,
+                         ((CSC_INDICES, "indices.npy"), (CSC_ETYPES, f"{ETYPES}.npy")),
+                         lambda partial: np.load(partial / CSC_ETYPES, mmap_mode="r"),
+                         lambda partial: partial / f"{ETYPES}.npy")
 
 
 def _inverse(perm: np.ndarray, dtype: np.dtype = np.dtype(np.int64)) -> np.ndarray:
@@ -82,18 +109,10 @@ def _inverse(perm: np.ndarray, dtype: np.dtype = np.dtype(np.int64)) -> np.ndarr
 
 
 def _resumable_csc(partial: Path, source: DatasetSource, link: LinkSplit | None, limit: int,
-                   notify: Callable[[str, int, int], None]) -> tuple[np.ndarray, np.ndarray]:
+                   notify: Notify, parts: TopologyParts) -> tuple[np.ndarray, np.ndarray]:
     """The CSC in the source's node order (indices mapped from the partial folder)."""
     if not state_of(partial, "csc")["done"]:
-        if not schema_of(source).is_homogeneous:
-            indptr, indices, etypes = _typed_topology(partial, source, limit, notify, link, partial / CSC_INDICES)
-            if not _maps(etypes, partial / CSC_ETYPES):
-                _save_array(partial / CSC_ETYPES, etypes)
-            del etypes
-        elif link is None:
-            indptr, indices = _checked_csc(source, limit, partial, notify)
-        else:
-            indptr, indices = _csc_without_held_out(source, link)
+        indptr, indices = parts.csc(partial, source, link, limit, notify)
         if not _maps(indices, partial / CSC_INDICES):
             _save_array(partial / CSC_INDICES, indices)
         _save_array(partial / CSC_INDPTR, indptr)
@@ -114,18 +133,17 @@ def _resumable_order(partial: Path, order: str | Permutation, indptr: np.ndarray
 
 
 def _renumber(partial: Path, order: str, indptr: np.ndarray, indices: np.ndarray, etypes: np.ndarray,
-              etypes_out: Path | None, perm: np.ndarray, limit: int, notify: Callable[[str, int, int], None]) -> None:
-    """Write the topology in store order: indices.npy (and with `etypes_out`, a typed
-    graph's etypes.npy) in the partial folder, renumbered out of core (each row sorted by
-    relation, then source), or the source-order files linked when the order is the original."""
-    final = partial / "indices.npy"
+              parts: TopologyParts, perm: np.ndarray, limit: int, notify: Notify) -> None:
+    """Write the topology in store order: indices.npy (and a typed graph's etypes.npy) in
+    the partial folder, renumbered out of core (each row sorted by relation, then source),
+    or the source-order files linked when the order is the original."""
+    final, etypes_out = partial / "indices.npy", parts.etypes_out(partial)
     for path in (final, partial / f"{ETYPES}.npy"):
         path.unlink(missing_ok=True)  # from an earlier attempt at this step
     if order == "original":
         new_indptr = indptr
-        os.link(partial / CSC_INDICES, final)
-        if etypes_out is not None:
-            os.link(partial / CSC_ETYPES, etypes_out)
+        for staged, stored in parts.kept_files:
+            os.link(partial / staged, partial / stored)
     else:
         # pass 1 holds a chunk and the old pages it mapped; pass 2 a window and its file;
         # beside them the new indptr (node-sized, made inside) is counted here. A typed
@@ -142,7 +160,25 @@ def _renumber(partial: Path, order: str, indptr: np.ndarray, indices: np.ndarray
         (partial / staged).unlink(missing_ok=True)
 
 
-def _typed_topology(partial: Path, source: DatasetSource, limit: int, notify: Callable[[str, int, int], None],
+def _plain_csc(partial: Path, source: DatasetSource, link: LinkSplit | None, limit: int,
+               notify: Notify) -> tuple[np.ndarray, np.ndarray]:
+    """A homogeneous graph's CSC: checked and built in memory or out of core without a
+    link split, in memory without its held-out edges with one."""
+    if link is None:
+        return _checked_csc(source, limit, partial, notify)
+    return _csc_without_held_out(source, link)
+
+
+def _typed_csc_staged(partial: Path, source: DatasetSource, link: LinkSplit | None, limit: int,
+                      notify: Notify) -> tuple[np.ndarray, np.ndarray]:
+    """A typed graph's CSC (_typed_topology), its edges' relations staged as CSC_ETYPES."""
+    indptr, indices, etypes = _typed_topology(partial, source, limit, notify, link, partial / CSC_INDICES)
+    if not _maps(etypes, partial / CSC_ETYPES):
+        _save_array(partial / CSC_ETYPES, etypes)
+    return indptr, indices
+
+
+def _typed_topology(partial: Path, source: DatasetSource, limit: int, notify: Notify,
                     link: LinkSplit | None, indices_path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """typed_csc in memory when its arrays fit `limit` (or the source does not say how
     many edges it has), else built out of core relation by relation (typed_csc_to_files:
@@ -166,9 +202,9 @@ def _typed_topology(partial: Path, source: DatasetSource, limit: int, notify: Ca
 
 
 def _link_split(source: DatasetSource, edge_split: tuple[float, float, float] | None,
-                request: dict[str, Any]) -> LinkSplit | None:
-    """The edge split: the source's own, drawn from the edges (`request`: the seed and
-    negatives per evaluation edge), or none."""
+                request: dict[str, Any], parts: TopologyParts) -> LinkSplit | None:
+    """The edge split: the source's own, drawn from the edges as `parts` draw it
+    (`request`: the seed and negatives per evaluation edge), or none."""
     own = getattr(source, "load_link_split", None)
     if edge_split is not None and own is not None:
         raise DatasetError(f"{source.name}: the dataset has its own link split; drop --edge-split")
@@ -179,13 +215,24 @@ def _link_split(source: DatasetSource, edge_split: tuple[float, float, float] | 
     if request["eval_negatives"] < 1:
         raise DatasetError(f"--eval-negatives {request['eval_negatives']}: expected a positive "
                            "integer")
+    return parts.link_split(source, edge_split, request)
+
+
+def _relation_link_split(source: DatasetSource, edge_split: tuple[float, float, float],
+                         request: dict[str, Any]) -> LinkSplit:
+    """A typed graph's edge split: of the relation `request` names, negatives of its
+    destination type."""
     schema = schema_of(source)
-    if not schema.is_homogeneous:
-        r = split_relation(schema, request["relation"], source.name)
-        t = schema.type_id(schema.relations[r][2])
-        dst_nodes = (int(schema.offsets[t]), schema.node_types[t].count)
-        return relation_link_split(*checked_relation_edges(source, schema, r), source.num_nodes, dst_nodes,
-                                   edge_split, request["seed"], request["eval_negatives"], schema.relations[r][1])
+    r = split_relation(schema, request["relation"], source.name)
+    t = schema.type_id(schema.relations[r][2])
+    dst_nodes = (int(schema.offsets[t]), schema.node_types[t].count)
+    return relation_link_split(*checked_relation_edges(source, schema, r), source.num_nodes, dst_nodes,
+                               edge_split, request["seed"], request["eval_negatives"], schema.relations[r][1])
+
+
+def _random_link_split(source: DatasetSource, edge_split: tuple[float, float, float],
+                       request: dict[str, Any]) -> LinkSplit:
+    """A homogeneous graph's edge split, of all its edges."""
     src, dst = _checked_edges(source, *source.load_edges(), first=0)
     return random_link_split(src, dst, source.num_nodes, edge_split, request["seed"],
                              request["eval_negatives"])
@@ -200,7 +247,7 @@ def _csc_without_held_out(source: DatasetSource, link: LinkSplit) -> tuple[np.nd
 
 
 def _checked_csc(source: DatasetSource, memory_limit: int, partial: Path,
-                 notify: Callable[[str, int, int], None]) -> tuple[np.ndarray, np.ndarray]:
+                 notify: Notify) -> tuple[np.ndarray, np.ndarray]:
     """The CSC in memory when the whole edge list fits in `memory_limit`, else built out
     of core from the source's edge stream (same result, byte for byte)."""
     n = source.num_nodes

@@ -27,10 +27,8 @@ from .disk_space import DiskFullError, _check_free_space, _mib, _writing
 from ..errors import DatasetError
 from .features import (_checked_feature_rows, _quantize_features, _stream_features, _window_rows,
                        _written_dtype)
-from .input_checks import (_check_splits_in_target, _check_typed_options, _checked_labels,
-                           _checked_splits)
+from .input_checks import _check_splits_in_target, _checked_labels, _checked_splits
 from ..link_split import split_relation
-from ..schema import GraphSchema
 from ..manifest import (ARRAY_FILES, ETYPES, FEATURE_DTYPES, FEATURES, FORMAT_NAME, FORMAT_VERSION,
                        MANIFEST, PAGE, PAGE_CHECKSUMS, ROW_SCALES, manifest_checksum)
 from .order import Permutation, order_name
@@ -40,7 +38,7 @@ from .progress import PROGRESS
 from .reorder import reordered_features
 from .source import DatasetSource, edge_count, schema_of
 from .steps import _step, default_memory_limit, spare_memory
-from .topology import TOPOLOGY_STAGING, _link_split, _store_topology
+from .topology import TOPOLOGY_STAGING, TopologyParts, _link_split, _store_topology, plain_topology, typed_topology
 
 log = logging.getLogger(__name__)
 
@@ -70,14 +68,11 @@ def write_store(out: str | Path, source: DatasetSource, order: str | Permutation
     if source.feat_dim < 1:
         raise DatasetError(f"{source.name}: feature dim {source.feat_dim}; every node needs at "
                            "least one feature")
-    _check_typed_options(source)
     if edge_split is None and edge_split_relation is not None:
         raise DatasetError(f"--edge-split-relation {edge_split_relation!r} without --edge-split: "
                            "name the fractions too, e.g. --edge-split 0.85,0.05,0.10")
-    schema = schema_of(source)
-    # refuses a missing or unknown relation name before anything is written
-    relation = None if edge_split is None else split_relation(schema, edge_split_relation, source.name)
-    parts = _schema_parts(schema, relation)
+    # refuses what the kind cannot have, a missing or unknown relation name, before anything is written
+    parts = schema_parts(source, edge_split=edge_split is not None, edge_split_relation=edge_split_relation)
     inputs = [Path(p).resolve() for p in getattr(source, "input_paths", list)()]
     _check_no_overlap(out, inputs)
     with output_lock(out):
@@ -108,10 +103,11 @@ def write_store(out: str | Path, source: DatasetSource, order: str | Permutation
 
 
 @dataclass(frozen=True)
-class _SchemaParts:
-    """What a typed graph's store holds beside a homogeneous one's; all empty for a
-    homogeneous graph, whose store the format keeps without them (no schema, no etypes
-    file, a link split with no relation): the writer asks the graph's kind once, here."""
+class SchemaParts:
+    """What a typed graph's store holds beside a homogeneous one's, and how its topology is
+    built; empty for a homogeneous graph, whose store the format keeps without them (no
+    schema, no etypes file, a link split with no relation): preprocess asks the graph's kind
+    once, in schema_parts."""
     #: the manifest's "schema" entry
     manifest: dict[str, Any]
     #: the arrays of the relations (the topology step staged them in the partial folder)
@@ -120,21 +116,42 @@ class _SchemaParts:
     split: dict[str, str]
     #: the link section's relation (source type, name, destination type)
     link: dict[str, list[str]]
+    #: how the topology steps build the CSC, the edge split and the relations
+    topology: TopologyParts
 
 
-def _schema_parts(schema: GraphSchema, relation: int | None) -> _SchemaParts:
-    """The typed parts of a store of `schema` (`relation`: the edge split's, if any)."""
+def schema_parts(source: DatasetSource, *, flatten: bool = False, self_loops: bool = False,
+                 edge_split: bool = False, edge_split_relation: str | None = None) -> SchemaParts:
+    """The typed parts of `source`'s store, what its kind allows checked: `flatten`
+    (--flatten) needs a heterogeneous graph; `self_loops` (--self-loops) and a dataset's own
+    link split need one relation (a heterogeneous graph flattened first, which the CLI
+    checks before flattening); `edge_split_relation` is refused on a homogeneous graph (one
+    relation, no names) and, with `edge_split`, names the split's on a typed one (required
+    where it has several)."""
+    schema = schema_of(source)
     if schema.is_homogeneous:
-        return _SchemaParts({}, (), {}, {})
+        if flatten:
+            raise DatasetError("--flatten: the dataset has one node type and one relation already")
+        if edge_split_relation is not None:
+            raise DatasetError(f"{source.name}: --edge-split-relation {edge_split_relation!r}: the graph has one "
+                               "node type and one relation; drop --edge-split-relation")
+        return SchemaParts({}, (), {}, {}, plain_topology())
+    if self_loops and not flatten:
+        raise DatasetError("--self-loops: a heterogeneous graph has no relation for them; "
+                           "add a relation in the dataset, or --flatten it")
+    if hasattr(source, "load_link_split") and not flatten:
+        raise DatasetError(f"{source.name}: a heterogeneous dataset's own link split is not "
+                           "supported yet; split one relation with --edge-split")
+    relation = split_relation(schema, edge_split_relation, source.name) if edge_split else None
     split = {} if relation is None else {"relation": schema.relations[relation][1]}
     link = {} if relation is None else {"relation": list(schema.relations[relation])}
-    return _SchemaParts({"schema": schema.to_manifest()}, (ETYPES,), split, link)
+    return SchemaParts({"schema": schema.to_manifest()}, (ETYPES,), split, link, typed_topology(schema))
 
 
 def _write_partial(partial: Path, source: DatasetSource, order: str | Permutation, dtype: str,
                    params: dict[str, Any], progress: Callable[[str, int, int], None] | None,
                    topology: dict[str, int], limit: int,
-                   edge_split: tuple[float, float, float] | None, parts: _SchemaParts) -> None:
+                   edge_split: tuple[float, float, float] | None, parts: SchemaParts) -> None:
     """Write (or finish writing) every file of the store into `partial`, manifest last;
     `topology` gets num_edges once known (for the disk-full estimate). Each step's wall
     and CPU time, peak RSS and bytes written are logged and recorded in the manifest's
@@ -147,9 +164,9 @@ def _write_partial(partial: Path, source: DatasetSource, order: str | Permutatio
     schema = schema_of(source)
     _check_splits_in_target(source, schema, splits)
     num_classes = int(labels.max()) + 1 if (labels >= 0).any() else 0
-    link = _link_split(source, edge_split, params.get("edge_split", {}))
+    link = _link_split(source, edge_split, params.get("edge_split", {}), parts.topology)
     order, perm, inv, indptr, indices = _store_topology(partial, source, order, splits["train"],
-                                                        link, limit, notify, steps)
+                                                        link, limit, notify, steps, parts.topology)
     topology["num_edges"] = int(indices.shape[0])
 
     written = _written_dtype(dtype)
