@@ -123,7 +123,8 @@ _PROGRAM = ("import json, sys; sys.path[:] = json.loads(sys.argv[2]); "
 
 def serve(fd: int) -> None:
     """A packer process: its PackerSpec, then windows in and (stubs, reports) or the error's
-    text out over the socket `fd`, until told to stop or the pool is gone."""
+    text out over the socket `fd`, until told to stop or the pool is gone. Once ready it says
+    ("started", its process ID, the CPU seconds its start took: interpreter, imports, store)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the trainer's Ctrl-C is the trainer's to handle
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     conn = Connection(fd)
@@ -132,6 +133,7 @@ def serve(fd: int) -> None:
         spec = conn.recv()
         numba_threads(spec.numba_threads)
         packer = Packer(spec)
+        conn.send(("started", os.getpid(), time.process_time()))
         while True:
             work = conn.recv()
             if work is None:
@@ -161,11 +163,13 @@ class PackerPool:
     packers (whatever they are doing) and removes nothing: the caller owns the folders."""
 
     def __init__(self, spec: PackerSpec, count: int, works: list[WindowWork], ahead: int,
-                 report: Callable[[RepackReport], None] | None = None):
-        """`report` hears each window's repack costs as its stubs arrive."""
+                 report: Callable[[RepackReport], None] | None = None,
+                 started: Callable[[int, float], None] | None = None):
+        """`report` hears each window's repack costs as its stubs arrive; `started` each
+        packer's process ID and the CPU seconds its start took, when next waited for."""
         if count < 1:
             raise ValueError(f"ssd.packers: {count}; expected at least 1")
-        self.works, self.ahead, self._report = works, max(1, ahead), report
+        self.works, self.ahead, self._report, self._started = works, max(1, ahead), report, started
         self._procs: list[subprocess.Popen] = []
         self._conns: list[Connection] = []
         # A fresh interpreter each (fork is unsafe beside OpenMP and the engine's threads;
@@ -215,7 +219,11 @@ class PackerPool:
             try:
                 if conn.poll(POLL_S):
                     reply = conn.recv()
-                    break
+                    if reply[0] != "started":
+                        break
+                    if self._started is not None:
+                        self._started(*reply[1:])
+                    continue
             except (EOFError, ConnectionError):
                 reply = None
                 break

@@ -185,6 +185,8 @@ class SSDLoader:
         self.io.add(bytes_read=self.hot.nbytes + self.hot.device_nbytes)
         # a training mini-batch's cold rows: what sizes the packers' windows (packed_windows)
         self._cold_bytes = _most_cold(sampled["training"], self.hot.members) * row_bytes
+        #: CPU seconds each packer process's start took (interpreter, imports, store), by process ID
+        self.packer_start_cpu_s: dict[int, float] = {}
 
     def _sampled_inputs(self) -> dict[str, list[np.ndarray]]:
         """The input rows of a few sampled mini-batches (one per split) with the training
@@ -341,7 +343,8 @@ class SSDLoader:
             with lock:
                 if works and not pools and not closed:
                     pools.append(PackerPool(self._packer_spec(fanouts), min(self.packers, len(works)), works,
-                                            self.packers, report=self._count_repack))
+                                            self.packers, report=self._count_repack,
+                                            started=self.packer_start_cpu_s.__setitem__))
 
         def packed() -> Iterator[tuple[list[MegaBatchPlan], Path]]:
             start_packers()
