@@ -25,7 +25,9 @@ torch's threads set to N (and the ssd loader's `threads` option where the tree h
 repacking in the trainer's threads), and each row says `packers`, `trainer_cpu_s_per_batch`
 (the trainer process's CPU less the touch: the consuming side when packers are processes),
 `cpu_s_per_batch` (the trainer's and its packer processes' CPU together, psutil's view of
-the children), `first_batch_s` (iterator creation to the first mini-batch) and where the
+the children), `first_batch_s` (iterator creation to the first mini-batch),
+`packer_start_cpu_s` (the packers' start-up, an interpreter, imports and the store each,
+counted in those CPU seconds; `cpu_s_per_batch_less_packer_start` without it) and where the
 bytes read went per useful byte (`read_parts_per_useful_byte`: repack scans "packing",
 compact blocks "packed", page extents "extents").
 
@@ -163,6 +165,10 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
                              "measured: lower --batch-size")
         cpu, threads1, io1, stages = process_cpu() - cpu0, thread_cpu(), loader.io_stats(), loader.timer.take()
         packers_cpu = sum(s - children0.get(pid, 0.0) for pid, s in children_cpu().items())
+        # the packers' start-up (interpreter, imports, store) counted in packers_cpu: what of
+        # each one's start came after the measurement began
+        starts = getattr(getattr(loader, "backend", None), "packer_start_cpu_s", {})
+        packer_start_cpu = sum(max(0.0, s - children0.get(pid, 0.0)) for pid, s in starts.items())
         batches.close()
     per_thread: dict[str, float] = {}
     for tid, (label, s) in threads1.items():
@@ -176,6 +182,8 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         "first_batch_s": round(first_batch_s, 3),
         "trainer_cpu_s_per_batch": round((cpu - touch_s) / n, 4),
         "packers_cpu_s_per_batch": round(packers_cpu / n, 4),
+        "packer_start_cpu_s": round(packer_start_cpu, 3),
+        "cpu_s_per_batch_less_packer_start": round((cpu + packers_cpu - packer_start_cpu) / n, 4),
         "gnnssd_module": str(Path(gnnssd.__file__).parent), "batches": n, "seconds": round(seconds, 3),
         "batches_per_s": round(n / seconds, 3),
         "cpu_s_per_batch": round((cpu + packers_cpu) / n, 4),

@@ -158,7 +158,8 @@ def ssd_split(total: int, row_bytes: int, queue_bytes: int, hot_fraction: float,
     rows (hot rows are gathered from the hot cache) take (1 - hot_fraction) of what is
     left, or more when a sampled mini-batch's cold rows
     (`cold_rows_per_minibatch(hot_count)` with the `hot_count` hottest rows cached, times
-    MINIBATCH_MARGIN) need more and fit; the hot cache the rest, up to `num_rows`. A
+    MINIBATCH_MARGIN) need more and fit, and hold them still beside the smaller hot cache
+    they leave; the hot cache the rest, up to `num_rows`. A
     mini-batch larger than a buffer is streamed in pieces (the planner), so the least that
     works is `buffers` buffers of MIN_BUFFER_BYTES: a smaller budget is a ValueError naming
     the least one."""
@@ -171,8 +172,18 @@ def ssd_split(total: int, row_bytes: int, queue_bytes: int, hot_fraction: float,
                          f"need at least {format_bytes(least)} ({least} bytes); raise memory_budget")
     room = max(usable - held_bytes, buffers * least_rows * row_bytes)  # for the buffers and the hot cache
     share = max(int(room * (1 - hot_fraction)) // (buffers * row_bytes), least_rows)
-    needed = int(MINIBATCH_MARGIN * cold_rows_per_minibatch(min(num_rows, room // row_bytes - buffers * share)))
-    buffer_rows = needed if share < needed <= room // (buffers * row_bytes) else share
+
+    def cold_beside(rows: int) -> int:
+        """A sampled mini-batch's cold rows beside buffers of `rows` (the hot cache they leave)."""
+        return cold_rows_per_minibatch(min(num_rows, room // row_bytes - buffers * rows))
+
+    needed = int(MINIBATCH_MARGIN * cold_beside(share))
+    # grown buffers shrink the hot cache, which grows a mini-batch's cold rows: grown only
+    # where they still hold those (medium at 1/2 of its features: buffers grown for the
+    # cold rows beside the share's hot cache left 0.5% of it, and the mini-batches, colder
+    # by as much, were read in pieces all the same)
+    grow = share < needed <= room // (buffers * row_bytes) and cold_beside(needed) <= needed
+    buffer_rows = needed if grow else share
     if buffer_rows < needed:
         log.info("a buffer holds %s rows, fewer than a mini-batch's ~%s cold rows: larger "
                  "mini-batches are read in pieces", f"{buffer_rows:,}", f"{needed:,}")

@@ -25,6 +25,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field, replace
@@ -123,15 +124,19 @@ _PROGRAM = ("import json, sys; sys.path[:] = json.loads(sys.argv[2]); "
 
 def serve(fd: int) -> None:
     """A packer process: its PackerSpec, then windows in and (stubs, reports) or the error's
-    text out over the socket `fd`, until told to stop or the pool is gone."""
+    text out over the socket `fd`, until told to stop or the pool is gone. Once ready it says
+    ("started", its process ID, the CPU seconds its start took: interpreter, imports, store)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the trainer's Ctrl-C is the trainer's to handle
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     conn = Connection(fd)
     packer = None
     try:
         spec = conn.recv()
+        if spec is None:  # closed before its first window
+            return
         numba_threads(spec.numba_threads)
         packer = Packer(spec)
+        conn.send(("started", os.getpid(), time.process_time()))
         while True:
             work = conn.recv()
             if work is None:
@@ -161,13 +166,18 @@ class PackerPool:
     packers (whatever they are doing) and removes nothing: the caller owns the folders."""
 
     def __init__(self, spec: PackerSpec, count: int, works: list[WindowWork], ahead: int,
-                 report: Callable[[RepackReport], None] | None = None):
-        """`report` hears each window's repack costs as its stubs arrive."""
+                 report: Callable[[RepackReport], None] | None = None,
+                 started: Callable[[int, float], None] | None = None):
+        """`report` hears each window's repack costs as its stubs arrive; `started` each
+        packer's process ID and the CPU seconds its start took, when next waited for."""
         if count < 1:
             raise ValueError(f"ssd.packers: {count}; expected at least 1")
-        self.works, self.ahead, self._report = works, max(1, ahead), report
+        self.works, self.ahead, self._report, self._started = works, max(1, ahead), report, started
         self._procs: list[subprocess.Popen] = []
         self._conns: list[Connection] = []
+        self._spec, self._unsent, self._given = spec, set(range(count)), 0
+        self._sending = threading.Lock()  # one sender at a time on the packers' sockets
+        self._starter: threading.Thread | None = None
         # A fresh interpreter each (fork is unsafe beside OpenMP and the engine's threads;
         # multiprocessing's spawn would run the user's main script again). SIGINT blocked
         # while they start (the mask crosses exec): a Ctrl-C during a packer's imports is the
@@ -183,27 +193,35 @@ class PackerPool:
                     theirs.close()
                 self._procs.append(proc)
                 self._conns.append(Connection(ours.detach()))
-                self._conns[-1].send(spec)
         except BaseException:
             self.close()
             raise
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-        self._given = 0
+        # The spec and the first windows go out from a thread of their own: the spec is larger
+        # than a socket's buffer (the hot rows' bitset), so its send waits for the packer's
+        # imports (~3 s), which the caller (handing out the first mini-batch) waited for
+        self._starter = threading.Thread(target=self._give, args=(1 + self.ahead,), daemon=True,
+                                         name="gnnssd-packers-start")
+        self._starter.start()
 
     @property
     def count(self) -> int:
         return len(self._procs)
 
     def _give(self, upto: int) -> None:
-        """Hand out the windows before `upto` not yet given."""
-        while self._given < min(upto, len(self.works)):
-            k = self._given
-            try:
-                self._conns[k % self.count].send(self.works[k])
-            except OSError:  # the packer is gone: waiting for this window says so (_result)
-                pass
-            self._given += 1
+        """Hand out the windows before `upto` not yet given (a packer's spec before its first)."""
+        with self._sending:
+            while self._given < min(upto, len(self.works)):
+                k = self._given
+                try:
+                    if k % self.count in self._unsent:
+                        self._unsent.discard(k % self.count)
+                        self._conns[k % self.count].send(self._spec)
+                    self._conns[k % self.count].send(self.works[k])
+                except OSError:  # the packer is gone: waiting for this window says so (_result)
+                    pass
+                self._given += 1
 
     def _result(self, k: int) -> list[MegaBatchPlan]:
         """Window k's stubs, waiting for its packer; a dead packer or a failed window raises."""
@@ -215,7 +233,11 @@ class PackerPool:
             try:
                 if conn.poll(POLL_S):
                     reply = conn.recv()
-                    break
+                    if reply[0] != "started":
+                        break
+                    if self._started is not None:
+                        self._started(*reply[1:])
+                    continue
             except (EOFError, ConnectionError):
                 reply = None
                 break
@@ -253,11 +275,17 @@ class PackerPool:
     def close(self) -> None:
         """End every packer now (a window in progress is abandoned: the caller removes the
         scratch) and wait for them."""
-        for conn in self._conns:
+        # told to stop after the starter's sends, unless a packer has not read them by now (one
+        # still starting, or stalled): that one is killed below, which ends the send
+        if self._sending.acquire(timeout=POLL_S):
             try:
-                conn.send(None)
-            except OSError:
-                pass
+                for conn in self._conns:
+                    try:
+                        conn.send(None)
+                    except OSError:
+                        pass
+            finally:
+                self._sending.release()
         deadline = time.monotonic() + 2 * POLL_S
         for proc in self._procs:
             try:
@@ -265,6 +293,8 @@ class PackerPool:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        if self._starter is not None:
+            self._starter.join()
         for conn in self._conns:
             conn.close()
         self._procs, self._conns = [], []

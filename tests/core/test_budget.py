@@ -157,6 +157,20 @@ def test_ssd_split_grows_the_buffers_for_a_large_minibatch_that_fits() -> None:
     assert budget.buffer_rows == int(90 * MiB * 0.5) // (2 * 1024)
 
 
+def test_ssd_split_grows_the_buffers_only_to_what_still_holds_a_minibatch_beside_the_smaller_hot_cache() -> None:
+    """Cold rows grow as the hot cache shrinks (fewer of the hottest rows cached). Buffers
+    grown for the cold rows beside the share's hot cache (~30k cold: 45k a buffer) would
+    leave 2k hot rows, beside which a mini-batch has ~59k cold rows: it would still be read
+    in pieces, with no hot cache. The share is kept, and the hot cache with it."""
+    room_rows, share = 90 * MiB // 1024, int(90 * MiB * 0.5) // (2 * 1024)
+    budget = ssd_split(100 * MiB, 1024, 10 * MiB, 0.5, 10**6, 2, lambda hot: 60_000 - int(0.65 * hot))
+    assert budget.buffer_rows == share and budget.hot_rows == room_rows - 2 * share
+    # a mini-batch whose cold rows the grown buffers still hold beside their hot cache: grown
+    budget = ssd_split(100 * MiB, 1024, 10 * MiB, 0.5, 10**6, 2, lambda hot: 30_000 - hot // 10)
+    assert budget.buffer_rows == int(MINIBATCH_MARGIN * (30_000 - (room_rows - 2 * share) // 10))
+    assert 30_000 - budget.hot_rows // 10 <= budget.buffer_rows
+
+
 def test_ssd_split_hot_cache_wants_no_more_rows_than_the_file_has() -> None:
     budget = ssd_split(100 * MiB, 1024, 10 * MiB, 0.5, 1000, 2, lambda hot: 10)
     assert budget.hot_rows == budget.hot_rows_wanted == 1000 and budget.spare_bytes > 0

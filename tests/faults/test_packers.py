@@ -131,3 +131,51 @@ def test_a_full_scratch_disk_names_the_block_file_and_its_disk(store, tmp_path):
     assert f"{scratch / 'blocks'}" in out and ".bin: cannot write (File too large) on the file system of " in out, out
     assert "ssd.block_budget: 0" in out, out
     assert "left [] packers alive []" in out, out
+
+
+def test_a_packer_stalled_at_its_start_holds_up_neither_the_first_minibatch_nor_the_close(tmp_path):
+    """A packer's interpreter that never gets to read its spec (a stalled start: here an
+    interpreter that only sleeps): the trainer hands out the first mini-batch (its own
+    window) and closing the loader kills the packer, leaving no scratch. The spec (the hot
+    rows) is larger than the socket's buffer, so sending it waits for the packer to read it:
+    the trainer's thread did that wait, before the first mini-batch, and here never ended."""
+    source = synthetic_source(num_nodes=80_000, feat_dim=16, num_classes=8, avg_degree=10, train_fraction=0.3)
+    store = write_store(tmp_path / "store", source, order=node_order("degree"))
+    stalled = tmp_path / "stalled-python"
+    stalled.write_text("#!/bin/sh\nexec sleep 600\n")
+    stalled.chmod(0o755)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    program = f"""
+import os, pickle, socket, sys
+import numpy as np, psutil
+from gnnssd import NodeLoader
+from gnnssd.storage_format import Store
+store = Store.open(sys.argv[1])
+loader = NodeLoader(store, store.original_ids(np.asarray(store.train_store_ids)), fanouts=[5, 5], batch_size=200,
+                    eval_fanouts=[5, 5], eval_batch_size=200, features="ssd", memory_budget="32MiB",
+                    block_budget="256KiB", packers=1, mega_batch=4, hot_fraction=0.3, seed=3, shuffle=True,
+                    device="cpu", scratch_dir=sys.argv[2])
+spec = len(pickle.dumps(loader.backend._packer_spec(np.array([[5], [5]]))))
+print("spec over the socket buffer", spec > socket.socketpair()[0].getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF))
+sys.executable = {str(stalled)!r}
+batches = iter(loader)
+next(batches)
+packers = psutil.Process().children()
+print("first mini-batch; packers", len(packers), flush=True)
+loader.close()
+print("left", sorted(os.listdir(sys.argv[2])), "packers alive", [p.pid for p in packers if p.is_running()
+      and p.status() != psutil.STATUS_ZOMBIE], flush=True)
+"""
+    proc = subprocess.Popen([sys.executable, "-c", program, str(store), str(scratch)], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"the trainer hung with a stalled packer: {out}")
+    assert proc.returncode == 0, err[-3000:]
+    assert "spec over the socket buffer True" in out, out
+    assert "first mini-batch; packers 1" in out, out
+    assert "left [] packers alive []" in out, out

@@ -26,8 +26,10 @@ def store(tmp_path_factory) -> Store:
     return Store.open(write_store(tmp_path_factory.mktemp("packers") / "store", source, order=node_order("degree")))
 
 
-def _epoch(store: Store, packers: int, tmp_path) -> tuple[list[tuple[np.ndarray, np.ndarray]], dict[str, int]]:
-    """(input nodes, x) of every mini-batch of epoch 1, and the loader's io_stats."""
+def _epoch(store: Store, packers: int, tmp_path) -> tuple[list[tuple[np.ndarray, np.ndarray]], dict[str, int],
+                                                          dict[int, float]]:
+    """(input nodes, x) of every mini-batch of epoch 1, the loader's io_stats, and the CPU
+    seconds of each packer process's start, by process ID."""
     with NodeLoader(store, store.original_ids(np.asarray(store.train_store_ids)), packers=packers,
                     scratch_dir=tmp_path / f"scratch{packers}", **OPTIONS) as loader:
         loader.io_stats()  # the set-up's reads
@@ -35,25 +37,30 @@ def _epoch(store: Store, packers: int, tmp_path) -> tuple[list[tuple[np.ndarray,
         batches = [(batch.input_nodes.numpy().copy(), batch.x.numpy().copy()) for batch in loader]
         stats = loader.io_stats()
         assert not loader.backend.block_dir.exists()  # every window's folder is gone
-    return batches, stats
+        starts = dict(loader.backend.packer_start_cpu_s)
+    return batches, stats, starts
 
 
 def test_packers_give_the_trainers_minibatches_with_the_stores_rows(store, tmp_path):
     """0 packers (the trainer's threads plan and repack), 1 and 2 packer processes: the same
     input nodes per mini-batch (samples depend on a mini-batch's position only) and x equal to
     the store's rows; with packers, windows after the first are repacked by the packers
-    (bytes read by repack scans and from blocks) and the first is read as page extents."""
+    (bytes read by repack scans and from blocks) and the first is read as page extents; each
+    packer reports the CPU its start took (bench_feed's packer_start_cpu_s)."""
     features = store.features_memmap()
-    reference, _ = _epoch(store, 0, tmp_path)
+    reference, _, no_starts = _epoch(store, 0, tmp_path)
+    assert no_starts == {}
     assert len(reference) > 8  # several packer windows
     for packers in (1, 2):
-        batches, stats = _epoch(store, packers, tmp_path)
+        batches, stats, starts = _epoch(store, packers, tmp_path)
         assert len(batches) == len(reference)
         for (nodes, x), (want_nodes, _) in zip(batches, reference):
             np.testing.assert_array_equal(nodes, want_nodes)
             np.testing.assert_array_equal(x, features[store.store_ids(nodes)])
         assert stats["packing_read_bytes"] > 0 and stats["packed_read_bytes"] > 0 and stats["extents_read_bytes"] > 0
         assert stats["bytes_written"] > 0
+        # each packer said what its start took (an interpreter and its imports: not nothing)
+        assert len(starts) == packers and os.getpid() not in starts and all(s > 0.1 for s in starts.values())
 
 
 def test_a_bad_packers_value_names_the_key(store, tmp_path):

@@ -24,7 +24,6 @@ import itertools
 import logging
 import os
 import shutil
-import threading
 import time
 import warnings
 from dataclasses import replace
@@ -185,6 +184,8 @@ class SSDLoader:
         self.io.add(bytes_read=self.hot.nbytes + self.hot.device_nbytes)
         # a training mini-batch's cold rows: what sizes the packers' windows (packed_windows)
         self._cold_bytes = _most_cold(sampled["training"], self.hot.members) * row_bytes
+        #: CPU seconds each packer process's start took (interpreter, imports, store), by process ID
+        self.packer_start_cpu_s: dict[int, float] = {}
 
     def _sampled_inputs(self) -> dict[str, list[np.ndarray]]:
         """The input rows of a few sampled mini-batches (one per split) with the training
@@ -331,34 +332,19 @@ class SSDLoader:
         works = [WindowWork(k, epoch, first + lo, batches[first + lo : first + lo + size],
                             None if rest is None else rest[lo : lo + size], directory / f"w{k}")
                  for k, lo in enumerate(range(size, len(batches) - first, size), start=1)]
-        # The packers start as the first mini-batch is handed out (their start is not in its
-        # wait), or earlier if the loading stage needs the second window before that.
-        pools: list[PackerPool] = []
-        lock = threading.Lock()
-        closed = False
-
-        def start_packers() -> None:
-            with lock:
-                if works and not pools and not closed:
-                    pools.append(PackerPool(self._packer_spec(fanouts), min(self.packers, len(works)), works,
-                                            self.packers, report=self._count_repack))
-
-        def packed() -> Iterator[tuple[list[MegaBatchPlan], Path]]:
-            start_packers()
-            yield from pools[0].windows() if pools else ()
-
-        windows = itertools.chain((([plan], directory) for plan in own), packed())
+        # The packers start now, beside the trainer's own window: their interpreters' start
+        # (~3 CPU-s each) and their first windows overlap its mini-batches (the pool sends
+        # their spec and first windows from a thread of its own: nothing here waits for them)
+        pool: PackerPool | None = None
         try:
-            for i, batch in enumerate(self._trained(self._loaded(windows, delete))):
-                if i == 0:
-                    start_packers()
-                yield batch
-                del batch
+            if works:
+                pool = PackerPool(self._packer_spec(fanouts), min(self.packers, len(works)), works, self.packers,
+                                  report=self._count_repack, started=self.packer_start_cpu_s.__setitem__)
+            windows = itertools.chain((([plan], directory) for plan in own), pool.windows() if pool else ())
+            yield from self._trained(self._loaded(windows, delete))
         finally:
-            with lock:
-                closed = True
             own.close()
-            for pool in pools:
+            if pool is not None:
                 pool.close()
             shutil.rmtree(directory, ignore_errors=True)
 
