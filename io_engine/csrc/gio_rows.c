@@ -18,7 +18,7 @@ void gio_rows_copy(const uint8_t *src, const int64_t *pos, const int64_t *order,
 /* Rows looked ahead of the one copied: x's rows come from anywhere in sources of hundreds
  * of MiB, so each copy would wait for memory; touching rows k+AHEAD's lines first keeps
  * several rows' loads in flight. */
-#define AHEAD 8
+#define AHEAD 16
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
