@@ -2,6 +2,6 @@
 thread-pool fallback, and fixed-stride row readers built on them."""
 from .crc import ChecksumError
 from .engine import ALIGNMENT, Engine, Handle
-from .rows import copy_rows
+from .rows import copy_rows, gather_rows
 
-__all__ = ["ALIGNMENT", "ChecksumError", "Engine", "Handle", "copy_rows"]
+__all__ = ["ALIGNMENT", "ChecksumError", "Engine", "Handle", "copy_rows", "gather_rows"]

@@ -10,7 +10,7 @@ chunk's rows are copied out.
 """
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Protocol, Sequence
 
 import numpy as np
 
@@ -46,6 +46,41 @@ def copy_rows(src: np.ndarray, pos: np.ndarray, row_bytes: int, out: np.ndarray,
         raise ValueError(f"out holds {rows_out} rows of {row_bytes} bytes, row {last} is copied")
     lib.gio_rows_copy(_ptr(src, "uint8_t[]"), _ptr(pos), _ptr(order), len(pos), row_bytes,
                       _ptr(dest, "uint8_t[]"))
+
+
+def gather_rows(sources: Sequence[np.ndarray], level: np.ndarray, slot: np.ndarray, at: np.ndarray,
+                out: np.ndarray, threads: int = 1) -> None:
+    """out[at[k]] = sources[level[k]][slot[k]] for every k (out[k] when `at` is empty; other
+    rows of out left as they are): sources and out are C-contiguous arrays of rows of the
+    same byte size (first axis: rows). In C on `threads` threads, the GIL released, with
+    the next rows' loads started ahead and, for a large x, streaming stores: the gather of
+    a mini-batch's x, its rows scattered over hundreds of MiB. Every index is checked
+    before any row is copied."""
+    row_bytes = out.nbytes // len(out) if len(out) else 0
+    for name, a in [*((f"source {i}", s) for i, s in enumerate(sources)), ("out", out)]:
+        if not a.flags.c_contiguous or a.ndim == 0 or (len(a) and a.nbytes // len(a) != row_bytes):
+            raise ValueError(f"{name} must be C-contiguous rows of {row_bytes} bytes, got {a.dtype} {a.shape}")
+    if not out.flags.writeable:
+        raise ValueError("out must be writable")
+    level = np.ascontiguousarray(level, dtype=np.int8)
+    slot = np.ascontiguousarray(slot, dtype=np.int64)
+    at = np.ascontiguousarray(at, dtype=np.int64)
+    if len(level) != len(slot) or (len(at) and len(at) != len(slot)):
+        raise ValueError(f"level, slot and at differ in length: {len(level)}, {len(slot)}, {len(at)}")
+    if not len(slot):
+        return
+    # a source of no rows has no buffer to point at: any address, never read (its rows are 0)
+    buffers = [ffi.from_buffer("uint8_t[]", s) if s.nbytes else ffi.NULL for s in sources]
+    pointers = ffi.new("uint8_t *[]", buffers)
+    rows = np.array([len(s) for s in sources], np.int64)
+    bad = lib.gio_rows_gather(pointers, _ptr(rows), len(sources), _ptr(level, "int8_t[]"), _ptr(slot),
+                              _ptr(at) if len(at) else ffi.NULL, len(slot), row_bytes,
+                              ffi.from_buffer("uint8_t[]", out, require_writable=True), len(out), threads)
+    if bad >= 0:
+        to = int(at[bad]) if len(at) else int(bad)
+        raise ValueError(f"row {bad} of the gather is out of range: level {level[bad]} of {len(sources)}, slot "
+                         f"{slot[bad]} of {rows[level[bad]] if 0 <= level[bad] < len(rows) else '-'} rows, "
+                         f"to row {to} of {len(out)}")
 
 
 def check_rows(f: RowFile, rows: Any, row_bytes: int) -> np.ndarray:

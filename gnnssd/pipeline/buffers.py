@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numba as nb
 import numpy as np
 
-from gnnssd.io_engine import copy_rows
+from gnnssd.io_engine import copy_rows, gather_rows
 from gnnssd.pipeline.hot_cache import COLD, DEVICE, HOST, NO_ROWS, HotCache, RowPlaces, pinned_empty
 from gnnssd.pipeline.repack import block_path
 from gnnssd.sampler import MegaBatchPlan, Strategy
@@ -25,22 +25,6 @@ if TYPE_CHECKING:
     import torch
 
 BUFFERS = 2  # mega-batch buffers: the one gathered from and the one being filled
-
-
-@nb.njit(cache=True, nogil=True, parallel=True)
-def _gather_rows(device, host, buffer, level, slot, at, out):
-    """out[at[k]] = (device, host, buffer)[level[k]][slot[k]] (2-D arrays of words: a
-    RowPlaces' levels) for every k, or out[k] when `at` is empty; other rows of out are
-    left as they are (a piece plan fills only its own). Rows are spread over the cores: one
-    core copies random rows at a fraction of memcpy."""
-    width = out.shape[1]
-    in_order = at.shape[0] == 0
-    for k in nb.prange(slot.shape[0]):
-        p = np.int64(k) if in_order else at[k]
-        s, lv = slot[k], level[k]
-        row = device[s] if lv == DEVICE else host[s] if lv == HOST else buffer[s]
-        for j in range(width):
-            out[p, j] = row[j]
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
@@ -66,8 +50,11 @@ def _widened(half):
 
 @nb.njit(cache=True, nogil=True, parallel=True)
 def _gather_widened(device, host, buffer, level, slot, at, out):
-    """_gather_rows for float16 rows (as uint16) into float32 rows (as uint32), each value
-    widened on the way: the model's float32 x in one pass, no float16 copy of it."""
+    """out[at[k]] = (device, host, buffer)[level[k]][slot[k]] (a RowPlaces' levels; out[k]
+    when `at` is empty; other rows of out left as they are: a piece plan fills only its
+    own) for float16 rows (as uint16) into float32 rows (as uint32), each value widened on
+    the way: the model's float32 x in one pass, no float16 copy of it. Rows in the stored
+    dtype are gathered by io_engine.gather_rows."""
     width = out.shape[1]
     in_order = at.shape[0] == 0
     for k in nb.prange(slot.shape[0]):
@@ -76,12 +63,6 @@ def _gather_widened(device, host, buffer, level, slot, at, out):
         row = device[s] if lv == DEVICE else host[s] if lv == HOST else buffer[s]
         for j in range(width):
             out[p, j] = _widened(row[j])
-
-
-def _rows(a: np.ndarray, row_bytes: int, words: bool) -> np.ndarray:
-    """Rows of `a` (row-contiguous, row_bytes each) as 8-byte words, or as bytes."""
-    a = a.view(np.uint8).reshape(len(a), row_bytes)
-    return a.view(np.uint64) if words else a
 
 
 def x_dtype(dtype: np.dtype, widen: bool) -> np.dtype:
@@ -260,16 +241,15 @@ class MegaBatchBuffers:
 
     def _copy_rows(self, places: RowPlaces, buffer: np.ndarray, out: np.ndarray, widen: bool) -> None:
         """The host gather: out's rows from every level `places` names (a device slice on
-        the CPU included), in one pass; float16 widened to float32 with `widen`."""
+        the CPU included), in one pass on this thread's numba thread count (the loader's
+        ssd.threads); float16 widened to float32 with `widen`."""
         device = self.hot.data[:0] if self.hot.device_data is None else self.hot.device_data.numpy()
         sources = (device, self.hot.data, buffer)
         if widen:
             _gather_widened(*(a.view(np.uint16) for a in sources), places.level, places.slot, places.at,
                             out.view(np.uint32))
             return
-        words = self.row_bytes % 8 == 0
-        _gather_rows(*(_rows(a, self.row_bytes, words) for a in sources), places.level, places.slot, places.at,
-                     _rows(out, self.row_bytes, words))
+        gather_rows(sources, places.level, places.slot, places.at, out, nb.get_num_threads())
 
     def _gather_on_device(self, places: RowPlaces, buffer: np.ndarray, out: torch.Tensor) -> torch.Tensor:
         """pipeline.device_gather's assembly, the cold rows gathered into one contiguous

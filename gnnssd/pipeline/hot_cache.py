@@ -71,11 +71,13 @@ class RowPlaces:
                 "rows_read": int(served[COLD])}
 
 
-@nb.njit(cache=True, nogil=True, parallel=True)
+@nb.njit(cache=True, nogil=True)
 def _places(index, level_slot, num_hot, level, slot):
     """RowPlaces' level and slot of x rows [hot members | buffer][index[k]];
-    level_slot[s]: member s's host slot, or -1 - its device slot."""
-    for k in nb.prange(index.shape[0]):
+    level_slot[s]: member s's host slot, or -1 - its device slot. One thread: a few ns a
+    row (~1 ms a mini-batch); a parallel region per call cost ~15x that in CPU on cores
+    shared with the packers (its workers' wake-ups and barrier, measured in the loader)."""
+    for k in range(index.shape[0]):
         i = index[k]
         if i >= num_hot:
             level[k], slot[k] = COLD, i - num_hot

@@ -84,6 +84,18 @@ void gio_batch_free(gio_batch *b);
 void gio_rows_copy(const uint8_t *src, const int64_t *pos, const int64_t *order, size_t n,
                    int64_t row_bytes, uint8_t *out);
 
+/* An x of at least this many bytes is written with streaming stores (8 MiB: past what the
+ * caches would keep for its consumer anyway). */
+enum { GIO_GATHER_STREAM_BYTES = 8388608 };
+/* The gather of a mini-batch's x: out[at[k]] (at NULL: out[k]) = row slot[k] of
+ * sources[level[k]] for k < n, rows of row_bytes, on `threads` threads (the caller's one
+ * of them). Every level, slot and at is checked first (source_rows[l]: the rows of
+ * sources[l], nsources of them; out holds out_rows): returns -1 when all were in range
+ * and copied, else the first k out of range, nothing copied. */
+int64_t gio_rows_gather(uint8_t *const *sources, const int64_t *source_rows, int nsources,
+                        const int8_t *level, const int64_t *slot, const int64_t *at, size_t n,
+                        int64_t row_bytes, uint8_t *out, int64_t out_rows, int threads);
+
 /* CRC32C (Castagnoli, as iSCSI/ext4) of n bytes continuing from crc (0 to start); with
  * use_hardware the SSE4.2 instruction when the CPU has it, else the table. */
 uint32_t gio_crc32c(uint32_t crc, const uint8_t *data, size_t n, int use_hardware);

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from gnnssd.pipeline.buffers import Recycler, _gather_rows, _gather_widened, _rows
+from gnnssd.io_engine import gather_rows
+from gnnssd.pipeline.buffers import Recycler, _gather_widened
 from gnnssd.pipeline.hot_cache import COLD, HOST, NO_ROWS
 from gnnssd.sampler.graphs import random_csc
 from gnnssd.sampler.plan import PlanConfig, Planner
@@ -64,26 +65,49 @@ def _levels(index: np.ndarray, num_hot: int) -> tuple[np.ndarray, np.ndarray]:
     return np.where(hot, HOST, COLD).astype(np.int8), np.where(hot, index, index - num_hot).astype(np.int64)
 
 
-@pytest.mark.parametrize("words", [True, False])  # 8-byte words, or bytes (rows of 12 bytes)
-def test_gather_kernel_matches_numpy_and_leaves_unsupplied_rows(words):
+@pytest.mark.parametrize("row_bytes", [32, 12])
+def test_gather_kernel_matches_numpy_and_leaves_unsupplied_rows(row_bytes):
     rng = np.random.default_rng(0)
-    row_bytes = 32 if words else 12
     hot = rng.integers(0, 255, (50, row_bytes), dtype=np.uint8)
     buffer = rng.integers(0, 255, (70, row_bytes), dtype=np.uint8)
     table = np.concatenate([hot, buffer])
     index = rng.integers(0, 120, 1000)
     out = np.full((1000, row_bytes), 7, np.uint8)  # a whole plan: every row, in order
-    no_device = _rows(hot[:0], row_bytes, words)
-    _gather_rows(no_device, _rows(hot, row_bytes, words), _rows(buffer, row_bytes, words), *_levels(index, len(hot)),
-                 NO_ROWS, _rows(out, row_bytes, words))
+    gather_rows((hot[:0], hot, buffer), *_levels(index, len(hot)), NO_ROWS, out)
     np.testing.assert_array_equal(out, table[index])
     positions = rng.permutation(1000)[:700]  # a piece: its rows only, the rest another piece's
     out = np.full((1000, row_bytes), 7, np.uint8)
-    _gather_rows(no_device, _rows(hot, row_bytes, words), _rows(buffer, row_bytes, words),
-                 *_levels(index[:700], len(hot)), positions, _rows(out, row_bytes, words))
+    gather_rows((hot[:0], hot, buffer), *_levels(index[:700], len(hot)), positions, out)
     want = np.full_like(out, 7)
     want[positions] = table[index[:700]]
     np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_a_large_gather_streams_on_several_threads_and_matches_numpy(threads):
+    """An x past GIO_GATHER_STREAM_BYTES (written with streaming stores), split between
+    threads, from three levels, whole and as a piece: NumPy's rows; an index out of range is
+    refused naming it, before anything is copied."""
+    rng = np.random.default_rng(4)
+    levels = [rng.integers(0, 1 << 62, (rows, 80), dtype=np.int64) for rows in (300, 5000, 9000)]  # 640 B rows
+    n = 20_000  # 12.8 MB
+    level = rng.integers(0, 3, n).astype(np.int8)
+    slot = (rng.random(n) * np.array([len(a) for a in levels])[level]).astype(np.int64)
+    want = np.stack([levels[lv][s] for lv, s in zip(level, slot)])
+    out = np.zeros((n, 80), np.int64)
+    gather_rows(levels, level, slot, NO_ROWS, out, threads)
+    np.testing.assert_array_equal(out, want)
+    positions = rng.permutation(n)[: n // 2]
+    out[:] = 5
+    gather_rows(levels, level[: n // 2], slot[: n // 2], positions, out, threads)
+    np.testing.assert_array_equal(out[positions], want[: n // 2])
+    assert np.count_nonzero(out != 5) == np.count_nonzero(want[: n // 2] != 5)  # no other row touched
+    slot[n - 1] = len(levels[level[n - 1]])
+    out[:] = 5
+    with pytest.raises(ValueError, match=f"row {n - 1} of the gather is out of range: level {level[n - 1]} of 3, "
+                                         f"slot {slot[n - 1]} of {slot[n - 1]} rows"):
+        gather_rows(levels, level, slot, NO_ROWS, out, threads)
+    assert np.all(out == 5)
 
 
 def test_gather_widens_every_float16_exactly_as_numpy_does():
