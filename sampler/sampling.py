@@ -5,8 +5,8 @@ Randomness is counter-based: every (seed, mini-batch, layer, node) has its own s
 the result does not depend on thread count or schedule, and one mini-batch can be
 re-sampled on its own. Sampling is parallel over destination nodes; relabelling (dedup
 into block-local IDs) is parallel over mini-batches, each with a hash table sized by its
-sample or the graph, whichever is smaller (DGL's fused sampler keeps a node-sized map per thread instead: 0.4 GiB per thread
-at 10^8 nodes).
+sample or the graph, whichever is smaller (DGL's fused sampler keeps a node-sized map per
+thread instead: 0.4 GiB per thread at 10^8 nodes).
 """
 from __future__ import annotations
 
