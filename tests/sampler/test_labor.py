@@ -2,7 +2,7 @@
 the source's variate r_u, shared by every destination of the layer, is <= fanout / degree;
 each destination keeps `fanout` edges on average; fewer distinct sources than uniform
 sampling where neighbourhoods overlap; deterministic given the seed. Through the loaders:
-DGL's LaborSampler in memory mode, the numba kernel in ssd mode, the stored rows either way."""
+the numba kernel in memory and ssd mode, the stored rows either way."""
 from __future__ import annotations
 
 import numpy as np
