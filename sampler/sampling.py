@@ -5,8 +5,8 @@ Randomness is counter-based: every (seed, mini-batch, layer, node) has its own s
 the result does not depend on thread count or schedule, and one mini-batch can be
 re-sampled on its own. Sampling is parallel over destination nodes; relabelling (dedup
 into block-local IDs) is parallel over mini-batches, each with a hash table sized by its
-sample (DGL's fused sampler keeps a node-sized map per thread instead: 0.4 GiB per thread
-at 10^8 nodes).
+sample or the graph, whichever is smaller (DGL's fused sampler keeps a node-sized map per
+thread instead: 0.4 GiB per thread at 10^8 nodes).
 """
 from __future__ import annotations
 
@@ -37,19 +37,13 @@ _TASKS_PER_THREAD = 4  # LABOR's hop: parts of a layer per thread, so that uneve
 #: fewer threads, since waking and joining a thread costs more than it saves (on a busy
 #: machine, a wait for a time slice).
 _EDGES_PER_THREAD = 1 << 18
-#: LABOR's hop: a layer scanning at least this many in-edges a node of the graph (per
-#: mini-batch) looks its sources' variates up in a table of every node's, hashed once,
-#: instead of hashing one an in-edge: a small graph with dense neighbourhoods, whose
-#: layers reach most of its nodes many times over (tolokers: 60 in-edges a node in layer 0).
-_EDGES_PER_VARIATE = 8
-#: ... and whose table, one 8-byte variate a node, stays within a core's L2 cache, where a
-#: lookup costs less than the hash it saves.
-_VARIATE_TABLE_NODES = 1 << 16
-_NO_TABLE = np.empty(0, np.uint64)
-#: LABOR's hop: destinations ahead of the one scanned whose in-edge run, and twice as many
-#: whose indptr entry, are prefetched (a destination's run starts at a cache miss: the
-#: destinations of a layer lie anywhere in the graph).
+#: LABOR's hop: destinations ahead of the one scanned whose in-edge run (its first
+#: _PREFETCH_EDGES), and twice as many whose indptr entry, are prefetched: the destinations
+#: of a layer lie anywhere in the graph, so each run starts at a cache miss, and a run of a
+#: few cache lines ends before the CPU's own prefetcher has caught on (the whole run ahead
+#: scanned 10% faster than its first two lines; docs/BENCHMARKS.md, issue 49's seventh look).
 _PREFETCH_AHEAD = 8
+_PREFETCH_EDGES = 512
 
 
 @intrinsic
@@ -289,38 +283,14 @@ def _variate_bound(threshold):
 
 
 @nb.njit(inline="always")
-def _variate_bits(prefix, table, row, node):
-    """h >> 11 of LABOR's variate r_u = (h >> 11) / 2**53 of source `node` (see
-    _variate_bound): looked up in row `row` of `table` (_variate_table) when it is not empty,
-    else hashed from its _prefix."""
-    if table.shape[0] > 0:
-        return table[row + node]
-    return _mix(prefix ^ np.uint64(node)) >> np.uint64(11)
-
-
-@nb.njit(cache=True, nogil=True)
-def _variate_table(seed, batch_ids, layer, num_nodes):
-    """The _variate_bits of every node for each mini-batch of batch_ids, row b at
-    b * num_nodes: what a layer's in-edges look up when they are many times the nodes."""
-    table = np.empty(batch_ids.shape[0] * num_nodes, np.uint64)
-    for b in range(batch_ids.shape[0]):
-        prefix = _prefix(seed, batch_ids[b], layer)
-        row = b * num_nodes
-        for u in range(num_nodes):
-            table[row + u] = _mix(prefix ^ np.uint64(u)) >> np.uint64(11)
-    return table
-
-
-@nb.njit(inline="always")
-def _labor_keep(indices, start, d, keys, lo, hi, base, prefix, table, row, threshold, out, o):
+def _labor_keep(indices, start, d, keys, lo, hi, base, prefix, threshold, out, o):
     """The sources u of indices[start:start+d] (less excluded keys base + u in keys[lo:hi])
-    with r_u <= threshold (r_u: _variate(prefix, u), or its bits in row `row` of `table`
-    when that is not empty), written in order to out[o:] when out is not empty; returns
-    how many.
+    with r_u <= threshold (r_u: _variate(prefix, u)), written in order to out[o:] when out
+    is not empty; returns how many.
 
     Without an exclusion, a run at or under the fanout (threshold 1) is copied unhashed,
     and a longer one is tested 64 edges at a time: the tests of a block fill one 64-bit
-    mask (no branch an edge: the block's hashes or lookups pipeline), whose set bits,
+    mask (no branch an edge: the block's hashes pipeline), whose set bits,
     fanout / degree of them on average, are then copied out. Inlined into the hop kernel:
     a call a destination cost ~10% of it."""
     writing = out.shape[0] > 0
@@ -331,16 +301,11 @@ def _labor_keep(indices, start, d, keys, lo, hi, base, prefix, table, row, thres
     c = 0
     bound = _variate_bound(threshold)
     if hi == lo:
-        tabled = table.shape[0] > 0
         for s in range(start, start + d, 64):
             mask = np.uint64(0)
-            if tabled:
-                for k in range(min(64, start + d - s)):
-                    mask |= np.uint64(table[row + indices[s + k]] <= bound) << np.uint64(k)
-            else:
-                for k in range(min(64, start + d - s)):
-                    kept = (_mix(prefix ^ np.uint64(indices[s + k])) >> np.uint64(11)) <= bound
-                    mask |= np.uint64(kept) << np.uint64(k)
+            for k in range(min(64, start + d - s)):
+                kept = (_mix(prefix ^ np.uint64(indices[s + k])) >> np.uint64(11)) <= bound
+                mask |= np.uint64(kept) << np.uint64(k)
             while mask:
                 if writing:
                     out[o + c] = indices[s + trailing_zeros(mask)]
@@ -355,7 +320,7 @@ def _labor_keep(indices, start, d, keys, lo, hi, base, prefix, table, row, thres
             j += 1
         if j < hi and keys[j] == key:
             continue
-        if threshold < 1.0 and _variate_bits(prefix, table, row, u) > bound:
+        if threshold < 1.0 and _mix(prefix ^ np.uint64(u)) >> np.uint64(11) > bound:
             continue
         if writing:
             out[o + c] = u
@@ -363,36 +328,46 @@ def _labor_keep(indices, start, d, keys, lo, hi, base, prefix, table, row, thres
     return c
 
 
+@nb.njit(cache=True, nogil=True)
+def _edge_ends(indptr, dst):
+    """The in-edges of dst[:i] for i in 0..n (n + 1 values, the last their total): where
+    dst[i]'s part of LABOR's scratch starts, and what its threads are counted by."""
+    n = dst.shape[0]
+    edge_end = np.empty(n + 1, np.int64)
+    edge_end[0] = 0
+    for i in range(n):
+        edge_end[i + 1] = edge_end[i] + indptr[dst[i] + 1] - indptr[dst[i]]
+    return edge_end
+
+
 @nb.njit(parallel=True, cache=True, nogil=True)
 def _sample_hop_labor(indptr, indices, etypes, dst, dst_batch, fanouts, seed, layer, dst_local, ex_ptr, ex_keys,
-                      tasks, table):
+                      edge_end, tasks):
     """Layer-neighbour sampling (LABOR-0, Balin & Catalyurek 2023; DGL's LaborSampler with
     importance_sampling=0): the in-edge u -> v of relation r is kept iff r_u <= k_r / d_r(v),
     k_r the relation's fanout (-1: all) and d_r(v) v's in-degree in it after the
     exclusion; each destination keeps k_r edges on average, and destinations that share a
     source share its variate, so fewer distinct sources are drawn than by independent
     uniform samples. A homogeneous graph is one relation (etypes empty). Returns (ptr,
-    sampled node IDs, their relations: empty for one relation, as etypes). `table`: the
-    variates' bits of every node per mini-batch (_variate_table, rows by dst_local), or
-    empty to hash them an in-edge at a time.
+    sampled node IDs, their relations: empty for one relation, as etypes). `edge_end`:
+    _edge_ends(indptr, dst), which the caller counts threads by.
 
     One parallel loop, over `tasks` runs of consecutive destinations with about equal
     in-edges (_TASKS_PER_THREAD a thread, as the caller counts threads): each in-edge's
-    variate is hashed (or looked up) once, and a task writes its kept sources compactly
+    variate is hashed once, and a task writes its kept sources compactly
     into its own part of a scratch array (the part its in-edges would fill, so no bound is
     needed beforehand); the tasks' parts are then concatenated. A parallel loop's start
     and end cost more than the loop on a busy machine, hence one. The destinations' runs
     start anywhere in `indices`, each at a cache miss: the runs _PREFETCH_AHEAD ahead are
-    prefetched while one is scanned."""
+    prefetched while one is scanned. (A table of every node's variate, hashed once a
+    layer, looked up instead of hashed per in-edge, was 9-13% slower with the runs
+    prefetched: the scan waits on memory, not on the hash.)"""
     n = dst.shape[0]
     num_nodes = indptr.shape[0] - 1
     num_rel = fanouts.shape[0]
     typed = etypes.shape[0] > 0
     no_output = np.empty(0, indices.dtype)
-    edge_end = np.empty(n + 1, np.int64)  # in-edges of dst[:i]: where dst[i]'s part of the scratch starts
-    edge_end[0] = 0
-    for i in range(n):
-        edge_end[i + 1] = edge_end[i] + indptr[dst[i] + 1] - indptr[dst[i]]
+    line = max(1, 64 // indices.itemsize)  # in-edges a cache line
     total = edge_end[n]
     tasks = max(1, min(n, tasks))
     bounds = np.searchsorted(edge_end, np.arange(tasks + 1) * total // tasks)  # task t: dst[bounds[t]:bounds[t+1]]
@@ -404,15 +379,14 @@ def _sample_hop_labor(indptr, indices, etypes, dst, dst_batch, fanouts, seed, la
         for i in range(bounds[t], bounds[t + 1]):
             if i + 2 * _PREFETCH_AHEAD < n:
                 _prefetch(indptr, dst[i + 2 * _PREFETCH_AHEAD])
-            if i + _PREFETCH_AHEAD < n:  # its run's first two cache lines (int32: 32 in-edges)
-                ahead = indptr[dst[i + _PREFETCH_AHEAD]]
-                _prefetch(indices, ahead)
-                _prefetch(indices, ahead + 16)
+            if i + _PREFETCH_AHEAD < n:
+                w = dst[i + _PREFETCH_AHEAD]
+                for p in range(indptr[w], min(indptr[w + 1], indptr[w] + _PREFETCH_EDGES), line):
+                    _prefetch(indices, p)
             v = dst[i]
             a, b = indptr[v], indptr[v + 1]
             base = np.int64(v) * num_nodes
             prefix = _prefix(seed, dst_batch[i], layer)
-            row = dst_local[i] * num_nodes
             ex_lo = ex_hi = np.int64(0)
             if ex_keys.shape[0] > 0:
                 ex_lo, ex_hi = _exclusion_range(ex_ptr, ex_keys, dst_local[i], base, num_nodes)
@@ -421,10 +395,9 @@ def _sample_hop_labor(indptr, indices, etypes, dst, dst_batch, fanouts, seed, la
                 end = (a + np.searchsorted(etypes[a:b], r + 1)) if typed else b
                 d = end - run
                 if ex_hi > ex_lo:  # the relation's in-degree after the exclusion
-                    d = _labor_keep(indices, run, d, ex_keys, ex_lo, ex_hi, base, prefix, table, row, 1.0,
-                                    no_output, 0)
+                    d = _labor_keep(indices, run, d, ex_keys, ex_lo, ex_hi, base, prefix, 1.0, no_output, 0)
                 f = fanouts[r]
-                c = _labor_keep(indices, run, end - run, ex_keys, ex_lo, ex_hi, base, prefix, table, row,
+                c = _labor_keep(indices, run, end - run, ex_keys, ex_lo, ex_hi, base, prefix,
                                 1.0 if f < 0 or f >= d else f / d, scratch, o)
                 take[i, r] = c
                 o += c
@@ -495,11 +468,15 @@ def _check_sources(nbrs: np.ndarray, num_nodes: int) -> None:
 
 
 @nb.njit(parallel=True, cache=True, nogil=True)
-def _relabel(nodes, node_ptr, eptr, nbrs):
+def _relabel(nodes, node_ptr, eptr, nbrs, num_nodes):
     """Per mini-batch: append new sampled nodes after the current ones, local edge IDs.
 
-    Dedup uses a hash table per mini-batch sized by what it holds (not a node-sized map
-    per thread: memory grows with the sample, not with threads x graph size).
+    Dedup uses a hash table per mini-batch sized by what it can hold (not a node-sized map
+    per thread: memory grows with the sample, not with threads x graph size): at most its
+    destinations and sampled edges, and at most the graph's `num_nodes` distinct IDs. The
+    second bound matters on a small dense graph, where the edges' bound is many times the
+    nodes (tolokers' input layer: a 2^18-slot table, 3 MiB allocated and faulted in per
+    call, for 11,758 nodes; sized by the nodes, 2^15 slots stay in cache: 3-4x faster).
     Returns (new node_ptr, new nodes, local edge src, local edge dst)."""
     nbatch = node_ptr.shape[0] - 1
     ub = np.empty(nbatch + 1, np.int64)
@@ -512,7 +489,7 @@ def _relabel(nodes, node_ptr, eptr, nbrs):
     edst = np.empty(nbrs.shape[0], np.int32)
     for b in nb.prange(nbatch):
         cap = 16
-        while cap < 2 * (ub[b + 1] - ub[b]):
+        while cap < 2 * min(ub[b + 1] - ub[b], num_nodes):
             cap *= 2
         table = np.full(cap, -1, np.int64)
         local = np.empty(cap, np.int32)
@@ -547,13 +524,13 @@ def _relabel(nodes, node_ptr, eptr, nbrs):
     return new_ptr, new_nodes, esrc, edst
 
 
-def relabel_layer(nodes: np.ndarray, node_ptr: np.ndarray, eptr: np.ndarray,
-                  nbrs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """_relabel on at most a thread per mini-batch: its parallel loop is over them, so for
-    one (memory mode samples a mini-batch at a time) a second thread would be woken only
-    to wait at its end."""
+def relabel_layer(nodes: np.ndarray, node_ptr: np.ndarray, eptr: np.ndarray, nbrs: np.ndarray,
+                  num_nodes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """_relabel (node IDs below `num_nodes`, the graph's) on at most a thread per
+    mini-batch: its parallel loop is over them, so for one (memory mode samples a
+    mini-batch at a time) a second thread would be woken only to wait at its end."""
     with _on_threads(min(len(node_ptr) - 1, nb.get_num_threads())):
-        return _relabel(nodes, node_ptr, eptr, nbrs)
+        return _relabel(nodes, node_ptr, eptr, nbrs, num_nodes)
 
 
 def exclusion_keys(exclude: Sequence[np.ndarray] | None, num_nodes: int,
@@ -662,7 +639,7 @@ class NeighborSampler:
             _check_destinations(self.indptr, self.indices, nodes)
             eptr, nbrs, rels = self._hop(nodes, dst_batch, self.fanouts[layer], seed, layer, dst_local, ex_ptr, ex_keys)
             _check_sources(nbrs, len(self.indptr) - 1)
-            new_ptr, new_nodes, esrc, edst = relabel_layer(nodes, node_ptr, eptr, nbrs)
+            new_ptr, new_nodes, esrc, edst = relabel_layer(nodes, node_ptr, eptr, nbrs, len(self.indptr) - 1)
             hops.append((node_ptr, new_ptr, eptr[node_ptr], esrc, edst, rels))
             nodes, node_ptr = new_nodes, new_ptr
         hops.reverse()
@@ -699,18 +676,12 @@ class NeighborSampler:
 
     def _labor_hop(self, nodes: np.ndarray, dst_batch: np.ndarray, fanout: Any, seed: int, layer: int,
                    dst_local: np.ndarray, ex_ptr: np.ndarray, ex_keys: np.ndarray) -> _Hop:
-        in_edges = int((self.indptr[nodes + 1] - self.indptr[nodes]).sum())
-        threads = max(1, min(nb.get_num_threads(), in_edges // _EDGES_PER_THREAD))
-        num_nodes, nbatch = len(self.indptr) - 1, len(ex_ptr) - 1
-        table = _NO_TABLE
-        if num_nodes <= _VARIATE_TABLE_NODES and nbatch * num_nodes * _EDGES_PER_VARIATE <= in_edges:
-            batch_ids = np.zeros(nbatch, np.int64)
-            batch_ids[dst_local] = dst_batch
-            table = _variate_table(seed, batch_ids, layer, num_nodes)
+        edge_end = _edge_ends(self.indptr, nodes)
+        threads = max(1, min(nb.get_num_threads(), int(edge_end[-1]) // _EDGES_PER_THREAD))
         with _on_threads(threads):
             return _sample_hop_labor(self.indptr, self.indices, self.etypes, nodes, dst_batch,
                                      np.atleast_1d(np.asarray(fanout, np.int64)), seed, layer, dst_local, ex_ptr,
-                                     ex_keys, _TASKS_PER_THREAD * threads, table)
+                                     ex_keys, edge_end, _TASKS_PER_THREAD * threads)
 
 
 @contextmanager

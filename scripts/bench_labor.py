@@ -4,10 +4,11 @@
 Rows, bytes and speed (`--preset`, a synthetic store; default `medium`): one epoch of
 NodeLoader over the training seeds per method and feature mode (both sample with gnnssd's
 numba kernels; memory: features in RAM; ssd: the planner and io_uring within `--budget`),
-reporting distinct input rows per mini-batch, mini-batches per
-second, and for ssd the bytes read from the disk per useful byte (bytes_read /
-useful_bytes: the cold rows the mini-batches needed; the hot cache's set-up read is left
-out) and the bytes read per mini-batch. Methods alternate in one run, same seeds.
+reporting distinct input rows per mini-batch, mini-batches per second, process CPU per
+mini-batch, the loader's own stage times (memory mode: sample, gather, transfer), and for
+ssd the bytes read from the disk per useful byte (bytes_read / useful_bytes: the cold rows
+the mini-batches needed; the hot cache's set-up read is left out) and the bytes read per
+mini-batch. Methods alternate in one run, same seeds.
 
 Accuracy (Cora, CiteSeer from the shared Planetoid files, `--seeds` seeds): GraphSAGE
 trained by gnnssd's Trainer with `sampler.method` uniform and labor (evaluation samples
@@ -48,15 +49,18 @@ def epoch_of(store: Store, method: str, features: str, fanouts: list[int], batch
     with NodeLoader(store, seeds, fanouts=fanouts, batch_size=batch_size, features=features, method=method,
                     memory_budget=budget, seed=0, device="cpu") as loader:
         loader.io_stats()  # the set-up (feature load, hot cache) left out
+        loader.stage_times()
         rows, start, cpu = [], time.perf_counter(), time.process_time()
         for mb in loader:
             rows.append(len(mb.input_nodes))
             mb.x.sum()  # the inputs touched
         seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
         io = loader.io_stats()
+        stages = loader.stage_times()
     row = {"method": method, "features": features, "minibatches": len(rows),
            "input_rows_per_minibatch": statistics.mean(rows), "minibatches_per_s": len(rows) / seconds,
-           "cpu_s_per_minibatch": cpu / len(rows)}
+           "cpu_s_per_minibatch": cpu / len(rows),
+           "stage_s_per_minibatch": {name: s / len(rows) for name, s in stages.items()}}
     if features == "ssd":
         row.update(bytes_read=io["bytes_read"], useful_bytes=io["useful_bytes"],
                    bytes_read_per_useful_byte=io["bytes_read"] / max(io["useful_bytes"], 1),
@@ -121,6 +125,12 @@ def main() -> int:
                 print(f"{'':8} {features:8} labor / uniform speed (median of {args.repeats}): "
                       f"{speed['labor'] / speed['uniform']:.2f}x; CPU seconds uniform / labor: "
                       f"{cpu['uniform'] / cpu['labor']:.2f}x")
+                for method in METHODS:  # where the wall goes: the loader's own stage timer
+                    runs = [r["stage_s_per_minibatch"] for r in out["rows"]
+                            if r["method"] == method and r["features"] == features]
+                    parts = {name: statistics.median(r.get(name, 0.0) for r in runs) for name in runs[0]}
+                    print(f"{'':8} {features:8} {method} ms per mini-batch by stage (medians): "
+                          + ", ".join(f"{name} {1e3 * v:.2f}" for name, v in parts.items()))
         print(f"\n{'dataset':9} {'features':8} {'method':8} {'test acc':>9} {'rows/mb':>8}")
         for name in [d for d in args.datasets.split(",") if d and args.seeds]:
             path = write_store(work / name, PlanetoidSource(args.planetoid, name))

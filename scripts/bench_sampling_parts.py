@@ -35,7 +35,7 @@ def sample_parts(indptr: np.ndarray, indices: np.ndarray, seeds: list[np.ndarray
         start = time.perf_counter()
         eptr, nbrs, _ = sampler._hop(nodes, batch, sampler.fanouts[layer], 1, layer, batch, ex_ptr, ex_keys)
         middle = time.perf_counter()
-        node_ptr, nodes, _, _ = sampling.relabel_layer(nodes, node_ptr, eptr, nbrs)
+        node_ptr, nodes, _, _ = sampling.relabel_layer(nodes, node_ptr, eptr, nbrs, len(indptr) - 1)
         hop, relabel = hop + middle - start, relabel + time.perf_counter() - middle
         edges += len(nbrs)
     return {"hop_s": hop, "relabel_s": relabel, "input_nodes": len(nodes), "edges": edges}

@@ -129,3 +129,27 @@ def test_deterministic_and_independent_of_threads():
     # a mini-batch re-sampled on its own is the same; another seed gives other samples
     assert sampler.sample(seeds[300:650], seed=9, batch_id=5).equals(a[1])
     assert not sampler.sample(seeds[300:650], seed=10, batch_id=5).equals(a[1])
+
+
+def test_relabelling_when_the_sample_holds_every_node_of_the_graph():
+    # a complete graph of 40 nodes taken whole in two layers: each layer's sources are
+    # every node (the relabel table's bound is the graph's node count, not its edges);
+    # per mini-batch the nodes are its seeds, then new sources in order of first
+    # appearance in CSC order, and every edge maps back to its CSC source
+    n = 40
+    indices = np.concatenate([np.delete(np.arange(n), v) for v in range(n)]).astype(np.int32)
+    indptr = np.arange(0, n * (n - 1) + 1, n - 1, dtype=np.int64)
+    seeds = [np.array([7, 3]), np.array([0, 39, 12]), np.array([25])]
+    ptr = np.array([0, 2, 5, 6])
+    got = NeighborSampler(indptr, indices, [-1, -1]).sample_many(np.concatenate(seeds), ptr, seed=1)
+    for m, own in zip(got, seeds):
+        order = list(own)
+        for v in own:
+            order += [u for u in indices[indptr[v]:indptr[v + 1]].tolist() if u not in order]
+        assert m.nodes.tolist() == order and len(order) == n
+        for layer in range(2):
+            s, d = m.edges(layer)
+            dst = m.nodes[d]
+            assert np.array_equal(m.nodes[s], np.concatenate([np.delete(np.arange(n), v) for v in
+                                                             m.nodes[:m.num_dst[layer]]]))
+            assert np.array_equal(dst, np.repeat(m.nodes[:m.num_dst[layer]], n - 1))
