@@ -571,14 +571,14 @@ def _unspill_plan(path: str | Path) -> MegaBatchPlan:
     the read thread a copy and a zeroed page per 4 KiB (~10 ms a mini-batch of ~10 pieces on
     `medium`). The file may be deleted once restored; the mapping lives as long as the arrays."""
     with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        data = (np.frombuffer(mmap.mmap(f.fileno(), size, access=mmap.ACCESS_COPY), np.uint8) if size
+        length = os.fstat(f.fileno()).st_size
+        data = (np.frombuffer(mmap.mmap(f.fileno(), length, access=mmap.ACCESS_COPY), np.uint8) if length
                 else np.empty(0, np.uint8))  # the checks below name a file too short for its header
     size = int.from_bytes(data[:8].tobytes(), "little")
     at = 8 + size + -size % SPILL_ALIGN
     arrays = {}
     for name, dtype, shape in json.loads(data[8 : 8 + size].tobytes().decode()):
-        count = math.prod(shape)  # plain ints: np.prod's call cost ~20 times a small plan's arrays
+        count = math.prod(shape)  # plain ints (np.prod's array round trip, ~20 arrays a plan)
         nbytes = count * np.dtype(dtype).itemsize
         if at + nbytes > len(data):
             raise ValueError(f"{path}: spilled plan truncated ({len(data)} bytes; array {name!r} ends at "

@@ -17,7 +17,8 @@ import numpy as np
 LOOKUP_WINDOW = 16 << 20
 #: Up to this many windows, a lookup passes over all the IDs once per window instead of
 #: grouping them by window first: 414k IDs into a 20 MB perm.npy (2 windows) took 5 ms so
-#: against 19 ms grouped; the two are even near 10 windows (scripts/bench_mapped_take.py).
+#: against 19 ms grouped; the two are even near 10 windows (docs/BENCHMARKS.md, issue 46's
+#: fourth round).
 FEW_WINDOWS = 8
 
 _libc = ctypes.CDLL(None, use_errno=True)
