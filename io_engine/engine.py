@@ -423,11 +423,35 @@ class Engine:
             h._drain()
 
 
+def _power_of_two(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def _requests_fine(f: EngineFile, offsets: np.ndarray, lengths: np.ndarray, dests: np.ndarray,
+                   buf_bytes: int, buf_addr: int) -> bool:
+    """Whether every request passes _check_requests' checks, decided by a few reductions (the
+    checks one by one cost ~100 us of NumPy calls a submit, these ~15; tens of submits a
+    mini-batch): True only where each check holds; anything else (a failure, or what these
+    reductions do not decide: an empty request, a unit not a power of two) goes the check
+    by check way, which names the first bad request."""
+    align = f.mem_align if f.mem_align > 1 else 1
+    unit = max(f.block_size, CHECKSUM_PAGE if f.checksums is not None else 1)
+    if not (_power_of_two(unit) and _power_of_two(align)) or buf_addr % align:
+        return False
+    if lengths.min() <= 0 or offsets.min() < 0 or dests.min() < 0:
+        return False
+    limit = -(-f.size // f.block_size) * f.block_size
+    if (offsets + lengths).max() > limit or (dests + lengths).max() > buf_bytes:
+        return False
+    return not ((int(np.bitwise_or.reduce(offsets)) | int(np.bitwise_or.reduce(lengths))) % unit
+                or int(np.bitwise_or.reduce(dests)) % align)
+
+
 def _check_requests(f: EngineFile, offsets: np.ndarray, lengths: np.ndarray,
                     dests: np.ndarray, buf_bytes: int, buf_addr: int) -> None:
     """Reject, before anything is submitted, what the kernel would fail or what would write
     outside buf: negative values, reads past EOF, destination overflow, misalignment."""
-    if not len(offsets):
+    if not len(offsets) or _requests_fine(f, offsets, lengths, dests, buf_bytes, buf_addr):
         return
     for name, arr in (("offset", offsets), ("length", lengths), ("dest_offset", dests)):
         i = _first(arr < 0)

@@ -34,6 +34,16 @@ def take_window(values, ids, order, lo, hi, out):
         out[i] = values[ids[i]]
 
 
+@numba.njit(cache=True, nogil=True)
+def take_range(values, ids, lo, hi, out):
+    """out[i] = values[ids[i]] for every i with lo <= ids[i] < hi (one window's IDs, found
+    by a pass over all of them: no grouping, see mapping.FEW_WINDOWS)."""
+    for i in range(ids.shape[0]):
+        v = ids[i]
+        if lo <= v < hi:
+            out[i] = values[v]
+
+
 @numba.njit(cache=True)
 def crc32c(data, lo, hi, t):
     """CRC32C of data[lo:hi] (int64 arithmetic, so no mixed signed/unsigned types)."""

@@ -15,6 +15,11 @@ import numpy as np
 
 #: Bytes of a mapped array a lookup (`mapped_take`) leaves resident at once.
 LOOKUP_WINDOW = 16 << 20
+#: Up to this many windows, a lookup passes over all the IDs once per window instead of
+#: grouping them by window first: 414k IDs into a 20 MB perm.npy (2 windows) took 5 ms so
+#: against 19 ms grouped; the two are even near 10 windows (docs/BENCHMARKS.md, issue 46's
+#: fourth round).
+FEW_WINDOWS = 8
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -68,13 +73,19 @@ def mapped_take(array: np.ndarray, ids: np.ndarray, window: int = LOOKUP_WINDOW)
     flat = flat.astype(np.int64, copy=False)
     from . import kernels  # numba, loaded on the first lookup of a mapped array
 
-    order, bounds = kernels.by_window(flat, per, -(-len(array) // per))
+    windows = -(-len(array) // per)
     out = np.empty(len(flat), array.dtype)
     values = array.view(np.ndarray)
-    for w in range(len(bounds) - 1):
-        if bounds[w] < bounds[w + 1]:
-            kernels.take_window(values, flat, order, bounds[w], bounds[w + 1], out)
+    if windows <= FEW_WINDOWS:
+        for w in range(windows):
+            kernels.take_range(values, flat, w * per, (w + 1) * per, out)
             _release_span(array[w * per:(w + 1) * per])
+    else:
+        order, bounds = kernels.by_window(flat, per, windows)
+        for w in range(windows):
+            if bounds[w] < bounds[w + 1]:
+                kernels.take_window(values, flat, order, bounds[w], bounds[w + 1], out)
+                _release_span(array[w * per:(w + 1) * per])
     release_pages(array)  # what a folio across a window's edge mapped beyond it
     return out.reshape(ids.shape)
 

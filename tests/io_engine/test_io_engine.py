@@ -271,6 +271,44 @@ def test_misaligned_rejected_naming_value_and_alignment(engine, f):
         engine.submit(f, [0], [4096], buf, [2 * 4096 + 512])
 
 
+def test_the_quick_check_of_requests_passes_exactly_what_the_full_check_passes(engine, f, monkeypatch):
+    """engine._requests_fine (a few reductions) says True only for requests the checks one by
+    one pass, and for those it is asked about most (aligned, inside file and buffer)."""
+    bs, page = f.block_size, 4096
+    unit = max(bs, page)
+    buf = alloc(64 * unit)
+    addr = buf.ctypes.data
+    limit = -(-FILE_SIZE // bs) * bs
+    fine = ([0, unit, 5 * unit], [unit, 2 * unit, unit], [0, unit, 3 * unit])
+    cases = {"fine": fine, "one request": ([limit - unit], [unit], [63 * unit]),
+             "negative offset": ([0, -unit], [unit, unit], [0, unit]),
+             "negative length": ([0, unit], [unit, -unit], [0, unit]),
+             "negative dest": ([0, unit], [unit, unit], [0, -unit]),
+             "an empty request": ([0, unit], [unit, 0], [0, unit]),
+             "past the end": ([0, limit], [unit, unit], [0, unit]),
+             "over the buffer": ([0], [unit], [64 * unit]),
+             "offset off the unit": ([0, unit + bs // 2 or 1], [unit, unit], [0, unit]),
+             "length off the unit": ([0], [unit + 1], [0]),
+             "dest off the alignment": ([0], [unit], [max(f.mem_align, 2) // 2])}
+
+    def full_check_passes(offsets, lengths, dests) -> bool:
+        with monkeypatch.context() as m:  # the check by check way alone
+            m.setattr(engine_mod, "_requests_fine", lambda *args: False)
+            try:
+                engine_mod._check_requests(f, offsets, lengths, dests, len(buf), addr)
+            except ValueError:
+                return False
+            return True
+
+    for name, request in cases.items():
+        offsets, lengths, dests = (np.array(a, np.int64) for a in request)
+        quick = engine_mod._requests_fine(f, offsets, lengths, dests, len(buf), addr)
+        full = full_check_passes(offsets, lengths, dests)
+        assert quick <= full, name
+        if name in ("fine", "one request"):
+            assert quick and full, name
+
+
 def test_closed_file_rejected(engine, data):
     fh = engine.open(data[0])
     fh.close()

@@ -40,6 +40,29 @@ def test_equals_numpy_indexing_in_any_order(mapped, count):
     assert np.array_equal(mapped_take(array, ids, window=MiB), np.asarray(array)[ids])
 
 
+@pytest.mark.parametrize("window", [8 * MiB, 12 * MiB, 16 * MiB])
+def test_a_lookup_of_few_windows_equals_numpy_indexing_and_leaves_no_pages(mapped, window):
+    """4, 3 (the last one partial) and 2 windows: a pass over the IDs per window
+    (mapping.FEW_WINDOWS), the mapping released after each one as with many windows."""
+    path, array = mapped
+    ids = np.random.default_rng(window).integers(0, len(array), 300_000)
+    expected = np.asarray(array)[ids]
+    release_pages(array)
+    assert np.array_equal(mapped_take(array, ids, window=window), expected)
+    assert mapped_rss(path) == 0
+
+
+def test_a_window_pass_takes_only_the_ids_of_its_range():
+    """kernels.take_range: out[i] for the IDs in [lo, hi) only, other entries untouched."""
+    from gnnssd.storage_format import kernels
+
+    values = np.arange(100, 200, dtype=np.int64)
+    ids = np.array([5, 70, 30, 99, 0, 31], np.int64)
+    out = np.full(len(ids), -1, np.int64)
+    kernels.take_range(values, ids, 30, 71, out)
+    assert out.tolist() == [-1, 170, 130, -1, -1, 131]
+
+
 def test_keeps_the_shape_and_dtype_of_the_ids_and_the_array(tmp_path):
     path = tmp_path / "labels.npy"
     np.save(path, np.arange(1 << 20, dtype=np.int16) % 300)
