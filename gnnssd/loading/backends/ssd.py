@@ -319,7 +319,8 @@ class SSDLoader:
                        exclude: list[np.ndarray] | None, first: int) -> Iterator[MiniBatch]:
         """_stream with packers: the trainer plans its own first mini-batches with page reads
         (no packer to wait for before the first mini-batch) until the first packer has
-        started and FIRST_WINDOW more are planned (OWN_WINDOW_MOST at most), then the packers
+        started and FIRST_WINDOW more are planned (OWN_WINDOW_MOST, and a full window, at
+        most), then the packers
         plan and repack every later window (window_bounds: small first, then full: within half
         the block budget), `packers` of them given out ahead of the one being read; the
         trainer reads, verifies and gathers."""
@@ -335,7 +336,9 @@ class SSDLoader:
 
         def own() -> Iterator[MegaBatchPlan]:
             """The trainer's plans; at their end, the packers' windows from there on."""
-            most, planner = min(count, OWN_WINDOW_MOST), self._planner(fanouts)
+            # never more than a full window (where one holds a few mini-batches, as at 1/8 of
+            # `medium`, the trainer's page reads would pass the packers' blocks)
+            most, planner = min(count, OWN_WINDOW_MOST, max(FIRST_WINDOW, full)), self._planner(fanouts)
             plans = planner.plan_batches(batches[first : first + most], epoch,
                                          None if rest is None else rest[:most], first)
             stop = most
