@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -135,8 +136,9 @@ def _block_bytes(directory: Path) -> int:
 
 def test_two_packers_windows_choose_blocks_within_the_block_budget(store, tmp_path):
     """With 2 packers each window may hold half the block budget (not a third): they choose
-    blocks, and the blocks on disk, watched throughout the epoch, never pass the budget (a
-    window writes its blocks only once given room)."""
+    blocks, and the blocks on disk, watched throughout the epoch of a slow consumer (the
+    packers done ahead of it), never pass the budget: a window writes its blocks only once
+    given room."""
     features = store.features_memmap()
     with NodeLoader(store, store.original_ids(np.asarray(store.train_store_ids)), packers=2,
                     scratch_dir=tmp_path / "scratch", **{**OPTIONS, "block_budget": "12MiB"}) as loader:
@@ -156,6 +158,7 @@ def test_two_packers_windows_choose_blocks_within_the_block_budget(store, tmp_pa
             for batch in loader:
                 np.testing.assert_array_equal(batch.x.numpy(), features[store.store_ids(batch.input_nodes.numpy())])
                 count += 1
+                time.sleep(0.05)  # a slow consumer: the packers finish their windows ahead of it
             stats = loader.io_stats()
         finally:
             done.set()
