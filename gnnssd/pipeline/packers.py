@@ -15,9 +15,9 @@ read, and the packers plan them side by side; each window's blocks are within ha
 block budget, whatever the number of packers (a share of 1/(N + 1) left the windows of 2
 packers too few blocks to pay for their scans: docs/BENCHMARKS.md, issue 46, third round).
 The disk holds the budget because a window writes its blocks only once given room: window k
-when the consumer is reading window k - 1 at the latest (whose blocks, and those of no other,
-are on disk then); a packer whose window chose blocks waits for that, the windows given to
-it after held. Each packer's first window is small (window_bounds): packed bytes come early.
+once the consumer asks for window k - 1 (whose blocks, and no other window's, are on disk
+then: each plan's block is deleted as it is loaded); a packer whose window chose blocks waits
+for that, the windows given to it meanwhile held. Each packer's first window is small (window_bounds): packed bytes come early.
 A packer that dies (killed, out of memory) is an error naming it and its window, raised in
 the consumer within POLL_S: nothing waits on it. Packers ignore Ctrl-C (the trainer stops
 them) and are ended when the pool closes; the caller removes the scratch folder after.

@@ -147,7 +147,7 @@ class SSDLoader:
         # each packer's share of the repack scan's staging and the block writer's chunks: the
         # packers together take what one repack thread does; they plan within the plans'
         # share (the planner's two plans, split between them; the trainer's planner plans
-        # only the first window)
+        # only its own first mini-batches)
         share = max(1, self.packers)
         self.repack_staging = max(MIN_STAGING, self.staging_bytes // share)
         self.writer_bytes = self.repack_staging // 4
