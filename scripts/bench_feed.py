@@ -172,6 +172,8 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         # each one's start came after the measurement began
         starts = getattr(getattr(loader, "backend", None), "packer_start_cpu_s", {})
         packer_start_cpu = sum(max(0.0, s - children0.get(pid, 0.0)) for pid, s in starts.items())
+        # the mini-batches the trainer planned itself (page reads) before the packers' windows
+        own_minibatches = getattr(getattr(loader, "backend", None), "own_minibatches", None)
         batches.close()
     per_thread: dict[str, float] = {}
     for tid, (label, s) in threads1.items():
@@ -186,6 +188,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         "trainer_cpu_s_per_batch": round((cpu - touch_s) / n, 4),
         "packers_cpu_s_per_batch": round(packers_cpu / n, 4),
         "packer_start_cpu_s": round(packer_start_cpu, 3),
+        "own_minibatches": own_minibatches if spec.get("packers") else None,
         "cpu_s_per_batch_less_packer_start": round((cpu + packers_cpu - packer_start_cpu) / n, 4),
         "gnnssd_module": str(Path(gnnssd.__file__).parent), "batches": n, "seconds": round(seconds, 3),
         "batches_per_s": round(n / seconds, 3),

@@ -10,8 +10,14 @@ the plans as stubs. The consuming side only reads the packed bytes, verifies the
 checksums and assembles x. Processes, not threads: planning's Python glue holds the GIL for
 most of its time (measured: docs/BENCHMARKS.md, issue 46), so threads would not run side by side.
 
-Windows run ahead of training as far as the block budget allows: at most `ahead` windows
-are given out beyond the one being read, each within block_budget / (ahead + 1) of blocks.
+Windows run ahead of training: at most `ahead` windows are given out beyond the one being
+read, and the packers plan them side by side; each window's blocks are within half the
+block budget, whatever the number of packers (a share of 1/(N + 1) left the windows of 2
+packers too few blocks to pay for their scans: docs/BENCHMARKS.md, issue 46, third round).
+The disk holds the budget because a window writes its blocks only once given room: window k
+once the consumer asks for window k - 1 (whose blocks, and no other window's, are on disk
+then: each plan's block is deleted as it is loaded); a packer whose window chose blocks waits
+for that, the windows given to it meanwhile held. Each packer's first window is small (window_bounds): packed bytes come early.
 A packer that dies (killed, out of memory) is an error naming it and its window, raised in
 the consumer within POLL_S: nothing waits on it. Packers ignore Ctrl-C (the trainer stops
 them) and are ended when the pool closes; the caller removes the scratch folder after.
@@ -28,6 +34,7 @@ import sys
 import threading
 import time
 import traceback
+from collections import deque
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from multiprocessing.connection import Connection
@@ -40,6 +47,32 @@ from gnnssd.pipeline.repack import RepackReport, repack_window
 from gnnssd.pipeline.worker import POLL_S, check_stop, numba_threads
 from gnnssd.sampler import CostModel, HotRows, MegaBatchPlan, PlanConfig, Planner, choose_window, pages_plan
 from gnnssd.storage_format import Store
+
+
+#: Mini-batches of each packer's first window, and of the trainer's own window beyond the
+#: point where the first packer has started (what the packer takes to pack that first window):
+#: packed bytes come early. A first window sized for a block share held 12 mini-batches of
+#: `large` at 12%, read at ~7 bytes per useful byte (docs/BENCHMARKS.md, issue 46, fourth round).
+FIRST_WINDOW = 2
+#: The trainer's own window at most, in mini-batches (its page reads cover the packers' start;
+#: where a packer takes longer than that to start, the trainer waits for it).
+OWN_WINDOW_MOST = 4 * FIRST_WINDOW
+
+
+def window_bounds(count: int, full: int, packers: int) -> list[tuple[int, int]]:
+    """[lo, hi) of each packer window of `count` mini-batches, in order: each packer's first
+    of FIRST_WINDOW (packed bytes arrive early), every later one `full` (the mini-batches whose
+    cold rows fill a window's blocks: a window's scan reads most of the features file, so
+    windows between the two paid for theirs less often: none did in the packers' tests)."""
+    if full < 1 or packers < 1:
+        raise ValueError(f"window_bounds: full {full}, packers {packers}; expected both at least 1")
+    bounds: list[tuple[int, int]] = []
+    lo = 0
+    while lo < count:
+        size = min(full, FIRST_WINDOW) if len(bounds) < packers else full
+        bounds.append((lo, min(count, lo + size)))
+        lo += size
+    return bounds
 
 
 def default_packers() -> int:
@@ -57,7 +90,7 @@ class PackerSpec:
     max_rows: int
     max_bytes: int
     cost_model: CostModel
-    #: Blocks of one window at most (its share of the block budget).
+    #: Blocks of one window at most (half the block budget: see the module's docstring).
     window_block_bytes: int
     staging_bytes: int
     writer_bytes: int
@@ -93,8 +126,10 @@ class Packer:
         self.io = DirectIO(queue_depth=spec.queue_depth, backend=spec.io_backend,
                            checksums={store.features_path: store.page_checksums()} if spec.verify_checksums else None)
 
-    def pack(self, work: WindowWork) -> tuple[list[MegaBatchPlan], list[RepackReport]]:
-        """The window's plans as stubs (their files in work.directory) and what repacking cost."""
+    def pack(self, work: WindowWork, room: Callable[[], None] = lambda: None
+             ) -> tuple[list[MegaBatchPlan], list[RepackReport]]:
+        """The window's plans as stubs (their files in work.directory) and what repacking cost;
+        `room()` returns once the window may write its blocks (called only if it chose some)."""
         spec, store = self.spec, self.store
         work.directory.mkdir(parents=True, exist_ok=True)
         planner = Planner(*self._planner_args, **self._planner_options)
@@ -108,6 +143,8 @@ class Packer:
             del plan
         # the window's best blocks within its share (the rest read as pages), in one scan
         scan = choose_window(stubs, store.row_bytes, spec.cost_model, spec.window_block_bytes)
+        if len(scan.rows):
+            room()
         report = repack_window(self.io, store.features_path, store.row_bytes, stubs, scan, work.directory,
                                spec.staging_bytes, spec.writer_bytes)
         empty = np.empty(0, np.int64)  # the spill file has them: the stub crosses as little as it can
@@ -122,10 +159,15 @@ _PROGRAM = ("import json, sys; sys.path[:] = json.loads(sys.argv[2]); "
             "from gnnssd.pipeline.packers import serve; serve(int(sys.argv[1]))")
 
 
+class _Told(Exception):
+    """The pool told the packer to stop while its window waited for room."""
+
+
 def serve(fd: int) -> None:
     """A packer process: its PackerSpec, then windows in and (stubs, reports) or the error's
-    text out over the socket `fd`, until told to stop or the pool is gone. Once ready it says
-    ("started", its process ID, the CPU seconds its start took: interpreter, imports, store)."""
+    text out over the socket `fd`, until told to stop or the pool is gone; ("room", window)
+    lets a window write its blocks. Once ready it says ("started", its process ID, the CPU
+    seconds its start took: interpreter, imports, store)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the trainer's Ctrl-C is the trainer's to handle
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     conn = Connection(fd)
@@ -137,15 +179,34 @@ def serve(fd: int) -> None:
         numba_threads(spec.numba_threads)
         packer = Packer(spec)
         conn.send(("started", os.getpid(), time.process_time()))
+        works: deque[WindowWork] = deque()  # windows given while one waited for room
+        rooms: set[int] = set()
+
+        def receive() -> None:
+            message = conn.recv()
+            if message is None:
+                raise _Told
+            if isinstance(message, tuple):
+                rooms.add(message[1])
+            else:
+                works.append(message)
+
+        def room(window: int) -> None:
+            while window not in rooms:
+                receive()
+            rooms.discard(window)
+
         while True:
-            work = conn.recv()
-            if work is None:
-                return
+            while not works:
+                receive()
+            work = works.popleft()
             try:
-                conn.send(("ok", packer.pack(work)))
+                conn.send(("ok", packer.pack(work, lambda window=work.window: room(window))))
+            except (_Told, EOFError, ConnectionError):
+                raise
             except Exception as exc:  # the window's error, raised in the consumer
                 conn.send(("error", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
-    except (EOFError, ConnectionError):  # the pool is gone
+    except (EOFError, ConnectionError, _Told):  # the pool is gone, or told to stop
         return
     except Exception as exc:
         conn.send(("error", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
@@ -160,22 +221,27 @@ class PackerError(RuntimeError):
 
 
 class PackerPool:
-    """`count` packer processes packing `works` (in window order) ahead of the consumer.
+    """`count` packer processes, started at once, packing the windows `assign` gives them (in
+    window order) ahead of the consumer; `ready()` says whether the first has started.
 
     Iterate `windows()` for (stubs, folder) of each window in order; `close()` ends the
     packers (whatever they are doing) and removes nothing: the caller owns the folders."""
 
-    def __init__(self, spec: PackerSpec, count: int, works: list[WindowWork], ahead: int,
+    def __init__(self, spec: PackerSpec, count: int, ahead: int,
                  report: Callable[[RepackReport], None] | None = None,
                  started: Callable[[int, float], None] | None = None):
         """`report` hears each window's repack costs as its stubs arrive; `started` each
         packer's process ID and the CPU seconds its start took, when next waited for."""
         if count < 1:
             raise ValueError(f"ssd.packers: {count}; expected at least 1")
-        self.works, self.ahead, self._report, self._started = works, max(1, ahead), report, started
+        self.works: list[WindowWork] = []
+        self.ahead, self._report, self._started = max(1, ahead), report, started
+        self._assigned = threading.Event()  # the works are known (or the pool is closing)
+        self._closing = False
+        self._early: dict[int, tuple | None] = {}  # a reply ready() read that was not "started"
         self._procs: list[subprocess.Popen] = []
         self._conns: list[Connection] = []
-        self._spec, self._unsent, self._given = spec, set(range(count)), 0
+        self._spec, self._given, self._roomed = spec, 0, 0
         self._sending = threading.Lock()  # one sender at a time on the packers' sockets
         self._starter: threading.Thread | None = None
         # A fresh interpreter each (fork is unsafe beside OpenMP and the engine's threads;
@@ -198,30 +264,74 @@ class PackerPool:
             raise
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-        # The spec and the first windows go out from a thread of their own: the spec is larger
+        # The specs and the first windows go out from a thread of their own: the spec is larger
         # than a socket's buffer (the hot rows' bitset), so its send waits for the packer's
         # imports (~3 s), which the caller (handing out the first mini-batch) waited for
-        self._starter = threading.Thread(target=self._give, args=(1 + self.ahead,), daemon=True,
-                                         name="gnnssd-packers-start")
+        self._starter = threading.Thread(target=self._start, daemon=True, name="gnnssd-packers-start")
         self._starter.start()
 
     @property
     def count(self) -> int:
         return len(self._procs)
 
+    def _start(self) -> None:
+        """Every packer's spec; once assigned, the first windows and room for the first two
+        (no packer's blocks are on disk yet)."""
+        with self._sending:
+            for conn in self._conns:
+                try:
+                    conn.send(self._spec)
+                except OSError:  # the packer is gone: waiting for its window says so (_result)
+                    pass
+        self._assigned.wait()
+        if self._closing:
+            return
+        self._give(1 + self.ahead)
+        self._make_room(2)
+
+    def assign(self, works: list[WindowWork]) -> None:
+        """The windows to pack, in order (once; the starter hands out the first ones)."""
+        self.works = works
+        self._assigned.set()
+
+    def ready(self) -> bool:
+        """Whether the first packer has started (or failed: waiting for its window says so)."""
+        if 0 in self._early:
+            return True
+        try:
+            if not self._conns[0].poll(0):
+                return False
+            reply = self._conns[0].recv()
+        except (EOFError, ConnectionError, OSError):
+            reply = None
+        if reply is not None and reply[0] == "started":
+            if self._started is not None:
+                self._started(*reply[1:])
+            return True
+        self._early[0] = reply
+        return True
+
     def _give(self, upto: int) -> None:
-        """Hand out the windows before `upto` not yet given (a packer's spec before its first)."""
+        """Hand out the windows before `upto` not yet given."""
         with self._sending:
             while self._given < min(upto, len(self.works)):
                 k = self._given
                 try:
-                    if k % self.count in self._unsent:
-                        self._unsent.discard(k % self.count)
-                        self._conns[k % self.count].send(self._spec)
                     self._conns[k % self.count].send(self.works[k])
                 except OSError:  # the packer is gone: waiting for this window says so (_result)
                     pass
                 self._given += 1
+
+    def _make_room(self, upto: int) -> None:
+        """Room to write blocks for the windows before `upto` (after they are given out)."""
+        with self._sending:
+            while self._roomed < min(upto, self._given):
+                k = self._roomed
+                try:
+                    self._conns[k % self.count].send(("room", self.works[k].window))
+                except OSError:  # the packer is gone: waiting for this window says so (_result)
+                    pass
+                self._roomed += 1
 
     def _result(self, k: int) -> list[MegaBatchPlan]:
         """Window k's stubs, waiting for its packer; a dead packer or a failed window raises."""
@@ -230,6 +340,9 @@ class PackerPool:
         where = f"packer {i} (process {proc.pid}), packing window {k} (mini-batches from {self.works[k].first})"
         while True:
             check_stop()
+            if i in self._early:
+                reply = self._early.pop(i)
+                break
             try:
                 if conn.poll(POLL_S):
                     reply = conn.recv()
@@ -261,10 +374,12 @@ class PackerPool:
 
     def windows(self) -> Iterator[tuple[list[MegaBatchPlan], Path]]:
         """Each window's stubs and folder, in order; the previous window's folder is removed
-        when the next is asked for (its plans are loaded by then)."""
+        when the next is asked for (its plans are loaded by then, their blocks deleted), and
+        the window after the one asked for gets room for its blocks."""
         previous: Path | None = None
         for k, work in enumerate(self.works):
             self._give(k + 1 + self.ahead)
+            self._make_room(k + 2)
             stubs = self._result(k)
             if previous is not None:
                 shutil.rmtree(previous, ignore_errors=True)
@@ -275,6 +390,8 @@ class PackerPool:
     def close(self) -> None:
         """End every packer now (a window in progress is abandoned: the caller removes the
         scratch) and wait for them."""
+        self._closing = True
+        self._assigned.set()  # the starter, if still waiting for the works, gives none
         # told to stop after the starter's sends, unless a packer has not read them by now (one
         # still starting, or stalled): that one is killed below, which ends the send
         if self._sending.acquire(timeout=POLL_S):

@@ -5,6 +5,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,6 +15,7 @@ import pytest
 from gnnssd import NodeLoader
 from gnnssd.core import ConfigError
 from gnnssd.datasets import synthetic_source
+from gnnssd.pipeline import FIRST_WINDOW, OWN_WINDOW_MOST, window_bounds
 from gnnssd.sampler import node_order
 from gnnssd.storage_format import Store, write_store
 
@@ -82,3 +86,82 @@ def test_openmp_workers_wait_passively_in_the_trainer_and_its_packers(users, exp
                "capture_output=True, text=True, check=True).stdout.strip())")
     shown = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, check=True)
     assert shown.stdout.split() == [expected, expected]
+
+
+@pytest.mark.parametrize("count, full, packers", [(30, 18, 1), (30, 18, 2), (5, 1, 3), (1, 7, 1), (0, 3, 1),
+                                                  (100, 2, 2), (41, 12, 1)])
+def test_window_bounds_cover_every_minibatch_once_in_order_with_each_packers_first_window_small(count, full,
+                                                                                                packers):
+    """The packers' windows: consecutive, every mini-batch once, each packer's first at most
+    FIRST_WINDOW (packed bytes early), every later one full (their scans pay)."""
+    bounds = window_bounds(count, full, packers)
+    assert [lo for lo, _ in bounds] == [0, *(hi for _, hi in bounds[:-1])][: len(bounds)]
+    assert (bounds[-1][1] if bounds else 0) == count
+    sizes = [hi - lo for lo, hi in bounds]
+    assert all(1 <= size <= full for size in sizes)
+    assert all(size <= FIRST_WINDOW for size in sizes[:packers])
+    assert all(size == full for size in sizes[packers:-1])
+
+
+def test_the_trainers_own_window_is_a_few_minibatches_not_a_block_share(store, tmp_path):
+    """At a block budget whose half holds many mini-batches' cold rows (a first window sized
+    for a block share read them all as page extents), the trainer plans at most
+    OWN_WINDOW_MOST mini-batches itself; every mini-batch still comes once, in order, with
+    the store's rows."""
+    features = store.features_memmap()
+    reference, _, _ = _epoch(store, 0, tmp_path)
+    with NodeLoader(store, store.original_ids(np.asarray(store.train_store_ids)), packers=1,
+                    scratch_dir=tmp_path / "scratch", **OPTIONS) as loader:
+        backend = loader.backend
+        assert backend.block_budget // 2 // backend._cold_bytes > 2 * OWN_WINDOW_MOST  # a share: many mini-batches
+        loader.set_epoch(1)
+        batches = [(batch.input_nodes.numpy().copy(), batch.x.numpy().copy()) for batch in loader]
+        assert 1 <= backend.own_minibatches <= OWN_WINDOW_MOST
+    assert len(batches) == len(reference)
+    for (nodes, x), (want_nodes, _) in zip(batches, reference):
+        np.testing.assert_array_equal(nodes, want_nodes)
+        np.testing.assert_array_equal(x, features[store.store_ids(nodes)])
+
+
+def _block_bytes(directory: Path) -> int:
+    """The compact blocks' bytes on disk under `directory` now (files come and go meanwhile)."""
+    total = 0
+    for path in directory.glob("*/block_*.bin"):
+        try:
+            total += path.stat().st_size
+        except FileNotFoundError:
+            pass
+    return total
+
+
+def test_two_packers_windows_choose_blocks_within_the_block_budget(store, tmp_path):
+    """With 2 packers each window may hold half the block budget (not a third): they choose
+    blocks, and the blocks on disk, watched throughout the epoch of a slow consumer (the
+    packers done ahead of it), never pass the budget: a window writes its blocks only once
+    given room."""
+    features = store.features_memmap()
+    with NodeLoader(store, store.original_ids(np.asarray(store.train_store_ids)), packers=2,
+                    scratch_dir=tmp_path / "scratch", **{**OPTIONS, "block_budget": "12MiB"}) as loader:
+        backend, most, done = loader.backend, 0, threading.Event()
+
+        def watch() -> None:
+            nonlocal most
+            while not done.is_set():
+                most = max(most, _block_bytes(backend.block_dir))
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        try:
+            loader.io_stats()
+            loader.set_epoch(1)
+            count = 0
+            for batch in loader:
+                np.testing.assert_array_equal(batch.x.numpy(), features[store.store_ids(batch.input_nodes.numpy())])
+                count += 1
+                time.sleep(0.05)  # a slow consumer: the packers finish their windows ahead of it
+            stats = loader.io_stats()
+        finally:
+            done.set()
+            watcher.join()
+    assert count == len(loader) and stats["bytes_written"] > 0 and stats["packed_read_bytes"] > 0
+    assert 0 < most <= backend.block_budget

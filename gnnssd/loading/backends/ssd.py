@@ -6,8 +6,8 @@ Four stages overlap, three threads with bounded hand-offs and the caller:
   repack  (with a block budget) write compact blocks for a window of plans;
 With a block budget and `ssd.packers`, plan and repack run in packer processes instead
 (gnnssd.pipeline.packers), a window of mini-batches each, and the trainer's process only
-reads, verifies and gathers; the first window is planned here with page reads, so the first
-mini-batch does not wait for a packer to start and repack.
+reads, verifies and gathers; the first window (a few mini-batches) is planned here with page
+reads, so the first mini-batch does not wait for a packer to start and repack.
   read    fill the next mega-batch buffer through the io_engine while the current one
           trains (pipeline.buffers.BUFFERS buffers: the one trained on, the one being
           filled);
@@ -35,10 +35,10 @@ import torch
 
 from gnnssd.core import (ConfigError, SamplerConfig, SSDConfig, StageTimer, disk_share, format_bytes,
                          resolve_block_budget, ssd_split)
-from gnnssd.pipeline import (BUFFERS, DirectIO, FeatureFile, HotCache, HotRanking, KeptSamples,
-                             MegaBatchBuffers, PackerPool, PackerSpec, PlanWorker, Recycler, RepackReport,
+from gnnssd.pipeline import (BUFFERS, FIRST_WINDOW, OWN_WINDOW_MOST, DirectIO, FeatureFile, HotCache, HotRanking,
+                             KeptSamples, MegaBatchBuffers, PackerPool, PackerSpec, PlanWorker, Recycler, RepackReport,
                              WindowWork, check_numba_threads, default_packers, delete, load_cost_model,
-                             numba_threads, repacked_windows, samples_key, x_dtype, x_pool_bytes)
+                             numba_threads, repacked_windows, samples_key, window_bounds, x_dtype, x_pool_bytes)
 from gnnssd.sampler import (Fanouts, HotRows, MegaBatchPlan, MFGs, NeighborSampler, PlanConfig, Planner, Strategy,
                             pages_plan, sampling_method)
 from gnnssd.storage_format import Store
@@ -147,15 +147,16 @@ class SSDLoader:
         # each packer's share of the repack scan's staging and the block writer's chunks: the
         # packers together take what one repack thread does; they plan within the plans'
         # share (the planner's two plans, split between them; the trainer's planner plans
-        # only the first window)
+        # only its own first mini-batches)
         share = max(1, self.packers)
         self.repack_staging = max(MIN_STAGING, self.staging_bytes // share)
         self.writer_bytes = self.repack_staging // 4
         self.packer_plan_bytes = max(1, self.plan_bytes // PLANS_ALIVE // share)
         if self.block_budget:
-            # those, and the plan stubs of the windows alive (8 bytes per row of their blocks)
+            # those, and the plan stubs of the windows alive (8 bytes per row of their blocks):
+            # two windows of half the block budget each, or one per packer (_packed_stream)
             queue_bytes += (share * (self.repack_staging + self.writer_bytes)
-                            + (self.block_budget // row_bytes) * 8)
+                            + max(2, share) * (self.block_budget // 2 // row_bytes) * 8)
         try:
             self.budget = ssd_split(total, row_bytes, queue_bytes, ssd.hot_fraction, store.feature_rows, BUFFERS,
                                     lambda count: _most_cold(inputs, HotRows.of(ranking.top(device_rows + count),
@@ -182,10 +183,12 @@ class SSDLoader:
         self.buffers = MegaBatchBuffers(self.hot, self.budget.buffer_rows, pinned=pinned,
                                         widen=not ssd.widen_on_device, device=gather_device)
         self.io.add(bytes_read=self.hot.nbytes + self.hot.device_nbytes)
-        # a training mini-batch's cold rows: what sizes the packers' windows (packed_windows)
+        # a training mini-batch's cold rows: what sizes the packers' windows (_packed_stream)
         self._cold_bytes = _most_cold(sampled["training"], self.hot.members) * row_bytes
         #: CPU seconds each packer process's start took (interpreter, imports, store), by process ID
         self.packer_start_cpu_s: dict[int, float] = {}
+        #: Mini-batches the trainer planned itself (page reads) in its latest stream with packers
+        self.own_minibatches = 0
 
     def _sampled_inputs(self) -> dict[str, list[np.ndarray]]:
         """The input rows of a few sampled mini-batches (one per split) with the training
@@ -307,43 +310,68 @@ class SSDLoader:
         del options["etypes"]  # mapped by each packer from the store, not sent
         cores = len(os.sched_getaffinity(0))
         return PackerSpec(str(self.store.path), self._plan_config(fanouts), self.hot.members, self.budget.buffer_rows,
-                          self.packer_plan_bytes, self.cost_model, self.block_budget // (self.packers + 1),
+                          self.packer_plan_bytes, self.cost_model, self.block_budget // 2,
                           self.repack_staging, self.writer_bytes, self._ssd.queue_depth, self._ssd.io_backend,
                           self._ssd.verify_checksums, self.threads or max(1, cores // self.packers),
                           options)
 
     def _packed_stream(self, batches: list[np.ndarray], fanouts: np.ndarray, epoch: int,
                        exclude: list[np.ndarray] | None, first: int) -> Iterator[MiniBatch]:
-        """_stream with packers: the first window planned here with page reads (no packer to
-        wait for before the first mini-batch), every later window by the packers, `packers`
-        of them given out ahead of the one being read, each within 1/(packers + 1) of the
-        block budget; the trainer reads, verifies and gathers."""
+        """_stream with packers: the trainer plans its own first mini-batches with page reads
+        (no packer to wait for before the first mini-batch) until the first packer has
+        started and FIRST_WINDOW more are planned (OWN_WINDOW_MOST, and a full window, at
+        most), then the packers
+        plan and repack every later window (window_bounds: small first, then full: within half
+        the block budget), `packers` of them given out ahead of the one being read; the
+        trainer reads, verifies and gathers."""
         directory = self.block_dir
         directory.mkdir(parents=True, exist_ok=True)
-        share = self.block_budget // (self.packers + 1)
-        # mini-batches a window: enough to fill its share of blocks (a packer cuts a window
-        # whose blocks pass it in two; one with too few rows gets no blocks at all)
-        size = max(1, -(-share // max(1, self._cold_bytes)))
+        count = len(batches) - first
         rest = None if exclude is None else exclude[first:]
-        head = batches[first : first + size]
-        planner = self._planner(fanouts)
-        own = PlanWorker(self._planned(planner.plan_batches(head, epoch, None if rest is None else rest[:size], first),
-                                       None), depth=2, name="gnnssd-plan", threads=self.threads)
-        works = [WindowWork(k, epoch, first + lo, batches[first + lo : first + lo + size],
-                            None if rest is None else rest[lo : lo + size], directory / f"w{k}")
-                 for k, lo in enumerate(range(size, len(batches) - first, size), start=1)]
-        # The packers start now, beside the trainer's own window: their interpreters' start
-        # (~3 CPU-s each) and their first windows overlap its mini-batches (the pool sends
-        # their spec and first windows from a thread of its own: nothing here waits for them)
+        # a full window: the mini-batches whose cold rows fill half the block budget (a packer
+        # cuts a window whose blocks pass it in two; one with too few rows gets no blocks at all)
+        full = max(1, -(-(self.block_budget // 2) // max(1, self._cold_bytes)))
+        self.own_minibatches = 0
         pool: PackerPool | None = None
+
+        def own() -> Iterator[MegaBatchPlan]:
+            """The trainer's plans; at their end, the packers' windows from there on."""
+            # never more than a full window (where one holds a few mini-batches, as at 1/8 of
+            # `medium`, the trainer's page reads would pass the packers' blocks)
+            most, planner = min(count, OWN_WINDOW_MOST, max(FIRST_WINDOW, full)), self._planner(fanouts)
+            plans = planner.plan_batches(batches[first : first + most], epoch,
+                                         None if rest is None else rest[:most], first)
+            stop = most
+            for plan in plans:
+                yield plan
+                if plan.pieces and plan.piece < plan.pieces - 1:
+                    continue  # a mini-batch in pieces ends with its last
+                self.own_minibatches += len(plan.minibatches)
+                if stop == most and pool is not None and pool.ready():
+                    stop = min(most, self.own_minibatches + FIRST_WINDOW)
+                if self.own_minibatches >= stop:
+                    break
+            plans.close()
+            done = self.own_minibatches
+            if pool is not None:
+                pool.assign([WindowWork(k, epoch, first + done + lo, batches[first + done + lo : first + done + hi],
+                                        None if rest is None else rest[done + lo : done + hi], directory / f"w{k}")
+                             for k, (lo, hi) in enumerate(window_bounds(count - done, full, self.packers), start=1)])
+
+        # The packers start now, beside the trainer's own window: their interpreters' start
+        # (~3 CPU-s each) overlaps its mini-batches (the pool sends their specs and first
+        # windows from a thread of its own: nothing here waits for them)
+        own_plans: PlanWorker | None = None
         try:
-            if works:
-                pool = PackerPool(self._packer_spec(fanouts), min(self.packers, len(works)), works, self.packers,
+            if count > FIRST_WINDOW:
+                pool = PackerPool(self._packer_spec(fanouts), min(self.packers, count - FIRST_WINDOW), self.packers,
                                   report=self._count_repack, started=self.packer_start_cpu_s.__setitem__)
-            windows = itertools.chain((([plan], directory) for plan in own), pool.windows() if pool else ())
+            own_plans = PlanWorker(self._planned(own(), None), depth=2, name="gnnssd-plan", threads=self.threads)
+            windows = itertools.chain((([plan], directory) for plan in own_plans), pool.windows() if pool else ())
             yield from self._trained(self._loaded(windows, delete))
         finally:
-            own.close()
+            if own_plans is not None:
+                own_plans.close()
             if pool is not None:
                 pool.close()
             shutil.rmtree(directory, ignore_errors=True)
