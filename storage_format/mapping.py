@@ -16,7 +16,7 @@ import numpy as np
 #: Bytes of a mapped array a lookup (`mapped_take`) leaves resident at once.
 LOOKUP_WINDOW = 16 << 20
 #: Up to this many windows, a lookup passes over all the IDs once per window instead of
-#: grouping them by window first: 414k IDs into a 20 MB perm.npy (2 windows) took 5 ms so
+#: grouping them by window first: 414k IDs into a 20 MB perm.npy (2 windows) took 5 ms this way
 #: against 19 ms grouped; the two are even near 10 windows (docs/BENCHMARKS.md, issue 46's
 #: fourth round).
 FEW_WINDOWS = 8
