@@ -23,7 +23,8 @@ from gnnssd.pipeline.repack import RepackReport, delete, repack, repacked_window
 from gnnssd.pipeline.row_source import RowSource
 from gnnssd.pipeline.worker import PlanWorker, check_numba_threads, numba_threads
 
-__all__ = ["BUFFERS", "BlockWriter", "FIRST_WINDOW", "OWN_WINDOW_MOST", "DirectIO", "FeatureFile", "HotCache", "HotRanking", "KeptSamples",
+__all__ = ["BUFFERS", "BlockWriter", "FIRST_WINDOW", "OWN_WINDOW_MOST", "DirectIO", "FeatureFile", "HotCache",
+           "HotRanking", "KeptSamples",
            "MegaBatchBuffers", "PackerPool", "PackerSpec", "PlanWorker", "Recycler", "RepackReport", "RowSource", "calibrate", "check_numba_threads",
            "default_packers", "delete", "load_cost_model", "numba_threads", "repack", "repacked_windows",
            "samples_key", "window_bounds", "WindowWork", "x_dtype", "x_pool_bytes"]

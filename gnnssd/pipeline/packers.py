@@ -17,7 +17,8 @@ packers too few blocks to pay for their scans: docs/BENCHMARKS.md, issue 46, thi
 The disk holds the budget because a window writes its blocks only once given room: window k
 once the consumer asks for window k - 1 (whose blocks, and no other window's, are on disk
 then: each plan's block is deleted as it is loaded); a packer whose window chose blocks waits
-for that, the windows given to it meanwhile held. Each packer's first window is small (window_bounds): packed bytes come early.
+for that, the windows given to it meanwhile held. Each packer's first window is small
+(window_bounds): packed bytes come early.
 A packer that dies (killed, out of memory) is an error naming it and its window, raised in
 the consumer within POLL_S: nothing waits on it. Packers ignore Ctrl-C (the trainer stops
 them) and are ended when the pool closes; the caller removes the scratch folder after.

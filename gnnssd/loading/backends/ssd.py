@@ -320,10 +320,9 @@ class SSDLoader:
         """_stream with packers: the trainer plans its own first mini-batches with page reads
         (no packer to wait for before the first mini-batch) until the first packer has
         started and FIRST_WINDOW more are planned (OWN_WINDOW_MOST, and a full window, at
-        most), then the packers
-        plan and repack every later window (window_bounds: small first, then full: within half
-        the block budget), `packers` of them given out ahead of the one being read; the
-        trainer reads, verifies and gathers."""
+        most); then the packers plan and repack every later window (window_bounds: small
+        first, then full: within half the block budget), `packers` of them given out ahead
+        of the one being read; the trainer reads, verifies and gathers."""
         directory = self.block_dir
         directory.mkdir(parents=True, exist_ok=True)
         count = len(batches) - first
