@@ -45,7 +45,13 @@ log = logging.getLogger("gnnssd.ssd")
 DEFAULT_QUEUE_BYTES = 64 << 20
 AUTO = "auto"  # ssd.block_budget chosen by auto_block_budget
 AUTO_MIN_RATIO = 2  # features at most this many times the memory budget: no blocks
-AUTO_FEATURE_SHARE = 0.5  # blocks want half the features' size (docs/BENCHMARKS.md, issue 5)
+#: Blocks want the features' size: a window's scan reads most of the features file whatever
+#: the window's size, so windows of half the block budget share it among twice the
+#: mini-batches they did at half the features' size (medium at 1/8, one packer: bytes read
+#: per useful byte 4.34 -> 3.0, ~1.3x the rate). Twice the size read less still, but the
+#: windows' plan stubs (counted in the memory budget) left two packers' trainer buffers
+#: too small at 1/8: docs/BENCHMARKS.md, issue 46, fifth round.
+AUTO_FEATURE_SHARE = 1.0
 AUTO_DISK_SHARE = 0.25  # and never more than a quarter of the free space under the run dir
 
 

@@ -9,6 +9,9 @@ every plan to the window's folder, chooses and writes the compact blocks, and ha
 the plans as stubs. The consuming side only reads the packed bytes, verifies their
 checksums and assembles x. Processes, not threads: planning's Python glue holds the GIL for
 most of its time (measured: docs/BENCHMARKS.md, issue 46), so threads would not run side by side.
+Inside a packer, two threads: one plans the next window while the other scans the current
+one (a scan waits mostly on the drive and on room; a plan mostly computes), so a packer holds
+PACKER_WINDOWS windows at once.
 
 Windows run ahead of training: at most `ahead` windows are given out beyond the one being
 read, and the packers plan them side by side; each window's blocks are within half the
@@ -17,7 +20,7 @@ packers too few blocks to pay for their scans: docs/BENCHMARKS.md, issue 46, thi
 The disk holds the budget because a window writes its blocks only once given room: window k
 once the consumer asks for window k - 1 (whose blocks, and no other window's, are on disk
 then: each plan's block is deleted as it is loaded); a packer whose window chose blocks waits
-for that, the windows given to it meanwhile held. Each packer's first window is small
+for that, planning its next window meanwhile. Each packer's first window is small
 (window_bounds): packed bytes come early.
 A packer that dies (killed, out of memory) is an error naming it and its window, raised in
 the consumer within POLL_S: nothing waits on it. Packers ignore Ctrl-C (the trainer stops
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import shutil
 import signal
 import socket
@@ -35,7 +39,6 @@ import sys
 import threading
 import time
 import traceback
-from collections import deque
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from multiprocessing.connection import Connection
@@ -45,8 +48,8 @@ import numpy as np
 
 from gnnssd.pipeline.direct_io import DirectIO
 from gnnssd.pipeline.repack import RepackReport, repack_window
-from gnnssd.pipeline.worker import POLL_S, check_stop, numba_threads
-from gnnssd.sampler import CostModel, HotRows, MegaBatchPlan, PlanConfig, Planner, choose_window, pages_plan
+from gnnssd.pipeline.worker import POLL_S, check_stop, numba_threads, stops_with
+from gnnssd.sampler import CostModel, HotRows, MegaBatchPlan, PlanConfig, Planner, Scan, choose_window, pages_plan
 from gnnssd.storage_format import Store
 
 
@@ -127,10 +130,9 @@ class Packer:
         self.io = DirectIO(queue_depth=spec.queue_depth, backend=spec.io_backend,
                            checksums={store.features_path: store.page_checksums()} if spec.verify_checksums else None)
 
-    def pack(self, work: WindowWork, room: Callable[[], None] = lambda: None
-             ) -> tuple[list[MegaBatchPlan], list[RepackReport]]:
-        """The window's plans as stubs (their files in work.directory) and what repacking cost;
-        `room()` returns once the window may write its blocks (called only if it chose some)."""
+    def plan(self, work: WindowWork) -> tuple[list[MegaBatchPlan], Scan]:
+        """The window's plans, spilled to work.directory (stubs), and its scan: the best
+        blocks within the window's share (the rest read as pages)."""
         spec, store = self.spec, self.store
         work.directory.mkdir(parents=True, exist_ok=True)
         planner = Planner(*self._planner_args, **self._planner_options)
@@ -142,12 +144,15 @@ class Packer:
                 plan = replace(plan, minibatches=[])  # only the last piece yields the mini-batch
             stubs.append(plan.spill(work.directory / f"plan_e{plan.epoch}_m{plan.index}.spill"))
             del plan
-        # the window's best blocks within its share (the rest read as pages), in one scan
-        scan = choose_window(stubs, store.row_bytes, spec.cost_model, spec.window_block_bytes)
-        if len(scan.rows):
-            room()
+        return stubs, choose_window(stubs, store.row_bytes, spec.cost_model, spec.window_block_bytes)
+
+    def repack(self, work: WindowWork, stubs: list[MegaBatchPlan], scan: Scan
+               ) -> tuple[list[MegaBatchPlan], list[RepackReport]]:
+        """The window's blocks written in one scan; its stubs as they cross to the consumer,
+        and what repacking cost."""
+        store = self.store
         report = repack_window(self.io, store.features_path, store.row_bytes, stubs, scan, work.directory,
-                               spec.staging_bytes, spec.writer_bytes)
+                               self.spec.staging_bytes, self.spec.writer_bytes)
         empty = np.empty(0, np.int64)  # the spill file has them: the stub crosses as little as it can
         return [replace(p, rows=empty, carry_src=empty) for p in stubs], [report]
 
@@ -161,14 +166,85 @@ _PROGRAM = ("import json, sys; sys.path[:] = json.loads(sys.argv[2]); "
 
 
 class _Told(Exception):
-    """The pool told the packer to stop while its window waited for room."""
+    """The pool told the packer to stop (or is gone)."""
+
+
+class _Inbox:
+    """A packer's side of the socket, read by a thread of its own: windows queue for the
+    planner, ("room", window) messages are kept until a window's scan asks for them, and
+    None (or the pool gone) tells every wait to stop."""
+
+    def __init__(self, conn: Connection):
+        self._conn = conn
+        self.works: queue.Queue[WindowWork | None] = queue.Queue()
+        self._rooms: set[int] = set()
+        self._changed = threading.Condition()
+        self.told = threading.Event()  # check_stop's flag in the planning thread
+        threading.Thread(target=self._receive, daemon=True, name="gnnssd-packer-inbox").start()
+
+    def _receive(self) -> None:
+        try:
+            while (message := self._conn.recv()) is not None:
+                if isinstance(message, tuple):
+                    with self._changed:
+                        self._rooms.add(message[1])
+                        self._changed.notify_all()
+                else:
+                    self.works.put(message)
+        except (EOFError, ConnectionError, OSError):
+            pass
+        with self._changed:
+            self.told.set()
+            self._changed.notify_all()
+        self.works.put(None)
+
+    def room(self, window: int) -> None:
+        """Return once `window` may write its blocks; _Told if told to stop first."""
+        with self._changed:
+            while window not in self._rooms and not self.told.is_set():
+                self._changed.wait()
+            if window not in self._rooms:
+                raise _Told
+            self._rooms.discard(window)
+
+
+def _failure(exc: BaseException) -> tuple[str, str, str]:
+    return "error", f"{type(exc).__name__}: {exc}", traceback.format_exc()
+
+
+#: Windows a packer holds at once: the one it scans (or whose room it waits for) and the next,
+#: planned meanwhile (their stubs and scans are the packer's memory: ssd.memory_budget counts
+#: this many windows per packer).
+PACKER_WINDOWS = 2
+
+
+def _plan_ahead(packer: Packer, inbox: _Inbox, planned: queue.Queue, slots: threading.Semaphore) -> None:
+    """The packer's planning thread: each window's stubs and scan (or its error) in order,
+    a window begun only once one of PACKER_WINDOWS `slots` is free (the scan releases it);
+    None at the end, or once told to stop."""
+    numba_threads(packer.spec.numba_threads)
+    with stops_with(inbox.told):  # a plan in progress stops at its next check_stop once told
+        while (work := inbox.works.get()) is not None:
+            while not slots.acquire(timeout=POLL_S):
+                if inbox.told.is_set():
+                    planned.put(None)
+                    return
+            try:
+                planned.put(("ok", work, *packer.plan(work)))
+            except Exception as exc:  # the window's error, raised in the consumer
+                planned.put(_failure(exc))
+    planned.put(None)
 
 
 def serve(fd: int) -> None:
     """A packer process: its PackerSpec, then windows in and (stubs, reports) or the error's
     text out over the socket `fd`, until told to stop or the pool is gone; ("room", window)
     lets a window write its blocks. Once ready it says ("started", its process ID, the CPU
-    seconds its start took: interpreter, imports, store)."""
+    seconds its start took: interpreter, imports, store).
+
+    A thread plans the next window while this one scans the current (a window's scan is
+    mostly waiting on the drive and the pool's room; planning is mostly CPU: one packer
+    serially did both, and the trainer waited on it: docs/BENCHMARKS.md, issue 46)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the trainer's Ctrl-C is the trainer's to handle
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     conn = Connection(fd)
@@ -180,37 +256,30 @@ def serve(fd: int) -> None:
         numba_threads(spec.numba_threads)
         packer = Packer(spec)
         conn.send(("started", os.getpid(), time.process_time()))
-        works: deque[WindowWork] = deque()  # windows given while one waited for room
-        rooms: set[int] = set()
-
-        def receive() -> None:
-            message = conn.recv()
-            if message is None:
-                raise _Told
-            if isinstance(message, tuple):
-                rooms.add(message[1])
-            else:
-                works.append(message)
-
-        def room(window: int) -> None:
-            while window not in rooms:
-                receive()
-            rooms.discard(window)
-
-        while True:
-            while not works:
-                receive()
-            work = works.popleft()
-            try:
-                conn.send(("ok", packer.pack(work, lambda window=work.window: room(window))))
-            except (_Told, EOFError, ConnectionError):
-                raise
-            except Exception as exc:  # the window's error, raised in the consumer
-                conn.send(("error", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+        inbox = _Inbox(conn)
+        planned: queue.Queue = queue.Queue()
+        slots = threading.Semaphore(PACKER_WINDOWS)
+        threading.Thread(target=_plan_ahead, args=(packer, inbox, planned, slots), daemon=True,
+                         name="gnnssd-packer-plan").start()
+        while (item := planned.get()) is not None and not inbox.told.is_set():
+            if item[0] == "ok":
+                _, work, stubs, scan = item
+                del item
+                try:
+                    if len(scan.rows):
+                        inbox.room(work.window)
+                    item = ("ok", packer.repack(work, stubs, scan))
+                except _Told:
+                    raise
+                except Exception as exc:  # the window's error, raised in the consumer
+                    item = _failure(exc)
+                del stubs, scan
+            conn.send(item)
+            slots.release()
     except (EOFError, ConnectionError, _Told):  # the pool is gone, or told to stop
         return
     except Exception as exc:
-        conn.send(("error", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+        conn.send(_failure(exc))
     finally:
         if packer is not None:
             packer.close()

@@ -13,9 +13,8 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 import numpy as np
-from numba.typed import List
 
-from gnnssd.pipeline.block_writer import BlockWriter
+from gnnssd.pipeline.block_writer import BlockWriter, row_lists
 from gnnssd.pipeline.direct_io import DirectIO
 from gnnssd.pipeline.worker import check_stop
 from gnnssd.sampler import CostModel, MegaBatchPlan, Scan, Strategy, windows
@@ -48,12 +47,12 @@ def repack(
     try:
         with BlockWriter([block_dir / p.read.block for p in blocks], row_bytes, io.alloc,
                          writer_bytes, open_at_once=overlap(blocks), rows=[p.num_read for p in blocks]) as writer:
-            rows = List([np.ascontiguousarray(p.read_rows, dtype=np.int64) for p in blocks])
+            rows, bounds = row_lists([p.read_rows for p in blocks])
             cursor = np.zeros(len(blocks), np.int64)  # the rows of each block appended so far
             for lo, hi, pos in io.iter_rows(f, union, row_bytes, scan.offsets, scan.lengths, staging):
                 check_stop()  # a closing worker stops here, not at the window's end
                 if hi > lo:  # every block's rows up to the chunk's last, in one kernel call
-                    writer.append_sorted(staging, union[lo:hi], pos, rows, cursor, int(union[hi - 1]))
+                    writer.append_sorted(staging, union[lo:hi], pos, rows, bounds, cursor, int(union[hi - 1]))
     finally:
         io.close(f)
     return writer.bytes_written

@@ -103,9 +103,10 @@ def test_auto_block_budget_follows_features_and_free_disk(tmp_path) -> None:
     # the budget holds the features, or half of them: extents only
     assert auto_block_budget(60 * MiB, budget, disk) == 0
     assert auto_block_budget(2 * budget, budget, disk) == 0
-    # features many times the budget: half their size, or a quarter of the free disk
-    features = min(GiB, free // 2)
-    assert auto_block_budget(features, budget, disk) == min(features // 2, free // 4) > 0
+    # features many times the budget: their size, or a quarter of the free disk
+    features = min(GiB, free // 8)  # the features' size below a quarter of the free disk
+    assert auto_block_budget(features, budget, disk) == features > 0
+    assert auto_block_budget(features, budget, _with_free(disk, 2 * features)) == features // 2
     assert auto_block_budget(10 * GiB, budget, _with_free(disk, 2 * GiB)) == GiB // 2
     # the disk too full for a window of a buffer's size: extents only
     assert auto_block_budget(10 * GiB, budget, _with_free(disk, 200 * MiB)) == 0

@@ -5,9 +5,8 @@ import numpy as np
 import pytest
 
 from gnnssd.io_engine.engine import alloc
-from gnnssd.pipeline.block_writer import BlockWriter
+from gnnssd.pipeline.block_writer import BlockWriter, row_lists
 from gnnssd.io_engine.rows import copy_rows
-from numba.typed import List
 
 
 @pytest.mark.parametrize("row_bytes", [6, 96, 512, 5000])
@@ -86,7 +85,7 @@ def _scan_into_blocks(tmp_path, row_bytes, blocks, scan_chunk_rows, max_chunk, n
         union = union[union != missing]
     paths = [tmp_path / f"b{k}.bin" for k in range(len(blocks))]
     staging = alloc(scan_chunk_rows * row_bytes)
-    rows = List([np.asarray(b, np.int64) for b in blocks])
+    rows, bounds = row_lists([np.asarray(b, np.int64) for b in blocks])
     cursor = np.zeros(len(blocks), np.int64)
     with BlockWriter(paths, row_bytes, alloc, max_chunk=max_chunk) as writer:
         for lo in range(0, len(union), scan_chunk_rows):
@@ -94,7 +93,7 @@ def _scan_into_blocks(tmp_path, row_bytes, blocks, scan_chunk_rows, max_chunk, n
             pos = rng.permutation(scan_chunk_rows)[: len(chunk)] * row_bytes  # places in staging
             for r, p in zip(chunk, pos):
                 staging[p:p + row_bytes] = table[r]
-            writer.append_sorted(staging, chunk, pos, rows, cursor, int(chunk[-1]))
+            writer.append_sorted(staging, chunk, pos, rows, bounds, cursor, int(chunk[-1]))
     return paths, [table[b].tobytes() for b in blocks]
 
 

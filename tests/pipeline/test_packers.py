@@ -3,6 +3,7 @@ the trainer's own planner gives, with the store's rows, and every window's scrat
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -15,8 +16,8 @@ import pytest
 from gnnssd import NodeLoader
 from gnnssd.core import ConfigError
 from gnnssd.datasets import synthetic_source
-from gnnssd.pipeline import FIRST_WINDOW, OWN_WINDOW_MOST, window_bounds
-from gnnssd.sampler import node_order
+from gnnssd.pipeline import FIRST_WINDOW, OWN_WINDOW_MOST, PackerPool, WindowWork, window_bounds
+from gnnssd.sampler import Fanouts, Strategy, node_order
 from gnnssd.storage_format import Store, write_store
 
 OPTIONS = {"fanouts": [5, 5], "batch_size": 200, "eval_fanouts": [5, 5], "eval_batch_size": 200, "features": "ssd",
@@ -124,11 +125,22 @@ def test_the_trainers_own_window_is_a_few_minibatches_not_a_block_share(store, t
 
 
 def _block_bytes(directory: Path) -> int:
-    """The compact blocks' bytes on disk under `directory` now (files come and go meanwhile)."""
+    """The compact blocks' bytes on disk under `directory` now (windows' folders and their
+    files come and go meanwhile: one gone while looked at counts nothing)."""
     total = 0
-    for path in directory.glob("*/block_*.bin"):
+    try:
+        folders = [entry.path for entry in os.scandir(directory) if entry.is_dir()]
+    except FileNotFoundError:
+        return 0
+    for folder in folders:
         try:
-            total += path.stat().st_size
+            with os.scandir(folder) as entries:
+                for entry in entries:
+                    if entry.name.startswith("block_") and entry.name.endswith(".bin"):
+                        try:
+                            total += entry.stat().st_size
+                        except FileNotFoundError:
+                            pass
         except FileNotFoundError:
             pass
     return total
@@ -165,3 +177,34 @@ def test_two_packers_windows_choose_blocks_within_the_block_budget(store, tmp_pa
             watcher.join()
     assert count == len(loader) and stats["bytes_written"] > 0 and stats["packed_read_bytes"] > 0
     assert 0 < most <= backend.block_budget
+
+
+def test_a_packer_plans_its_next_window_while_the_one_before_waits_for_room(store, tmp_path):
+    """One packer, four windows given out and room for the first two only (no consumer asks
+    for more): window 3 is planned (its plans spilled) while window 2, which chose blocks,
+    waits for room with none written. A packer that planned a window only once the one
+    before was scanned left the trainer waiting on both in turn."""
+    with NodeLoader(store, store.original_ids(np.asarray(store.train_store_ids)), packers=1,
+                    scratch_dir=tmp_path / "scratch", **{**OPTIONS, "block_budget": "12MiB"}) as loader:
+        backend = loader.backend
+        batches = loader.seed_batches()
+        full = max(1, -(-(backend.block_budget // 2) // backend._cold_bytes))
+        bounds = window_bounds(len(batches), full, 1)[:4]
+        assert len(bounds) == 4 and bounds[2][1] - bounds[2][0] == full
+        folder = backend.block_dir
+        works = [WindowWork(k, 1, lo, batches[lo:hi], None, folder / f"w{k}") for k, (lo, hi) in enumerate(bounds)]
+        pool = PackerPool(backend._packer_spec(Fanouts.parse(loader.fanouts).array(store.schema)), 1, ahead=3)
+        try:
+            pool.assign(works)  # windows 0-3 given out at once, room for 0 and 1
+            deadline = time.monotonic() + 60
+            while not list((folder / "w3").glob("*.spill")) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            planned_ahead = list((folder / "w3").glob("*.spill"))
+            blocks_waiting = list((folder / "w2").glob("block_*"))
+            stubs = [window for window, _ in pool.windows()]  # room for the rest as each is asked for
+        finally:
+            pool.close()
+            shutil.rmtree(folder, ignore_errors=True)
+    assert any(p.read.strategy is Strategy.BLOCK for p in stubs[2])  # window 2 needed room
+    assert planned_ahead and not blocks_waiting
+    assert len(stubs) == 4 and all(stubs)  # every window came, in order, once given room

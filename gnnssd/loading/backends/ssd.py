@@ -35,9 +35,9 @@ import torch
 
 from gnnssd.core import (ConfigError, SamplerConfig, SSDConfig, StageTimer, disk_share, format_bytes,
                          resolve_block_budget, ssd_split)
-from gnnssd.pipeline import (BUFFERS, FIRST_WINDOW, OWN_WINDOW_MOST, DirectIO, FeatureFile, HotCache, HotRanking,
-                             KeptSamples, MegaBatchBuffers, PackerPool, PackerSpec, PlanWorker, Recycler, RepackReport,
-                             WindowWork, check_numba_threads, default_packers, delete, load_cost_model,
+from gnnssd.pipeline import (BUFFERS, FIRST_WINDOW, OWN_WINDOW_MOST, PACKER_WINDOWS, DirectIO, FeatureFile, HotCache,
+                             HotRanking, KeptSamples, MegaBatchBuffers, PackerPool, PackerSpec, PlanWorker, Recycler,
+                             RepackReport, WindowWork, check_numba_threads, default_packers, delete, load_cost_model,
                              numba_threads, repacked_windows, samples_key, window_bounds, x_dtype, x_pool_bytes)
 from gnnssd.sampler import (Fanouts, HotRows, MegaBatchPlan, MFGs, NeighborSampler, PlanConfig, Planner, Strategy,
                             pages_plan, sampling_method)
@@ -154,9 +154,11 @@ class SSDLoader:
         self.packer_plan_bytes = max(1, self.plan_bytes // PLANS_ALIVE // share)
         if self.block_budget:
             # those, and the plan stubs of the windows alive (8 bytes per row of their blocks):
-            # two windows of half the block budget each, or one per packer (_packed_stream)
+            # two windows of half the block budget each (the repack thread's and the next), or
+            # PACKER_WINDOWS per packer (the one it scans and the one it plans meanwhile)
+            windows_alive = PACKER_WINDOWS * self.packers if self.packers else 2
             queue_bytes += (share * (self.repack_staging + self.writer_bytes)
-                            + max(2, share) * (self.block_budget // 2 // row_bytes) * 8)
+                            + windows_alive * (self.block_budget // 2 // row_bytes) * 8)
         try:
             self.budget = ssd_split(total, row_bytes, queue_bytes, ssd.hot_fraction, store.feature_rows, BUFFERS,
                                     lambda count: _most_cold(inputs, HotRows.of(ranking.top(device_rows + count),
