@@ -65,9 +65,9 @@ def _move(typingctx, dst, to, src, at, n):
 @nb.njit(cache=True, nogil=True)
 def _fill(src, keys, pos, rows, bounds, cursor, ids, i, top, pool, chunk, buf, fill, carry, row_bytes):
     """Copy rows into the blocks' chunks, list by list from list i: list j is
-    rows[bounds[j] + cursor[j]:bounds[j + 1]] for block ids[j], copied while its rows are <= top. A row's
-    bytes are src[pos[searchsorted(keys, row)]:+row_bytes], or src[row:+row_bytes] when
-    keys is empty. Block k appends to pool[buf[k] * chunk + fill[k]:] (its chunk);
+    rows[bounds[j] + cursor[j]:bounds[j + 1]] for block ids[j], copied while its rows are
+    <= top. A row's bytes are src[pos[searchsorted(keys, row)]:+row_bytes], or
+    src[row:+row_bytes] when keys is empty. Block k appends to pool[buf[k] * chunk + fill[k]:] (its chunk);
     carry[k] bytes of its next row are in a previous chunk already (a row straddling two
     chunks). Returns (list, what it stopped for) at the first thing only the caller can do."""
     while i < cursor.shape[0]:
@@ -201,10 +201,10 @@ class BlockWriter:
     def append_sorted(self, src: np.ndarray, keys: np.ndarray, pos: np.ndarray, rows: np.ndarray,
                       bounds: np.ndarray, cursor: np.ndarray, top: int) -> None:
         """For every block k, append its rows (row_lists: rows[bounds[k]:bounds[k + 1]], sorted
-        int64) from cursor[k] up to
-        `top`, row r at src[pos[searchsorted(keys, r)]:] (keys sorted int64, holding every
-        such row), advancing cursor[k]; a block whose last row is appended is closed. A
-        kernel call per block that needs a chunk or is closed; none per (call, block)."""
+        int64) from cursor[k] up to `top`, row r at src[pos[searchsorted(keys, r)]:] (keys
+        sorted int64, holding every such row), advancing cursor[k]; a block whose last row is
+        appended is closed. A kernel call per block that needs a chunk or is closed; none per
+        (call, block)."""
         self._copy(src, keys, pos, rows, bounds, cursor, np.arange(len(cursor), dtype=np.int64), top,
                    close_ends=True)
 
