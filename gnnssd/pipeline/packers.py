@@ -218,17 +218,21 @@ def _failure(exc: BaseException) -> tuple[str, str, str]:
 PACKER_WINDOWS = 2
 
 
+def _free_slot(slots: threading.Semaphore, told: threading.Event) -> bool:
+    """Take one of `slots` once free; False if told to stop first."""
+    while not slots.acquire(timeout=POLL_S):
+        if told.is_set():
+            return False
+    return True
+
+
 def _plan_ahead(packer: Packer, inbox: _Inbox, planned: queue.Queue, slots: threading.Semaphore) -> None:
     """The packer's planning thread: each window's stubs and scan (or its error) in order,
     a window begun only once one of PACKER_WINDOWS `slots` is free (the scan releases it);
     None at the end, or once told to stop."""
     numba_threads(packer.spec.numba_threads)
     with stops_with(inbox.told):  # a plan in progress stops at its next check_stop once told
-        while (work := inbox.works.get()) is not None:
-            while not slots.acquire(timeout=POLL_S):
-                if inbox.told.is_set():
-                    planned.put(None)
-                    return
+        while (work := inbox.works.get()) is not None and _free_slot(slots, inbox.told):
             try:
                 planned.put(("ok", work, *packer.plan(work)))
             except Exception as exc:  # the window's error, raised in the consumer
