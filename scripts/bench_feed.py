@@ -30,6 +30,10 @@ the children), `first_batch_s` (iterator creation to the first mini-batch),
 counted in those CPU seconds; `cpu_s_per_batch_less_packer_start` without it) and where the
 bytes read went per useful byte (`read_parts_per_useful_byte`: repack scans "packing",
 compact blocks "packed", page extents "extents").
+Before the runs, the drive's sequential O_DIRECT read rate over the features file is taken
+(`drive_read_mb_s` in the JSON's meta); each row says what the drive moved per mini-batch
+(`moved_mb_per_batch`: bytes read and the packers' blocks written) and the rate that read
+rate allows it (a ceiling: reads mixed with writes run slower).
 
     python scripts/bench_feed.py --store DIR [--quick] [--budget SIZE] [--batches N]
         [--threads 1 2 ...] [--packers 1 2 ...] [--baseline 4c691b2 ...] [--systems memory ssd] [--json PATH]
@@ -199,6 +203,8 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         "stage_s_per_batch": {k: round(v / n, 4) for k, v in stages.items()},
         "io": io,
         "read_per_useful_byte": round(io["bytes_read"] / useful, 3) if useful else None,
+        # what the drive moved for each mini-batch: reads and the packers' block writes
+        "moved_mb_per_batch": round((io.get("bytes_read", 0) + io.get("bytes_written", 0)) / n / 1e6, 1),
         "read_parts_per_useful_byte": {key[: -len("_read_bytes")]: round(v / useful, 3) for key, v in io.items()
                                        if key.endswith("_read_bytes")} if useful else {},
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
@@ -292,6 +298,30 @@ def compared_trees(args: argparse.Namespace) -> list[tuple[str, str]]:
 
 # --- the parent --------------------------------------------------------------------------
 
+def drive_read_rate(path: Path, most: int = 1 << 30, chunk: int = 64 << 20, request: int = 1 << 20) -> float:
+    """MB/s of sequential O_DIRECT reads of `path` (up to `most` bytes, 1 MiB requests, 32
+    in flight): the drive's ceiling beside which a row's moved bytes per mini-batch say how
+    fast any loader could go there (reads mixed with writes run slower)."""
+    import numpy as np
+
+    from gnnssd.pipeline.direct_io import DirectIO
+
+    io = DirectIO(queue_depth=32)
+    try:
+        f = io.open(path)
+        buf = io.alloc(chunk)
+        size = min(most, os.path.getsize(path)) // chunk * chunk
+        start = time.perf_counter()
+        for at in range(0, size, chunk):
+            offsets = np.arange(at, at + chunk, request, dtype=np.int64)
+            io.read_extents(f, offsets, np.full(len(offsets), request, np.int64), buf, offsets - at)
+        seconds = time.perf_counter() - start
+        io.close(f)
+    finally:
+        io.shutdown()
+    return size / seconds / 1e6 if size else float("nan")
+
+
 def _option(text: str) -> tuple[str, Any]:
     """KEY=VALUE with VALUE as JSON where it parses (numbers, true/false), else a string."""
     key, sep, value = text.partition("=")
@@ -314,7 +344,7 @@ def run_child(spec: dict[str, Any]) -> dict[str, Any]:
     return {**json.loads(lines[-1]), "status": "ok"}
 
 
-def fmt(row: dict[str, Any], memory: dict[str, Any] | None) -> str:
+def fmt(row: dict[str, Any], memory: dict[str, Any] | None, drive: float | None) -> str:
     head = f"{row['system']:<16} {row['threads']:>3} {'-' if row.get('packers') is None else row['packers']:>4}"
     if row["status"] != "ok":
         return f"{head}  {row['status']}"
@@ -323,10 +353,13 @@ def fmt(row: dict[str, Any], memory: dict[str, Any] | None) -> str:
     threads = " ".join(f"{k} {v:.3f}" for k, v in row["thread_cpu_s_per_batch"].items())
     stages = " ".join(f"{k} {v:.3f}" for k, v in row["stage_s_per_batch"].items())
     parts = " ".join(f"{k} {v:.2f}" for k, v in row.get("read_parts_per_useful_byte", {}).items())
+    moved = row.get("moved_mb_per_batch")
+    bound = (f"; at the drive's read rate, at most {drive / moved:.2f} mb/s" if moved and drive else "")
     return (f"{head} {row['batches_per_s']:>7.3f} {ratio:>6} {row['cpu_s_per_batch']:>8.3f} "
             f"{row['loader_cpu_s_per_batch']:>8.3f} {row['trainer_cpu_s_per_batch']:>8.3f} "
             f"{row['first_batch_s']:>7.2f} {amp:>6}\n      threads (CPU s/mb): {threads}\n"
-            f"      stages (wall s/mb): {stages}\n      read per useful byte: {parts}")
+            f"      stages (wall s/mb): {stages}\n      read per useful byte: {parts}"
+            + (f"\n      moved (read + written) per mini-batch: {moved:.0f} MB{bound}" if moved else ""))
 
 
 HEADER = (f"{'system':<16} {'thr':>3} {'pack':>4} {'mb/s':>7} {'x mem':>6} {'CPU/mb':>8} {'ldr/mb':>8} "
@@ -371,6 +404,10 @@ def main() -> int:
     base = {"store": str(store.path), "budget": budget, "batches": batches, "seed": args.seed,
             "batch_size": args.batch_size, "beside_x": args.beside_x,
             "ssd_options": dict(_option(o) for o in args.ssd)}
+    drive = drive_read_rate(store.features_path) if trees else None
+    if drive:
+        print(f"drive: sequential O_DIRECT reads of {Path(store.features_path).name} at {drive:.0f} MB/s "
+              "(1 MiB requests, 32 in flight)", flush=True)
     if not args.no_warmup:
         for system, tree, label in systems[1 if systems and systems[0][0] == "memory" else 0:]:
             run_child({**base, "system": system, "tree": tree, "tree_label": label, "threads": args.threads[0],
@@ -385,8 +422,8 @@ def main() -> int:
                 rows.append(row)
                 memory = next((r for r in rows if r["system"] == "memory" and r["threads"] == threads
                                and r["status"] == "ok"), None)
-                print(fmt(row, memory), flush=True)
-    meta = {**base, "feature_bytes": store.feature_bytes, "fanouts": FANOUTS,
+                print(fmt(row, memory, drive), flush=True)
+    meta = {**base, "feature_bytes": store.feature_bytes, "fanouts": FANOUTS, "drive_read_mb_s": drive,
             "cpus": os.cpu_count(), "load_average": os.getloadavg(),
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,7 @@ BUFFERS plans ahead of the caller (PlanWorker depth BUFFERS), and the memory bud
 from __future__ import annotations
 
 import sys
+import threading
 from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,6 +19,7 @@ import numpy as np
 
 from gnnssd.io_engine import copy_rows, gather_rows
 from gnnssd.pipeline.hot_cache import COLD, DEVICE, HOST, NO_ROWS, HotCache, RowPlaces, pinned_empty
+from gnnssd.pipeline.prefault import populate_in_background
 from gnnssd.pipeline.repack import block_path
 from gnnssd.sampler import MegaBatchPlan, Strategy
 
@@ -115,6 +117,17 @@ class Recycler:
     def _alloc(self, nbytes: int) -> np.ndarray:
         return pinned_empty(nbytes) if self.pinned else np.empty(nbytes, np.uint8)
 
+    def reserve(self, nbytes: int) -> np.ndarray | None:
+        """The first array, allocated now for an x of up to `nbytes`, so its pages can be
+        faulted in before the first mini-batch's gather writes them (pipeline.prefault);
+        None if the pool has one already. One only: a consumer that lets each x go before
+        it asks for the next (the Trainer) never needs a second."""
+        if self._arrays:
+            return None
+        self._arrays.append(self._alloc(self.array_bytes(nbytes)))
+        self._events.append(None)
+        return self._arrays[0]
+
     def _free(self, k: int) -> bool:
         if sys.getrefcount(self._arrays[k]) != self._unused_refs:
             return False
@@ -172,6 +185,7 @@ class MegaBatchBuffers:
         self._bufs = [source.io.alloc(capacity_rows * self.row_bytes) for _ in range(BUFFERS)]
         self.outputs = Recycler(pinned=pinned)
         self.device = device
+        self.pinned = pinned
         #: x rows served so far from each level (RowPlaces.counts' keys)
         self.level_rows: Counter[str] = Counter()
         self.x_dtype = x_dtype(self.dtype, widen)
@@ -179,6 +193,15 @@ class MegaBatchBuffers:
         if hot.device_data is not None and device is None and hot.device_data.device.type != "cpu":
             raise ValueError(f"the hot cache's device slice is on {hot.device_data.device}: a host gather "
                              "cannot read it; gather on that device")
+
+    def prefault(self, x_rows: int) -> threading.Thread | None:
+        """The buffers' pages, and those of the first x array for mini-batches of up to
+        `x_rows` input rows (host gather), faulted in by a thread of their own (pipeline.prefault):
+        not in the first mini-batch's reads and gather. Pinned memory is resident already."""
+        if self.pinned:
+            return None
+        x = self.outputs.reserve(x_rows * self.feat_dim * self.x_dtype.itemsize) if self.device is None else None
+        return populate_in_background([*self._bufs, *([] if x is None else [x])])
 
     def _rows_view(self, k: int) -> np.ndarray:
         return self._bufs[k][: self.capacity * self.row_bytes].view(np.uint8).reshape(self.capacity, self.row_bytes)

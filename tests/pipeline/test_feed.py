@@ -140,3 +140,17 @@ def test_a_plan_without_minibatches_spills_and_restores(tmp_path):
                          stats={"minibatches": 0}, piece=1, pieces=3, positions=np.array([1, 2]))
     restored = plan.spill(tmp_path / "p.spill").restore()
     assert restored.equals(plan) and restored.minibatches == [] and not (tmp_path / "p.spill").exists()
+
+
+def test_the_first_x_array_is_reserved_when_the_loader_opens(store):
+    """The first x array exists from the open (its pages faulted in beside the first
+    mini-batch's plan and reads, not in its gather), sized for the largest sampled training
+    mini-batch; the first mini-batch's x is in it."""
+    with NodeLoader(store, store.train_idx, **LOADER) as loader:
+        pool = loader.backend.x_pool
+        assert len(pool._arrays) == 1
+        reserved = [raw.ctypes.data for raw in pool._arrays]  # addresses: a reference would hold them
+        loader.set_epoch(1)
+        first = next(iter(loader))
+        np.testing.assert_array_equal(first.x.numpy(), _expected_x(store, first, np.float32))
+        assert first.x.numpy().ctypes.data in reserved

@@ -184,6 +184,8 @@ class SSDLoader:
                  device, gather_device or "the host")
         self.buffers = MegaBatchBuffers(self.hot, self.budget.buffer_rows, pinned=pinned,
                                         widen=not ssd.widen_on_device, device=gather_device)
+        # for training's mini-batches (an evaluation's far larger x would be replaced by the first of them)
+        self.buffers.prefault(max(len(rows) for rows in sampled["training"]))
         self.io.add(bytes_read=self.hot.nbytes + self.hot.device_nbytes)
         # a training mini-batch's cold rows: what sizes the packers' windows (_packed_stream)
         self._cold_bytes = _most_cold(sampled["training"], self.hot.members) * row_bytes
