@@ -1,7 +1,7 @@
 """The loader's long-lived arrays made resident ahead of their first use, off the caller's thread.
 
 A fresh array's pages fault on first touch. On a virtual machine whose host took freed
-memory back, that costs ~3 ms a MiB: the first mini-batch's x (two arrays of ~240 MiB on
+memory back, that costs ~3 ms a MiB: the first mini-batch's x (an array of ~240 MiB on
 `medium`) took 0.5-0.9 s of faults inside its gather, a third of the first mini-batch's wait
 (docs/BENCHMARKS.md, issue 46, sixth round). The kernel fills them instead
 (madvise MADV_POPULATE_WRITE, Linux 5.14) from a thread of its own while the loader plans and
