@@ -9,7 +9,6 @@ BUFFERS plans ahead of the caller (PlanWorker depth BUFFERS), and the memory bud
 from __future__ import annotations
 
 import sys
-import threading
 from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -185,7 +184,6 @@ class MegaBatchBuffers:
         self._bufs = [source.io.alloc(capacity_rows * self.row_bytes) for _ in range(BUFFERS)]
         self.outputs = Recycler(pinned=pinned)
         self.device = device
-        self.pinned = pinned
         #: x rows served so far from each level (RowPlaces.counts' keys)
         self.level_rows: Counter[str] = Counter()
         self.x_dtype = x_dtype(self.dtype, widen)
@@ -194,14 +192,16 @@ class MegaBatchBuffers:
             raise ValueError(f"the hot cache's device slice is on {hot.device_data.device}: a host gather "
                              "cannot read it; gather on that device")
 
-    def prefault(self, x_rows: int) -> threading.Thread | None:
-        """The buffers' pages, and those of the first x array for mini-batches of up to
-        `x_rows` input rows (host gather), faulted in by a thread of their own (pipeline.prefault):
-        not in the first mini-batch's reads and gather. Pinned memory is resident already."""
-        if self.pinned:
-            return None
-        x = self.outputs.reserve(x_rows * self.feat_dim * self.x_dtype.itemsize) if self.device is None else None
-        return populate_in_background([*self._bufs, *([] if x is None else [x])])
+    def prefault(self, x_rows: int) -> None:
+        """The buffers' pages, and with a host gather into unpinned memory those of the first
+        x array for mini-batches of up to `x_rows` input rows, faulted in by a thread of their
+        own (pipeline.prefault): not in the first mini-batch's reads and gather. A pinned x
+        array is resident once allocated."""
+        arrays = list(self._bufs)
+        if self.device is None and not self.outputs.pinned:
+            x = self.outputs.reserve(x_rows * self.feat_dim * self.x_dtype.itemsize)
+            arrays += [] if x is None else [x]
+        populate_in_background(arrays)
 
     def _rows_view(self, k: int) -> np.ndarray:
         return self._bufs[k][: self.capacity * self.row_bytes].view(np.uint8).reshape(self.capacity, self.row_bytes)
