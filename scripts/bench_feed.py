@@ -31,9 +31,10 @@ counted in those CPU seconds; `cpu_s_per_batch_less_packer_start` without it) an
 bytes read went per useful byte (`read_parts_per_useful_byte`: repack scans "packing",
 compact blocks "packed", page extents "extents").
 Before and after the runs, the drive's sequential O_DIRECT read rate over the features file
-is taken (`drive_read_mb_s`, `drive_read_mb_s_after` in the JSON's meta); each row says what the drive moved per mini-batch
-(`moved_mb_per_batch`: bytes read and the packers' blocks written), and the table the MB/s
-that makes at the row's rate: a loader bound by the drive moves about what a plain reader gets.
+is taken (`drive_read_mb_s`, `drive_read_mb_s_after` in the JSON's meta); each row says what
+the drive moved per mini-batch (`moved_mb_per_batch`: bytes read and the packers' blocks
+written), and the table the MB/s that makes at the row's rate: a loader bound by the drive
+moves about what a plain reader gets.
 
     python scripts/bench_feed.py --store DIR [--quick] [--budget SIZE] [--batches N]
         [--threads 1 2 ...] [--packers 1 2 ...] [--baseline 4c691b2 ...] [--systems memory ssd] [--json PATH]
