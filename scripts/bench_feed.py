@@ -30,11 +30,12 @@ the children), `first_batch_s` (iterator creation to the first mini-batch),
 counted in those CPU seconds; `cpu_s_per_batch_less_packer_start` without it) and where the
 bytes read went per useful byte (`read_parts_per_useful_byte`: repack scans "packing",
 compact blocks "packed", page extents "extents").
-Before and after the runs, the drive's sequential O_DIRECT read rate over the features file
-is taken (`drive_read_mb_s`, `drive_read_mb_s_after` in the JSON's meta); each row says what
-the drive moved per mini-batch (`moved_mb_per_batch`: bytes read and the packers' blocks
-written), and the table the MB/s that makes at the row's rate: a loader bound by the drive
-moves about what a plain reader gets.
+Before and after the runs, the drive's O_DIRECT read rate over the features file (1 MiB
+requests, the cost model's calibration measure) is taken (`drive_read_mb_s`,
+`drive_read_mb_s_after` in the JSON's meta); each row says what the drive moved per
+mini-batch (`moved_mb_per_batch`: bytes read and the packers' blocks written), and the table
+the MB/s that makes at the row's rate: a loader bound by the drive moves about what a plain
+reader gets.
 
     python scripts/bench_feed.py --store DIR [--quick] [--budget SIZE] [--batches N]
         [--threads 1 2 ...] [--packers 1 2 ...] [--baseline 4c691b2 ...] [--systems memory ssd] [--json PATH]
@@ -299,29 +300,19 @@ def compared_trees(args: argparse.Namespace) -> list[tuple[str, str]]:
 
 # --- the parent --------------------------------------------------------------------------
 
-def drive_read_rate(path: Path, most: int = 1 << 30, chunk: int = 64 << 20, request: int = 1 << 20) -> float:
-    """MB/s of sequential O_DIRECT reads of `path` (up to `most` bytes, 1 MiB requests, 32
-    in flight): what the drive gives a plain reader, beside which a row's moved bytes times
-    its rate say how busy its loader kept the drive (a shared or virtual drive varies from
-    minute to minute: one figure, not a bound)."""
-    import numpy as np
-
+def drive_read_rate(path: Path, seconds: float = 1.0) -> float:
+    """MB/s of 1 MiB O_DIRECT reads of `path`, 32 in flight (the cost model's calibration
+    measure, pipeline.calibration.measure_reads): what the drive gives a plain reader, beside
+    which a row's moved bytes times its rate say how busy its loader kept the drive (a shared
+    or virtual drive varies from minute to minute: one figure, not a bound)."""
+    from gnnssd.pipeline.calibration import measure_reads
     from gnnssd.pipeline.direct_io import DirectIO
 
     io = DirectIO(queue_depth=32)
     try:
-        f = io.open(path)
-        buf = io.alloc(chunk)
-        size = min(most, os.path.getsize(path)) // chunk * chunk
-        start = time.perf_counter()
-        for at in range(0, size, chunk):
-            offsets = np.arange(at, at + chunk, request, dtype=np.int64)
-            io.read_extents(f, offsets, np.full(len(offsets), request, np.int64), buf, offsets - at)
-        seconds = time.perf_counter() - start
-        io.close(f)
+        return measure_reads(io, path, 1 << 20, seconds)["bytes_per_s"] / 1e6
     finally:
         io.shutdown()
-    return size / seconds / 1e6 if size else float("nan")
 
 
 def _option(text: str) -> tuple[str, Any]:
@@ -409,7 +400,7 @@ def main() -> int:
             "ssd_options": dict(_option(o) for o in args.ssd)}
     drive = drive_read_rate(store.features_path) if trees else None
     if drive:
-        print(f"drive: sequential O_DIRECT reads of {Path(store.features_path).name} at {drive:.0f} MB/s "
+        print(f"drive: O_DIRECT reads of {Path(store.features_path).name} at {drive:.0f} MB/s "
               "(1 MiB requests, 32 in flight)", flush=True)
     if not args.no_warmup:
         for system, tree, label in systems[1 if systems and systems[0][0] == "memory" else 0:]:
