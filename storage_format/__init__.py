@@ -9,7 +9,7 @@ check_numba_threads()  # before any module imports numba, which fails on a bad N
 
 _EXPORTS = by_name({
     ".atomic": ("OutputWriteError", "UnsafeOutputError", "appending", "atomic_file", "atomic_write_bytes",
-                "atomic_write_json", "check_output_target", "disk_of", "writable_file"),
+                "atomic_write_json", "check_output_target", "disk_of", "writable_file", "write_error"),
     ".content": ("check_indptr_monotone", "check_range"),
     ".preprocess.csc": ("index_dtype",),
     ".environment": ("env_int", "env_seconds", "env_text"),

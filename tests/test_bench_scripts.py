@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from gnnssd.datasets import ArraySource
@@ -251,3 +252,46 @@ def test_bench_gpu_device_part_dry_runs_on_the_cpu_and_writes_its_json(tiny_stor
     for row in rows:
         assert row["batches"] == 2 and row["batches/s"] > 0 and row["vs compute-only"] > 0, row
     assert rows[1]["load s"] > 0 and rows[1]["sample s/mb"] > 0 and rows[1]["gather s/mb"] > 0
+
+
+def _script(name: str):
+    """A script of scripts/ imported as a module (its helpers tested on their own)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("row_bytes", [512, 1024, 3000, 4096, 6000, 9000])
+def test_read_arithmetic_counts_the_pages_rows_lie_on(row_bytes):
+    rows = np.unique(np.random.default_rng(row_bytes).integers(0, 5000, 700))
+    expected = sorted({page for r in rows.tolist()
+                       for page in range(r * row_bytes // 4096, (r * row_bytes + row_bytes - 1) // 4096 + 1)})
+    assert _script("read_arithmetic").pages_of(rows, row_bytes).tolist() == expected
+
+
+def test_read_arithmetic_bounds_each_way_and_writes_its_json(tiny_store, tmp_path):
+    out, scratch = tmp_path / "bound.json", tmp_path / "scratch"
+    scratch.mkdir()
+    result = subprocess.run(
+        [sys.executable, "scripts/read_arithmetic.py", str(tiny_store), "--budget", "16MiB", "--beside-x",
+         "--batches", "2", "--batch-size", "32", "--seconds", "0.2", "--scratch", str(scratch), "--json", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert list(scratch.iterdir()) == []  # the writer's files are removed
+    row_bytes = Store.open(tiny_store).row_bytes
+    for mb in report["per_minibatch"]:
+        assert 0 < mb["cold_rows"] <= mb["input_rows"] and mb["cold_bytes"] == mb["cold_rows"] * row_bytes
+        assert mb["cold_bytes"] <= mb["page_bytes"] <= mb["extent_bytes"] and mb["in_place_s"] > 0
+    ways = {w["way"].split(" (")[0]: w for w in report["ways"]}
+    mean, drive = report["mean"], report["drive"]
+    assert ways["useful once"]["moved_mb"] == pytest.approx(mean["cold_bytes"] / 1e6)
+    assert ways["packed"]["moved_mb"] == pytest.approx(2 * mean["cold_bytes"] / 1e6)
+    assert ways["in place"]["drive_s"] == pytest.approx(mean["in_place_s"])
+    assert drive["read_bytes_per_s"] > 0 and drive["beside_writer"]["write_bytes_per_s"] > 0
+    assert report["memory"]["batches_per_s"] > 0
+    for way in ways.values():
+        assert way["x_memory"] == pytest.approx(way["batches_per_s_most"] / report["memory"]["batches_per_s"])

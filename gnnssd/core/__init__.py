@@ -7,7 +7,8 @@ from gnnssd.storage_format import by_name, lazy_exports
 
 _EXPORTS = by_name({
     ".allocator": ("bound_freed_memory",),
-    ".budget": ("disk_share", "format_bytes", "parse_bytes", "resolve_block_budget", "ssd_split"),
+    ".budget": ("AUTO_FEATURE_SHARE", "PACKED_FEATURE_SHARE", "disk_share", "format_bytes", "parse_bytes",
+                "resolve_block_budget", "ssd_split"),
     ".config": ("Config", "ConfigError", "ModelConfig", "SamplerConfig", "SSDConfig", "as_config",
                 "check_count", "load_config"),
     ".logs": ("setup_logging",),

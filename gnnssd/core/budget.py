@@ -50,8 +50,14 @@ AUTO_MIN_RATIO = 2  # features at most this many times the memory budget: no blo
 #: mini-batches they did at half the features' size (medium at 1/8, one packer: bytes read
 #: per useful byte 4.34 -> 3.0, ~1.3x the rate). Twice the size read less still, but the
 #: windows' plan stubs (counted in the memory budget) left two packers' trainer buffers
-#: too small at 1/8: docs/BENCHMARKS.md, issue 46, fifth round.
+#: too small at 1/8: docs/BENCHMARKS.md, issue 46, fifth round. That holds where the
+#: trainer's own thread repacks (ssd.packers 0).
 AUTO_FEATURE_SHARE = 1.0
+#: With packers, a window's rows wait in mapped files (gnnssd.pipeline.packers.RowsFile),
+#: so the memory budget no longer grows with the window: windows of 1.5x the features
+#: share each scan among 3x the mini-batches (medium at 1/8: 711-727 -> 562-578 MB moved a
+#: mini-batch; docs/BENCHMARKS.md, issue 46, seventh round).
+PACKED_FEATURE_SHARE = 3.0
 AUTO_DISK_SHARE = 0.25  # and never more than a quarter of the free space under the run dir
 
 
@@ -198,19 +204,21 @@ def ssd_split(total: int, row_bytes: int, queue_bytes: int, hot_fraction: float,
                               held_bytes=held_bytes)
 
 
-def auto_block_budget(feature_bytes: int, memory_budget: int, disk: os.statvfs_result) -> int:
+def auto_block_budget(feature_bytes: int, memory_budget: int, disk: os.statvfs_result,
+                      share: float = AUTO_FEATURE_SHARE) -> int:
     """`ssd.block_budget: auto`: disk space for compact blocks, from the features-to-budget
     ratio and `disk` (os.statvfs of the block directory's filesystem).
 
     0 (extents only) when the features are at most AUTO_MIN_RATIO times the memory budget
     (the hot cache holds much of them: repacking costs more than it saves); otherwise
-    AUTO_FEATURE_SHARE of the features, capped at AUTO_DISK_SHARE of the free space, and 0
-    when that cap is below the memory budget (windows smaller than a buffer repack nothing
-    worth the write: the disk is too full)."""
+    `share` of the features (AUTO_FEATURE_SHARE, or PACKED_FEATURE_SHARE with packers),
+    capped at AUTO_DISK_SHARE of the free space, and 0 when that cap is below the memory
+    budget (windows smaller than a buffer repack nothing worth the write: the disk is too
+    full)."""
     if feature_bytes <= AUTO_MIN_RATIO * memory_budget:
         return 0
     free = disk.f_bavail * disk.f_frsize
-    chosen = min(int(feature_bytes * AUTO_FEATURE_SHARE), int(free * AUTO_DISK_SHARE))
+    chosen = min(int(feature_bytes * share), int(free * AUTO_DISK_SHARE))
     return chosen if chosen >= memory_budget else 0
 
 
@@ -228,13 +236,14 @@ def disk_share(directory: Path) -> int:
 
 
 def resolve_block_budget(value: int | str, feature_bytes: int, memory_budget: int,
-                         directory: Path) -> tuple[int, str]:
+                         directory: Path, share: float = AUTO_FEATURE_SHARE) -> tuple[int, str]:
     """The block budget in bytes for `value` (bytes, or AUTO decided for `directory`'s
-    filesystem, or its nearest existing parent's), and a line saying why, for the log."""
+    filesystem, or its nearest existing parent's: auto_block_budget's `share`), and a line
+    saying why, for the log."""
     if value != AUTO:
         return value, f"ssd.block_budget {format_bytes(value)} (as configured)"
     existing, disk = filesystem(directory)
-    chosen = auto_block_budget(feature_bytes, memory_budget, disk)
+    chosen = auto_block_budget(feature_bytes, memory_budget, disk, share)
     return chosen, (f"ssd.block_budget auto: {format_bytes(chosen)} (features "
                     f"{feature_bytes / memory_budget:.1f}x the memory budget; "
                     f"{format_bytes(disk.f_bavail * disk.f_frsize)} free under {existing})")

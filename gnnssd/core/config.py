@@ -201,9 +201,10 @@ class SSDConfig:
     #: Share of the budget (after queues) for the hot cache; the rest is two buffers.
     hot_fraction: float = field(default=0.4, metadata=_check(lambda v: 0 <= v < 1, "in [0, 1)"))
     #: Disk space for compact blocks repacked ahead of training; 0 = extents only; "auto":
-    #: 0 when the features are at most twice memory_budget, else the features' size,
-    #: capped at a quarter of the free space where the blocks go (0 if that is below
-    #: memory_budget). The chosen value is logged (gnnssd.core.budget.auto_block_budget).
+    #: 0 when the features are at most twice memory_budget, else 3x the features' size
+    #: with packers (1x with packers 0), capped at a quarter of the free space where the
+    #: blocks go (0 if that is below memory_budget). The chosen value is logged
+    #: (gnnssd.core.budget.auto_block_budget).
     block_budget: int | Literal["auto"] = field(default=AUTO, metadata=SIZE_OR_AUTO)
     queue_depth: int = field(default=128, metadata=_check(_positive, "a positive integer"))
     io_backend: Literal["auto", "io_uring", "threads"] = "auto"

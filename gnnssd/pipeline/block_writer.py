@@ -29,13 +29,30 @@ SPARE_CHUNKS = 4  # chunks queued for the writers beyond one per open block
 WRITERS = 3  # threads: single 1 MiB O_DIRECT writes are latency-bound
 
 
-def row_lists(lists: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """Lists of rows as one int64 array and the bounds of each (list j is
-    rows[bounds[j]:bounds[j + 1]]): what `_fill` takes (a numba typed List took ~0.8 CPU-s
-    of compiling in every process that built its first one: each packer's first window)."""
-    bounds = np.zeros(len(lists) + 1, np.int64)
-    np.cumsum([len(rows) for rows in lists], out=bounds[1:])
-    return (np.concatenate(lists).astype(np.int64, copy=False) if lists else NO_KEYS), bounds
+def row_lists(lists: list[np.ndarray], within: np.ndarray | None = None
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Lists of rows as one int64 array and where each lies in it (list j is
+    rows[starts[j]:ends[j]]): what `_fill` takes (a numba typed List took ~0.8 CPU-s of
+    compiling in every process that built its first one: each packer's first window).
+    Lists that are all views of `within` (1-D int64: a packer window's mapped row lists,
+    gnnssd.pipeline.packers) are taken where they lie, with no copy; others are concatenated."""
+    counts = np.array([len(rows) for rows in lists], np.int64)
+    if within is not None and lists:
+        starts = np.array([_offset_in(rows, within) for rows in lists], np.int64)
+        if (starts >= 0).all():
+            return within, starts, starts + counts
+    ends = np.cumsum(counts)
+    return (np.concatenate(lists).astype(np.int64, copy=False) if lists else NO_KEYS), ends - counts, ends
+
+
+def _offset_in(rows: np.ndarray, within: np.ndarray) -> int:
+    """Where the int64 view `rows` starts in `within` (an empty list: 0), or -1 if it is not
+    a contiguous run of it."""
+    if not len(rows):
+        return 0
+    at, rest = divmod(rows.ctypes.data - within.ctypes.data, 8)
+    inside = rows.dtype == np.int64 and rows.strides == (8,) and 0 <= at and at + len(rows) <= len(within)
+    return at if inside and not rest else -1
 
 
 #: What `_fill` stopped for: every list copied as far as `top`; list i's block needs a
@@ -63,15 +80,15 @@ def _move(typingctx, dst, to, src, at, n):
 
 
 @nb.njit(cache=True, nogil=True)
-def _fill(src, keys, pos, rows, bounds, cursor, ids, i, top, pool, chunk, buf, fill, carry, row_bytes):
+def _fill(src, keys, pos, rows, starts, ends, cursor, ids, i, top, pool, chunk, buf, fill, carry, row_bytes):
     """Copy rows into the blocks' chunks, list by list from list i: list j is
-    rows[bounds[j] + cursor[j]:bounds[j + 1]] for block ids[j], copied while its rows are
+    rows[starts[j] + cursor[j]:ends[j]] for block ids[j], copied while its rows are
     <= top. A row's bytes are src[pos[searchsorted(keys, row)]:+row_bytes], or
     src[row:+row_bytes] when keys is empty. Block k appends to pool[buf[k] * chunk + fill[k]:] (its chunk);
     carry[k] bytes of its next row are in a previous chunk already (a row straddling two
     chunks). Returns (list, what it stopped for) at the first thing only the caller can do."""
     while i < cursor.shape[0]:
-        k, c, r = ids[i], cursor[i], rows[bounds[i] : bounds[i + 1]]
+        k, c, r = ids[i], cursor[i], rows[starts[i] : ends[i]]
         b, f, done = buf[k], fill[k], carry[k]
         why = DONE
         j = 0  # the list's rows and the keys are both sorted: one merge walk per list
@@ -195,26 +212,27 @@ class BlockWriter:
         pos = np.ascontiguousarray(pos, dtype=np.int64)
         if len(pos) and (pos.min() < 0 or pos.max() + self.row_bytes > len(src)):
             raise ValueError(f"a row position lies outside the {len(src)}-byte source")
-        self._copy(src, NO_KEYS, NO_KEYS, pos, np.array([0, len(pos)], np.int64), np.zeros(1, np.int64),
+        starts, cursor = np.zeros(1, np.int64), np.zeros(1, np.int64)  # one list: pos itself
+        self._copy(src, NO_KEYS, NO_KEYS, pos, starts, np.array([len(pos)], np.int64), cursor,
                    np.array([block], np.int64), np.iinfo(np.int64).max, close_ends=False)
 
     def append_sorted(self, src: np.ndarray, keys: np.ndarray, pos: np.ndarray, rows: np.ndarray,
-                      bounds: np.ndarray, cursor: np.ndarray, top: int) -> None:
-        """For every block k, append its rows (row_lists: rows[bounds[k]:bounds[k + 1]], sorted
+                      starts: np.ndarray, ends: np.ndarray, cursor: np.ndarray, top: int) -> None:
+        """For every block k, append its rows (row_lists: rows[starts[k]:ends[k]], sorted
         int64) from cursor[k] up to `top`, row r at src[pos[searchsorted(keys, r)]:] (keys
         sorted int64, holding every such row), advancing cursor[k]; a block whose last row is
         appended is closed. A kernel call per block that needs a chunk or is closed; none per
         (call, block)."""
-        self._copy(src, keys, pos, rows, bounds, cursor, np.arange(len(cursor), dtype=np.int64), top,
+        self._copy(src, keys, pos, rows, starts, ends, cursor, np.arange(len(cursor), dtype=np.int64), top,
                    close_ends=True)
 
-    def _copy(self, src: np.ndarray, keys: np.ndarray, pos: np.ndarray, rows: np.ndarray, bounds: np.ndarray,
-              cursor: np.ndarray, ids: np.ndarray, top: int, close_ends: bool) -> None:
+    def _copy(self, src: np.ndarray, keys: np.ndarray, pos: np.ndarray, rows: np.ndarray, starts: np.ndarray,
+              ends: np.ndarray, cursor: np.ndarray, ids: np.ndarray, top: int, close_ends: bool) -> None:
         """Run _fill, doing what it stops for: chunks taken and handed to the writers,
         blocks closed (with `close_ends`)."""
         i = 0
         while True:
-            i, why = _fill(src, keys, pos, rows, bounds, cursor, ids, i, top, self.pool, self.chunk, self.buf,
+            i, why = _fill(src, keys, pos, rows, starts, ends, cursor, ids, i, top, self.pool, self.chunk, self.buf,
                            self.fill, self.carry, self.row_bytes)
             if why == DONE:
                 return
@@ -229,7 +247,7 @@ class BlockWriter:
                     self.close(k)
                 i += 1
             else:
-                raise ValueError(f"row {rows[bounds[i] + cursor[i]]} of block {k} is not among the rows read for it")
+                raise ValueError(f"row {rows[starts[i] + cursor[i]]} of block {k} is not among the rows read for it")
 
     def _submit(self, block: int, nbytes: int) -> None:
         if self._error is not None:

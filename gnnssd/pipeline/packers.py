@@ -29,6 +29,7 @@ them) and are ended when the pool closes; the caller removes the scratch folder 
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import queue
 import shutil
@@ -50,7 +51,7 @@ from gnnssd.pipeline.direct_io import DirectIO
 from gnnssd.pipeline.repack import RepackReport, repack_window
 from gnnssd.pipeline.worker import POLL_S, check_stop, numba_threads, stops_with
 from gnnssd.sampler import CostModel, HotRows, MegaBatchPlan, PlanConfig, Planner, Scan, choose_window, pages_plan
-from gnnssd.storage_format import Store
+from gnnssd.storage_format import Store, write_error, writable_file
 
 
 #: Mini-batches of each packer's first window, and of the trainer's own window beyond the
@@ -118,6 +119,42 @@ class WindowWork:
     directory: Path
 
 
+NO_ROWS = np.empty(0, np.int64)
+
+
+class RowsFile:
+    """Rows (int64) appended to a file of a window's folder, then read back as one
+    read-only mapping of it: what a waiting window keeps of its rows is the kernel's page
+    cache (clean once written back, dropped under pressure), not the packer's memory."""
+
+    def __init__(self, path: Path):
+        self.path, self._count = path, 0
+        self._file = writable_file(path, path.parent)  # never through a planted link
+
+    def add(self, rows: np.ndarray) -> None:
+        try:
+            self._file.write(memoryview(np.ascontiguousarray(rows, np.int64)).cast("B"))
+        except OSError as exc:  # a full scratch disk names the file and the disk
+            raise write_error(self.path, exc) from None
+        self._count += len(rows)
+
+    def mapped(self) -> np.ndarray:
+        """Every row added, in order."""
+        try:
+            self._file.flush()
+        except OSError as exc:
+            raise write_error(self.path, exc) from None
+        if not self._count:
+            return NO_ROWS
+        return np.frombuffer(mmap.mmap(self._file.fileno(), self._count * 8, access=mmap.ACCESS_READ), np.int64)
+
+    def __enter__(self) -> RowsFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._file.close()  # a mapping outlives its file's descriptor
+
+
 class Packer:
     """Plans and repacks windows (in a packer process, or in the probe that measures one)."""
 
@@ -130,31 +167,44 @@ class Packer:
         self.io = DirectIO(queue_depth=spec.queue_depth, backend=spec.io_backend,
                            checksums={store.features_path: store.page_checksums()} if spec.verify_checksums else None)
 
-    def plan(self, work: WindowWork) -> tuple[list[MegaBatchPlan], Scan]:
-        """The window's plans, spilled to work.directory (stubs), and its scan: the best
-        blocks within the window's share (the rest read as pages)."""
+    def plan(self, work: WindowWork) -> tuple[list[MegaBatchPlan], Scan, np.ndarray]:
+        """The window's plans, spilled to work.directory (stubs); its scan: the best blocks
+        within the window's share (the rest read as pages); and the array the stubs' read
+        rows are views of. Those rows and the scan's wait in files of the window's folder,
+        mapped (RowsFile): a packer's memory holds one window's scan rows while it builds
+        them, whatever the window's size."""
         spec, store = self.spec, self.store
         work.directory.mkdir(parents=True, exist_ok=True)
         planner = Planner(*self._planner_args, **self._planner_options)
         stubs = []
-        for plan in planner.plan_batches(work.batches, work.epoch, work.exclude, work.first):
-            check_stop()
-            plan.read = pages_plan(plan.read_rows, store.row_bytes, spec.cost_model)
-            if plan.pieces and plan.piece < plan.pieces - 1:
-                plan = replace(plan, minibatches=[])  # only the last piece yields the mini-batch
-            stubs.append(plan.spill(work.directory / f"plan_e{plan.epoch}_m{plan.index}.spill"))
-            del plan
-        return stubs, choose_window(stubs, store.row_bytes, spec.cost_model, spec.window_block_bytes)
+        with RowsFile(work.directory / "rows.bin") as lists:
+            for plan in planner.plan_batches(work.batches, work.epoch, work.exclude, work.first):
+                check_stop()
+                plan.read = pages_plan(plan.read_rows, store.row_bytes, spec.cost_model)
+                if plan.pieces and plan.piece < plan.pieces - 1:
+                    plan = replace(plan, minibatches=[])  # only the last piece yields the mini-batch
+                lists.add(plan.read_rows)
+                stub = plan.spill(work.directory / f"plan_e{plan.epoch}_m{plan.index}.spill")
+                stubs.append(replace(stub, rows=NO_ROWS, carry_src=NO_ROWS))
+                del plan, stub
+            rows = lists.mapped()
+        at = np.cumsum([0] + [stub.num_read for stub in stubs])
+        stubs = [replace(stub, rows=rows[lo:hi]) for stub, lo, hi in zip(stubs, at[:-1], at[1:])]
+        scan = choose_window(stubs, store.row_bytes, spec.cost_model, spec.window_block_bytes)
+        with RowsFile(work.directory / "scan.bin") as union:
+            union.add(scan.rows)
+            scan.rows = union.mapped()
+        return stubs, scan, rows
 
-    def repack(self, work: WindowWork, stubs: list[MegaBatchPlan], scan: Scan
+    def repack(self, work: WindowWork, stubs: list[MegaBatchPlan], scan: Scan, rows: np.ndarray
                ) -> tuple[list[MegaBatchPlan], list[RepackReport]]:
-        """The window's blocks written in one scan; its stubs as they cross to the consumer,
-        and what repacking cost."""
+        """The window's blocks written in one scan (`rows`: what the stubs' read rows are
+        views of); its stubs as they cross to the consumer, and what repacking cost."""
         store = self.store
         report = repack_window(self.io, store.features_path, store.row_bytes, stubs, scan, work.directory,
-                               self.spec.staging_bytes, self.spec.writer_bytes)
-        empty = np.empty(0, np.int64)  # the spill file has them: the stub crosses as little as it can
-        return [replace(p, rows=empty, carry_src=empty) for p in stubs], [report]
+                               self.spec.staging_bytes, self.spec.writer_bytes, rows)
+        # the spill file has them: the stub crosses as little as it can
+        return [replace(p, rows=NO_ROWS, carry_src=NO_ROWS) for p in stubs], [report]
 
     def close(self) -> None:
         self.io.shutdown()
@@ -213,8 +263,8 @@ def _failure(exc: BaseException) -> tuple[str, str, str]:
 
 
 #: Windows a packer holds at once: the one it scans (or whose room it waits for) and the next,
-#: planned meanwhile (their stubs and scans are the packer's memory: ssd.memory_budget counts
-#: this many windows per packer).
+#: planned meanwhile (their rows wait in mapped files, RowsFile: ssd.memory_budget counts the
+#: scan rows of the one being planned).
 PACKER_WINDOWS = 2
 
 
@@ -267,17 +317,17 @@ def serve(fd: int) -> None:
                          name="gnnssd-packer-plan").start()
         while (item := planned.get()) is not None and not inbox.told.is_set():
             if item[0] == "ok":
-                _, work, stubs, scan = item
+                _, work, stubs, scan, rows = item
                 del item
                 try:
                     if len(scan.rows):
                         inbox.room(work.window)
-                    item = ("ok", packer.repack(work, stubs, scan))
+                    item = ("ok", packer.repack(work, stubs, scan, rows))
                 except _Told:
                     raise
                 except Exception as exc:  # the window's error, raised in the consumer
                     item = _failure(exc)
-                del stubs, scan
+                del stubs, scan, rows
             conn.send(item)
             slots.release()
     except (EOFError, ConnectionError, _Told):  # the pool is gone, or told to stop

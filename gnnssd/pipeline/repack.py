@@ -29,10 +29,13 @@ def repack(
     block_dir: str | Path,
     staging_bytes: int = 32 << 20,
     writer_bytes: int = 16 << 20,
+    within: np.ndarray | None = None,
 ) -> int:
     """Write the block files of the window's block plans; returns bytes written.
-    Memory: the staging area and `writer_bytes` of write chunks. In a closing PlanWorker's
-    thread it raises Stopped between staging chunks (the caller removes the blocks)."""
+    Memory: the staging area and `writer_bytes` of write chunks, and the blocks' row lists
+    in one array unless their read rows are views of `within` (block_writer.row_lists). In
+    a closing PlanWorker's thread it raises Stopped between staging chunks (the caller
+    removes the blocks)."""
     # blocks in the order their last rows come in the scan, each closed once it has them:
     # at most `overlap` blocks then hold a write chunk at once (see open_at_once)
     blocks = sorted((p for p in plans if p.read is not None and p.read.strategy is Strategy.BLOCK),
@@ -47,12 +50,12 @@ def repack(
     try:
         with BlockWriter([block_dir / p.read.block for p in blocks], row_bytes, io.alloc,
                          writer_bytes, open_at_once=overlap(blocks), rows=[p.num_read for p in blocks]) as writer:
-            rows, bounds = row_lists([p.read_rows for p in blocks])
+            rows, starts, ends = row_lists([p.read_rows for p in blocks], within)
             cursor = np.zeros(len(blocks), np.int64)  # the rows of each block appended so far
             for lo, hi, pos in io.iter_rows(f, union, row_bytes, scan.offsets, scan.lengths, staging):
                 check_stop()  # a closing worker stops here, not at the window's end
                 if hi > lo:  # every block's rows up to the chunk's last, in one kernel call
-                    writer.append_sorted(staging, union[lo:hi], pos, rows, bounds, cursor, int(union[hi - 1]))
+                    writer.append_sorted(staging, union[lo:hi], pos, rows, starts, ends, cursor, int(union[hi - 1]))
     finally:
         io.close(f)
     return writer.bytes_written
@@ -129,8 +132,9 @@ def repacked_windows(
 
 
 def repack_window(io: DirectIO, features_path: str | Path, row_bytes: int, window: list[MegaBatchPlan], scan: Scan,
-                  block_dir: str | Path, staging_bytes: int, writer_bytes: int) -> RepackReport:
+                  block_dir: str | Path, staging_bytes: int, writer_bytes: int,
+                  within: np.ndarray | None = None) -> RepackReport:
     """`repack` of a window whose reads are chosen (readplan.choose_window), and what it cost."""
     start = time.perf_counter()
-    written = repack(io, features_path, row_bytes, window, scan, block_dir, staging_bytes, writer_bytes)
+    written = repack(io, features_path, row_bytes, window, scan, block_dir, staging_bytes, writer_bytes, within)
     return RepackReport(time.perf_counter() - start, int(scan.lengths.sum()), len(scan.lengths), written)

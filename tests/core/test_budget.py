@@ -5,8 +5,8 @@ import os
 
 import pytest
 
-from gnnssd.core.budget import (MIN_BUFFER_BYTES, MINIBATCH_MARGIN, MemoryBudget, auto_block_budget,
-                                format_bytes, parse_bytes, resolve_block_budget, ssd_split)
+from gnnssd.core.budget import (MIN_BUFFER_BYTES, MINIBATCH_MARGIN, PACKED_FEATURE_SHARE, MemoryBudget,
+                                auto_block_budget, format_bytes, parse_bytes, resolve_block_budget, ssd_split)
 
 MiB, GiB = 1 << 20, 1 << 30
 
@@ -110,6 +110,9 @@ def test_auto_block_budget_follows_features_and_free_disk(tmp_path) -> None:
     assert auto_block_budget(10 * GiB, budget, _with_free(disk, 2 * GiB)) == GiB // 2
     # the disk too full for a window of a buffer's size: extents only
     assert auto_block_budget(10 * GiB, budget, _with_free(disk, 200 * MiB)) == 0
+    # with packers (their windows' rows wait in mapped files): three times the features' size
+    assert auto_block_budget(features, budget, _with_free(disk, 16 * features), PACKED_FEATURE_SHARE) == 3 * features
+    assert auto_block_budget(features, budget, _with_free(disk, 8 * features), PACKED_FEATURE_SHARE) == 2 * features
 
 
 def test_resolve_block_budget_says_what_it_chose(tmp_path) -> None:

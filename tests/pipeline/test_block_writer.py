@@ -74,10 +74,13 @@ def test_copy_rows_matches_slicing(row_bytes, aligned):
     assert np.array_equal(out, np.stack([src[p : p + row_bytes] for p in pos]))
 
 
-def _scan_into_blocks(tmp_path, row_bytes, blocks, scan_chunk_rows, max_chunk, num_rows=3000, missing=None):
+def _scan_into_blocks(tmp_path, row_bytes, blocks, scan_chunk_rows, max_chunk, num_rows=3000, missing=None,
+                     in_place=False):
     """What the repack scan does: the union of the blocks' rows, in order, chunk by chunk
     through a staging area in shuffled places, each chunk's rows appended to every block
-    with append_sorted; returns the files and what NumPy says they should hold."""
+    with append_sorted; returns the files and what NumPy says they should hold. With
+    `in_place`, the blocks' lists are views of one array, laid in it in reverse order (as a
+    packer window's mapped rows: row_lists takes them where they lie)."""
     rng = np.random.default_rng(row_bytes + len(blocks))
     table = rng.integers(0, 256, (num_rows, row_bytes), dtype=np.uint8)  # row r's bytes
     union = np.unique(np.concatenate([np.empty(0, np.int64), *blocks]))
@@ -85,7 +88,14 @@ def _scan_into_blocks(tmp_path, row_bytes, blocks, scan_chunk_rows, max_chunk, n
         union = union[union != missing]
     paths = [tmp_path / f"b{k}.bin" for k in range(len(blocks))]
     staging = alloc(scan_chunk_rows * row_bytes)
-    rows, bounds = row_lists([np.asarray(b, np.int64) for b in blocks])
+    lists = [np.asarray(b, np.int64) for b in blocks]
+    within = None
+    if in_place:
+        within = np.concatenate(lists[::-1] or [np.empty(0, np.int64)])
+        at = np.cumsum([0] + [len(b) for b in lists[::-1]])[:-1][::-1]
+        lists = [within[a : a + len(b)] for a, b in zip(at, lists)]
+    rows, starts, ends = row_lists(lists, within)
+    assert (rows is within) == in_place
     cursor = np.zeros(len(blocks), np.int64)
     with BlockWriter(paths, row_bytes, alloc, max_chunk=max_chunk) as writer:
         for lo in range(0, len(union), scan_chunk_rows):
@@ -93,12 +103,13 @@ def _scan_into_blocks(tmp_path, row_bytes, blocks, scan_chunk_rows, max_chunk, n
             pos = rng.permutation(scan_chunk_rows)[: len(chunk)] * row_bytes  # places in staging
             for r, p in zip(chunk, pos):
                 staging[p:p + row_bytes] = table[r]
-            writer.append_sorted(staging, chunk, pos, rows, bounds, cursor, int(chunk[-1]))
+            writer.append_sorted(staging, chunk, pos, rows, starts, ends, cursor, int(chunk[-1]))
     return paths, [table[b].tobytes() for b in blocks]
 
 
+@pytest.mark.parametrize("in_place", [False, True])
 @pytest.mark.parametrize("row_bytes", [6, 96, 512, 5000])
-def test_scan_chunks_appended_to_every_block_in_one_call_hold_their_rows(tmp_path, row_bytes):
+def test_scan_chunks_appended_to_every_block_in_one_call_hold_their_rows(tmp_path, row_bytes, in_place):
     """append_sorted (the repack's one kernel call per scan chunk) against NumPy: blocks
     overlapping, disjoint, inside one scan chunk, spanning many, empty, and rows straddling
     one-page chunks; every file holds its rows in order, zero-padded to a page."""
@@ -108,7 +119,8 @@ def test_scan_chunks_appended_to_every_block_in_one_call_hold_their_rows(tmp_pat
               np.empty(0, np.int64),  # a block with no rows
               np.array([2999]),  # only the scan's last row
               np.sort(rng.choice(np.arange(1500, 3000), 700, replace=False))]
-    paths, want = _scan_into_blocks(tmp_path, row_bytes, blocks, scan_chunk_rows=37, max_chunk=4096)
+    paths, want = _scan_into_blocks(tmp_path, row_bytes, blocks, scan_chunk_rows=37, max_chunk=4096,
+                                    in_place=in_place)
     for path, expected in zip(paths, want):
         data = path.read_bytes()
         assert len(data) == -(-len(expected) // 4096) * 4096
@@ -135,3 +147,18 @@ def test_a_block_row_the_scan_did_not_read_is_an_error(tmp_path):
 def test_rows_outside_the_source_are_refused(tmp_path):
     with BlockWriter([tmp_path / "b.bin"], 64, alloc) as writer, pytest.raises(ValueError, match="outside"):
         writer.append(0, alloc(4096), np.array([0, 4096 - 32]))
+
+
+def test_row_lists_takes_views_of_one_array_where_they_lie_and_copies_anything_else():
+    """A packer window's read rows are views of its mapped rows file: taken in place (no
+    copy of a window's rows), in any order; a list that is not a contiguous run of that
+    array (a copy, a strided view) makes them all one concatenated array, as without it."""
+    within = np.arange(100, dtype=np.int64)
+    lists = [within[60:70], within[0:5], within[5:5], within[90:100]]
+    rows, starts, ends = row_lists(lists, within)
+    assert rows is within
+    assert [rows[a:b].tolist() for a, b in zip(starts, ends)] == [x.tolist() for x in lists]
+    for odd in (within[10:20].copy(), within[10:30:2], within[10:20].astype(np.int32)):
+        rows, starts, ends = row_lists([within[60:70], odd], within)
+        assert not np.shares_memory(rows, within)
+        assert [rows[a:b].tolist() for a, b in zip(starts, ends)] == [list(range(60, 70)), odd.tolist()]

@@ -33,9 +33,9 @@ from typing import Any, Callable, Iterable, Iterator
 import numpy as np
 import torch
 
-from gnnssd.core import (ConfigError, SamplerConfig, SSDConfig, StageTimer, disk_share, format_bytes,
-                         resolve_block_budget, ssd_split)
-from gnnssd.pipeline import (BUFFERS, FIRST_WINDOW, OWN_WINDOW_MOST, PACKER_WINDOWS, DirectIO, FeatureFile, HotCache,
+from gnnssd.core import (AUTO_FEATURE_SHARE, PACKED_FEATURE_SHARE, ConfigError, SamplerConfig, SSDConfig, StageTimer,
+                         disk_share, format_bytes, resolve_block_budget, ssd_split)
+from gnnssd.pipeline import (BUFFERS, FIRST_WINDOW, OWN_WINDOW_MOST, DirectIO, FeatureFile, HotCache,
                              HotRanking, KeptSamples, MegaBatchBuffers, PackerPool, PackerSpec, PlanWorker, Recycler,
                              RepackReport, WindowWork, check_numba_threads, default_packers, delete, load_cost_model,
                              numba_threads, repacked_windows, samples_key, window_bounds, x_dtype, x_pool_bytes)
@@ -128,7 +128,8 @@ class SSDLoader:
         self._kept: KeptSamples | None = None
         self._holder: Iterator[MiniBatch] | None = None  # the stream holding the buffers
         total = ssd.memory_budget
-        self.block_budget, why = resolve_block_budget(ssd.block_budget, store.feature_bytes, total, block_dir)
+        self.block_budget, why = resolve_block_budget(ssd.block_budget, store.feature_bytes, total, block_dir,
+                                                      PACKED_FEATURE_SHARE if self.packers else AUTO_FEATURE_SHARE)
         log.info(why)
         row_bytes = store.row_bytes
         ranking = HotRanking(store, sampling.fanouts.array(store.schema))
@@ -153,12 +154,15 @@ class SSDLoader:
         self.writer_bytes = self.repack_staging // 4
         self.packer_plan_bytes = max(1, self.plan_bytes // PLANS_ALIVE // share)
         if self.block_budget:
-            # those, and the plan stubs of the windows alive (8 bytes per row of their blocks):
-            # two windows of half the block budget each (the repack thread's and the next), or
-            # PACKER_WINDOWS per packer (the one it scans and the one it plans meanwhile)
-            windows_alive = PACKER_WINDOWS * self.packers if self.packers else 2
-            queue_bytes += (share * (self.repack_staging + self.writer_bytes)
-                            + windows_alive * (self.block_budget // 2 // row_bytes) * 8)
+            # those, and the rows of the windows' blocks (8 bytes each; half the block budget a
+            # window): with packers, each one's scan rows as it builds them (a window's waiting
+            # rows are mapped files: packers.RowsFile), at most one per row of the features,
+            # and the bitset they are built in; else the plan stubs of two windows (the repack
+            # thread's and the next)
+            window_rows = self.block_budget // 2 // row_bytes
+            queue_bytes += share * (self.repack_staging + self.writer_bytes) + (
+                self.packers * (min(window_rows, store.feature_rows) * 8 + store.feature_rows // 8)
+                if self.packers else 2 * window_rows * 8)
         try:
             self.budget = ssd_split(total, row_bytes, queue_bytes, ssd.hot_fraction, store.feature_rows, BUFFERS,
                                     lambda count: _most_cold(inputs, HotRows.of(ranking.top(device_rows + count),
