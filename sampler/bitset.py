@@ -26,10 +26,18 @@ def set_rows(bits, rows):
     return new
 
 
+def rows_set(bits, count, out=None):
+    """The `count` rows whose bits are set, in order: into `out` (int64, `count` long: a
+    mapped file, say) where given, else a new array."""
+    out = np.empty(count, np.int64) if out is None else out
+    if len(out) != count:
+        raise ValueError(f"rows_set: {count} rows set into an array of {len(out)}")
+    _rows_into(bits, out)
+    return out
+
+
 @nb.njit(cache=True, nogil=True)
-def rows_set(bits, count):
-    """The `count` rows whose bits are set, in order."""
-    out = np.empty(count, np.int64)
+def _rows_into(bits, out):
     k = 0
     for byte in range(bits.shape[0]):
         if bits[byte]:
@@ -37,4 +45,3 @@ def rows_set(bits, count):
                 if (bits[byte] >> b) & 1:
                     out[k] = byte * 8 + b
                     k += 1
-    return out

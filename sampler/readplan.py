@@ -13,7 +13,7 @@ import json
 from dataclasses import asdict, dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import numba as nb
 import numpy as np
@@ -184,7 +184,8 @@ class Scan:
         return cls(*(np.empty(0, np.int64) for _ in range(3)))
 
 
-def choose_window(plans: list, row_bytes: int, model: CostModel, disk_budget: int, uses: int = 1) -> Scan:
+def choose_window(plans: list, row_bytes: int, model: CostModel, disk_budget: int, uses: int = 1,
+                  union_into: Callable[[int], np.ndarray] | None = None) -> Scan:
     """Set `plan.read` for a window of mega-batch plans; returns the repack scan.
 
     A mega-batch is a block candidate when writing and reading back its rows costs less
@@ -211,7 +212,7 @@ def choose_window(plans: list, row_bytes: int, model: CostModel, disk_budget: in
             used += nbytes
     scan = Scan.empty()
     if chosen:
-        union = sorted_union([plans[i].read_rows for i in chosen])
+        union = sorted_union([plans[i].read_rows for i in chosen], union_into)
         scan = Scan(union, *plan_extents(union, row_bytes, model)[:2])
         scan_s = model.read_time(scan.lengths)
         if scan_s >= sum(saving[i] for i in chosen):
@@ -226,16 +227,17 @@ def choose_window(plans: list, row_bytes: int, model: CostModel, disk_budget: in
     return scan
 
 
-def sorted_union(runs: list[np.ndarray]) -> np.ndarray:
+def sorted_union(runs: list[np.ndarray], into: Callable[[int], np.ndarray] | None = None) -> np.ndarray:
     """The sorted distinct rows of `runs` (each sorted, rows >= 0), through a bitset of one
     bit per row up to the largest: a window's read rows (16M at papers' block budget) would
-    take twice their bytes again in np.unique's concatenation and sorted copy."""
+    take twice their bytes again in np.unique's concatenation and sorted copy. Written into
+    `into(count)` (an int64 array of count rows: a packer's mapped file) where given."""
     runs = [r for r in runs if len(r)]
     if not runs:
         return np.empty(0, np.int64)
     bits = np.zeros(max(int(r[-1]) for r in runs) // 8 + 1, np.uint8)
     count = sum(bitset.set_rows(bits, r) for r in runs)
-    return bitset.rows_set(bits, count)
+    return bitset.rows_set(bits, count, None if into is None else into(count))
 
 
 def block_file_name(plan) -> str:

@@ -155,6 +155,19 @@ class RowsFile:
         self._file.close()  # a mapping outlives its file's descriptor
 
 
+def rows_mapped(path: Path, count: int) -> np.ndarray:
+    """A new file of `count` int64 rows in a window's folder, its disk space allocated (a
+    full scratch disk fails here, naming the file and the disk, not as a SIGBUS when the
+    mapping is written), as a writable mapping: a window's scan rows are written into it
+    (readplan.sorted_union), not into the packer's memory."""
+    with writable_file(path, path.parent) as f:  # never through a planted link
+        try:
+            os.posix_fallocate(f.fileno(), 0, count * 8)
+        except OSError as exc:
+            raise write_error(path, exc) from None
+        return np.frombuffer(mmap.mmap(f.fileno(), count * 8), np.int64)
+
+
 class Packer:
     """Plans and repacks windows (in a packer process, or in the probe that measures one)."""
 
@@ -170,9 +183,9 @@ class Packer:
     def plan(self, work: WindowWork) -> tuple[list[MegaBatchPlan], Scan, np.ndarray]:
         """The window's plans, spilled to work.directory (stubs); its scan: the best blocks
         within the window's share (the rest read as pages); and the array the stubs' read
-        rows are views of. Those rows and the scan's wait in files of the window's folder,
-        mapped (RowsFile): a packer's memory holds one window's scan rows while it builds
-        them, whatever the window's size."""
+        rows are views of. Those rows and the scan's are files of the window's folder,
+        mapped (RowsFile, rows_mapped): a packer's own memory holds the bitset the scan's
+        rows are found in, whatever the window's size."""
         spec, store = self.spec, self.store
         work.directory.mkdir(parents=True, exist_ok=True)
         planner = Planner(*self._planner_args, **self._planner_options)
@@ -190,10 +203,8 @@ class Packer:
             rows = lists.mapped()
         at = np.cumsum([0] + [stub.num_read for stub in stubs])
         stubs = [replace(stub, rows=rows[lo:hi]) for stub, lo, hi in zip(stubs, at[:-1], at[1:])]
-        scan = choose_window(stubs, store.row_bytes, spec.cost_model, spec.window_block_bytes)
-        with RowsFile(work.directory / "scan.bin") as union:
-            union.add(scan.rows)
-            scan.rows = union.mapped()
+        scan = choose_window(stubs, store.row_bytes, spec.cost_model, spec.window_block_bytes,
+                             union_into=lambda count: rows_mapped(work.directory / "scan.bin", count))
         return stubs, scan, rows
 
     def repack(self, work: WindowWork, stubs: list[MegaBatchPlan], scan: Scan, rows: np.ndarray
@@ -264,7 +275,7 @@ def _failure(exc: BaseException) -> tuple[str, str, str]:
 
 #: Windows a packer holds at once: the one it scans (or whose room it waits for) and the next,
 #: planned meanwhile (their rows wait in mapped files, RowsFile: ssd.memory_budget counts the
-#: scan rows of the one being planned).
+#: bitset the one being planned finds its scan rows in).
 PACKER_WINDOWS = 2
 
 

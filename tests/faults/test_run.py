@@ -561,19 +561,22 @@ def test_scratch_disk_full_while_writing_compact_blocks_names_the_file_and_the_w
     assert "set ssd.block_budget: 0" in done.stdout
 
 
-def test_scratch_disk_full_while_a_packer_keeps_a_windows_rows_names_the_file_and_the_disk(tmp_path):
-    """A packer's window keeps its rows in a file of its folder (packers.RowsFile): a full
-    scratch disk (the file-size limit's EFBIG here) is an OutputWriteError naming that file
-    and its file system, not a bare errno (the pool raises it in the trainer, naming the
-    packer and window: test_packers)."""
+@pytest.mark.parametrize("kept", ["rows.bin", "scan.bin"])
+def test_scratch_disk_full_while_a_packer_keeps_a_windows_rows_names_the_file_and_the_disk(tmp_path, kept):
+    """A packer's window keeps its plans' rows and its scan's in files of its folder
+    (packers.RowsFile, rows_mapped: the latter's space allocated before it is mapped, so no
+    SIGBUS): a full scratch disk (the file-size limit's EFBIG here) is an OutputWriteError
+    naming that file and its file system, not a bare errno (the pool raises it in the
+    trainer, naming the packer and window: test_packers)."""
     done = _under_file_size_limit(8192, tmp_path, "OSError", (
         "import numpy as np\n"
-        "from gnnssd.pipeline.packers import RowsFile\n"
-        "with RowsFile(folder / 'rows.bin') as rows:\n"
+        "from gnnssd.pipeline.packers import RowsFile, rows_mapped\n"
+        + ("rows_mapped(folder / 'scan.bin', 4000)\n" if kept == "scan.bin" else "")
+        + "with RowsFile(folder / 'rows.bin') as rows:\n"
         "    for _ in range(4):\n"
         "        rows.add(np.arange(1000))\n"
         "    rows.mapped()\n"))
-    assert f"{tmp_path / 'rows.bin'}: cannot write (File too large) on the file system of" in done.stdout
+    assert f"{tmp_path / kept}: cannot write (File too large) on the file system of" in done.stdout
     assert "bytes free" in done.stdout
 
 

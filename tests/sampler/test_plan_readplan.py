@@ -51,6 +51,9 @@ def test_sorted_union_is_numpys_unique_of_the_runs(runs):
     expected = np.unique(np.concatenate(arrays)) if arrays else np.empty(0, np.int64)
     union = sorted_union(arrays)
     assert union.dtype == np.int64 and np.array_equal(union, expected)
+    given = []  # into: the array it is written into (a packer's mapped file), of its count
+    into = sorted_union(arrays, lambda count: given.append(np.full(count, -1, np.int64)) or given[-1])
+    assert np.array_equal(into, expected) and (into is given[0] if given else not len(expected))
 
 
 def test_contiguous_rows_respect_the_request_limit():

@@ -151,18 +151,22 @@ class SSDLoader:
         # only its own first mini-batches)
         share = max(1, self.packers)
         self.repack_staging = max(MIN_STAGING, self.staging_bytes // share)
-        self.writer_bytes = self.repack_staging // 4
+        # about as much for the block writer's chunks: a window's blocks fill at once (about
+        # one a mini-batch of the window: pieces are cut in row order), each holding a chunk;
+        # with a MiB each, a scan's writes cost a window of 10 mini-batches 0.13 CPU-s a
+        # mini-batch against 0.20 with 5 MB for all (docs/BENCHMARKS.md, issue 46, seventh
+        # round). The smallest staging keeps the 1 MiB it had (a small budget's queues as
+        # before); the writer takes no more than its blocks' chunks (BlockWriter).
+        self.writer_bytes = max(MIN_STAGING // 4, self.repack_staging - 3 * MIN_STAGING // 4)
         self.packer_plan_bytes = max(1, self.plan_bytes // PLANS_ALIVE // share)
         if self.block_budget:
-            # those, and the rows of the windows' blocks (8 bytes each; half the block budget a
-            # window): with packers, each one's scan rows as it builds them (a window's waiting
-            # rows are mapped files: packers.RowsFile), at most one per row of the features,
-            # and the bitset they are built in; else the plan stubs of two windows (the repack
-            # thread's and the next)
-            window_rows = self.block_budget // 2 // row_bytes
+            # those, and the rows of the windows' blocks: with packers, the bitset each one
+            # finds a window's scan rows in (a bit a row of the features: a window's rows are
+            # mapped files, packers.RowsFile); else the plan stubs of two windows (8 bytes a
+            # row of their blocks, half the block budget each: the repack thread's and the next)
             queue_bytes += share * (self.repack_staging + self.writer_bytes) + (
-                self.packers * (min(window_rows, store.feature_rows) * 8 + store.feature_rows // 8)
-                if self.packers else 2 * window_rows * 8)
+                self.packers * (store.feature_rows // 8 + 1) if self.packers
+                else 2 * (self.block_budget // 2 // row_bytes) * 8)
         try:
             self.budget = ssd_split(total, row_bytes, queue_bytes, ssd.hot_fraction, store.feature_rows, BUFFERS,
                                     lambda count: _most_cold(inputs, HotRows.of(ranking.top(device_rows + count),
