@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from gnnssd import NodeLoader
 from gnnssd.core import format_bytes, parse_bytes
@@ -216,5 +215,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    torch.set_num_threads(max(1, len(os.sched_getaffinity(0))))
     main()
