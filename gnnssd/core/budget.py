@@ -55,8 +55,9 @@ AUTO_MIN_RATIO = 2  # features at most this many times the memory budget: no blo
 AUTO_FEATURE_SHARE = 1.0
 #: With packers, a window's rows wait in mapped files (gnnssd.pipeline.packers.RowsFile),
 #: so the memory budget no longer grows with the window: windows of 1.5x the features
-#: share each scan among 3x the mini-batches (medium at 1/8: 711-727 -> 562-578 MB moved a
-#: mini-batch; docs/BENCHMARKS.md, issue 46, seventh round).
+#: share each scan among 3x the mini-batches (medium at 1/8, one packer, 120 mini-batches:
+#: 707 -> 529 MB moved a mini-batch, 1.35x the rate; docs/BENCHMARKS.md, issue 46, seventh
+#: round).
 PACKED_FEATURE_SHARE = 3.0
 AUTO_DISK_SHARE = 0.25  # and never more than a quarter of the free space under the run dir
 
