@@ -276,8 +276,9 @@ def test_read_arithmetic_bounds_each_way_and_writes_its_json(tiny_store, tmp_pat
     out, scratch = tmp_path / "bound.json", tmp_path / "scratch"
     scratch.mkdir()
     result = subprocess.run(
-        [sys.executable, "scripts/read_arithmetic.py", str(tiny_store), "--budget", "16MiB", "--beside-x",
-         "--batches", "2", "--batch-size", "32", "--seconds", "0.2", "--scratch", str(scratch), "--json", str(out)],
+        [sys.executable, "scripts/read_arithmetic.py", str(tiny_store), "--budget", "24MiB", "--beside-x",
+         "--batches", "2", "--batch-size", "32", "--window", "3", "--block-budget", "16MiB", "--seconds", "0.2",
+         "--scratch", str(scratch), "--json", str(out)],
         cwd=REPO, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(out.read_text())
@@ -286,12 +287,23 @@ def test_read_arithmetic_bounds_each_way_and_writes_its_json(tiny_store, tmp_pat
     for mb in report["per_minibatch"]:
         assert 0 < mb["cold_rows"] <= mb["input_rows"] and mb["cold_bytes"] == mb["cold_rows"] * row_bytes
         assert mb["cold_bytes"] <= mb["page_bytes"] <= mb["extent_bytes"] and mb["in_place_s"] > 0
-    ways = {w["way"].split(" (")[0]: w for w in report["ways"]}
-    mean, drive = report["mean"], report["drive"]
+    ways = {w["way"].split(" (")[0].split(",")[0]: w for w in report["ways"]}
+    mean, drive, window = report["mean"], report["drive"], report["window"]
     assert ways["useful once"]["moved_mb"] == pytest.approx(mean["cold_bytes"] / 1e6)
-    assert ways["packed"]["moved_mb"] == pytest.approx(2 * mean["cold_bytes"] / 1e6)
     assert ways["in place"]["drive_s"] == pytest.approx(mean["in_place_s"])
     assert drive["read_bytes_per_s"] > 0 and drive["beside_writer"]["write_bytes_per_s"] > 0
+    # the window: its plans' blocks written by the real packer, timed; its folder removed
+    assert window["minibatches"] == 3 and window["plans"] >= 3 and window["read_back_s"] > 0
+    assert window["blocks"] > 0 and window["written_bytes"] >= window["blocks"] * row_bytes
+    assert 0 < window["scan_alone_s"] < window["repack_s"] and window["scan_bytes"] > 0
+    assert window["write_bytes_per_s"] == pytest.approx(
+        window["written_bytes"] / (window["repack_s"] - window["scan_alone_s"]))
+    packed = ways["packed"]  # the window's row: its timed seconds over its mini-batches
+    assert packed["drive_s"] == pytest.approx((window["repack_s"] + window["read_back_s"]) / 3)
+    apart = ways["packed apart"]  # cold bytes written at the block writer's rate, read at the read rate
+    assert apart["moved_mb"] == pytest.approx(2 * mean["cold_bytes"] / 1e6)
+    assert apart["drive_s"] == pytest.approx(mean["cold_bytes"] / window["write_bytes_per_s"]
+                                             + mean["cold_bytes"] / drive["read_bytes_per_s"])
     assert report["memory"]["batches_per_s"] > 0
     for way in ways.values():
         assert way["x_memory"] == pytest.approx(way["batches_per_s_most"] / report["memory"]["batches_per_s"])
