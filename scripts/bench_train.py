@@ -31,7 +31,7 @@ DGL's sampler draws neighbours racily with several threads, so the systems get t
 seed nodes per mini-batch but not bit-identical neighbour draws (statistically alike).
 
     python scripts/bench_train.py [--quick] [--json PATH] [--store DIR | --work DIR]
-        [--budget SIZE] [--batches N] [--limit-page-cache] [--systems ...] [--regimes ...]
+        [--budget SIZE] [--beside-x] [--batches N] [--limit-page-cache] [--systems ...] [--regimes ...]
 """
 from __future__ import annotations
 
@@ -170,11 +170,13 @@ def consume(batches: Iterator[MiniBatch], step: Callable[[MiniBatch], None],
 
 def run_system(system: str, store: Store, budget: int, batches: int, regime: str, block_budget: int | str,
                mega_batch: int, seed: int, time_limit: float, verify: bool = True,
-               seed_order: str = "random", seed_window: int = 16384, reuse_epochs: int = 1) -> Measured:
+               seed_order: str = "random", seed_window: int = 16384, reuse_epochs: int = 1,
+               beside_x: bool = False) -> Measured:
     """One system through NodeLoader (`features=system`) within `budget` bytes: the
     per-row cache, or gnnssd's hot cache and buffers (compact blocks within `block_budget`
     bytes of disk, every page read checked against its checksum unless verify=False);
-    `memory` holds all the features whatever the budget.
+    `memory` holds all the features whatever the budget. With `beside_x`, a loader that
+    counts the x arrays it hands out in its budget gets them on top of `budget`.
 
     With reuse_epochs K > 1 the epoch is the seeds of the first `batches` mini-batches and
     the run trains K epochs on its samples: `batches` x K mini-batches, the first epoch and
@@ -182,16 +184,22 @@ def run_system(system: str, store: Store, budget: int, batches: int, regime: str
     seeds = np.asarray(store.train_store_ids)  # the seed order works in store IDs, as the loader's
     if reuse_epochs > 1:
         seeds = np.concatenate(seed_batches(seeds, BATCH_SIZE, named_order(seed_order, seed_window), seed, 1)[:batches])
-    with NodeLoader(store, store.original_ids(seeds), fanouts=fanouts_for(store), batch_size=BATCH_SIZE,
-                    features=system, memory_budget=budget, shuffle=True, seed=seed, device=CPU,
-                    block_budget=block_budget, mega_batch=mega_batch, eval_fanouts=fanouts_for(store), eval_batch_size=BATCH_SIZE,
-                    verify_checksums=verify, seed_order=seed_order, seed_window=seed_window,
-                    reuse_epochs=reuse_epochs, first_epoch=1) as loader:
+    def opened(total: int) -> NodeLoader:
+        return NodeLoader(store, store.original_ids(seeds), fanouts=fanouts_for(store), batch_size=BATCH_SIZE,
+                          features=system, memory_budget=total, shuffle=True, seed=seed, device=CPU,
+                          block_budget=block_budget, mega_batch=mega_batch, eval_fanouts=fanouts_for(store),
+                          eval_batch_size=BATCH_SIZE, verify_checksums=verify, seed_order=seed_order,
+                          seed_window=seed_window, reuse_epochs=reuse_epochs, first_epoch=1)
+
+    if beside_x and system != "memory":  # as bench_feed's --beside-x: the x arrays on top of the budget
+        with opened(budget) as probe:
+            budget += getattr(getattr(getattr(probe, "backend", None), "budget", None), "held_bytes", 0)
+    with opened(budget) as loader:
         setup_io = loader.io_stats()
         step = make_step(regime, store)
         first = whole_epochs(loader, 1, 1) if reuse_epochs > 1 else mini_batches(loader, batches)
         measured = consume(first, step, loader.timer, time_limit)
-        measured.extra = {"loader_io": loader.io_stats(), "setup_io": setup_io}
+        measured.extra = {"loader_io": loader.io_stats(), "setup_io": setup_io, "memory_budget": budget}
         measured.asked = len(loader) * reuse_epochs if reuse_epochs > 1 else batches
         if reuse_epochs > 1:
             replayed = consume(whole_epochs(loader, 2, reuse_epochs - 1), step, loader.timer, time_limit)
@@ -221,7 +229,8 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         measured = run_system(FEATURES.get(system, "ssd"), store, spec["budget"], spec["batches"], regime,
                               block_budget, spec["mega_batch"], spec["seed"], spec["time_limit"],
                               verify=system != NO_VERIFY, seed_order=spec["seed_order"],
-                              seed_window=spec["seed_window"], reuse_epochs=reuse_epochs)
+                              seed_window=spec["seed_window"], reuse_epochs=reuse_epochs,
+                              beside_x=spec.get("beside_x", False))
     except NotImplementedError as exc:
         return {**row, "status": f"not run: {exc}"}
     total_s = time.perf_counter() - start
@@ -359,7 +368,7 @@ def bench(args: argparse.Namespace, store: Store, budget: int) -> list[dict[str,
                 "budget": budget, "batches": args.batches, "seed": args.seed,
                 "block_budget": args.block_budget, "mega_batch": args.mega_batch,
                 "time_limit": args.time_limit, "cores": cores, "seed_order": args.seed_order,
-                "seed_window": args.seed_window, "reuse_epochs": args.reuse_epochs}
+                "seed_window": args.seed_window, "reuse_epochs": args.reuse_epochs, "beside_x": args.beside_x}
         if args.limit_page_cache and system != "memory":
             with PageCacheLimit(keep_free) as limit:
                 row = run_one(spec)
@@ -447,6 +456,10 @@ def main() -> int:
     p.add_argument("--budget", help="memory budget, e.g. 1.25GiB (default 1.25GiB; --quick: "
                                     "1/8 of the store's features)")
     p.add_argument("--batches", type=int, help="mini-batches per run (default 100, --quick 6)")
+    p.add_argument("--beside-x", action="store_true",
+                   help="a loader that counts the x arrays it hands out in its memory budget gets them on top "
+                        "of --budget (as bench_feed's --beside-x): --quick's 1/8 of medium is 153 MiB, and its "
+                        "x arrays alone take 457 MiB")
     p.add_argument("--time-limit", type=float, default=900,
                    help="seconds per run: a system still running then stops, and its throughput "
                         "is over the mini-batches it did (flagged in the table)")

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gnnssd import NodeLoader
 from gnnssd.datasets import ArraySource
 from gnnssd.storage_format import Store, write_store
 
@@ -50,6 +51,24 @@ def test_bench_train_runs_every_row_kind_and_writes_its_json(tiny_store, tmp_pat
     assert gnnssd["useful_bytes"] > 0  # a 16 MiB budget cannot hold the rows: some are read
     assert gnnssd["read_amplification"] == round(gnnssd["bytes_read"] / gnnssd["useful_bytes"], 3)
     assert report["meta"]["seed_order"] == "proximity"
+    assert gnnssd["memory_budget"] == 16 << 20  # the budget as given: its x arrays in it
+
+
+def test_bench_train_beside_x_gives_the_loader_its_x_arrays_on_top_of_the_budget(tiny_store, tmp_path):
+    out = tmp_path / "bench.json"
+    result = subprocess.run(
+        [sys.executable, "scripts/bench_train.py", "--store", str(tiny_store), "--budget", "16MiB", "--beside-x",
+         "--batches", "2", "--systems", "gnnssd", "--regimes", "loader-only", "--json", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (row,) = json.loads(out.read_text())["rows"]
+    store = Store.open(tiny_store)
+    with NodeLoader(store, store.train_idx, fanouts=[15, 10, 5], batch_size=1024, features="ssd",
+                    memory_budget="16MiB", device="cpu", eval_fanouts=[15, 10, 5],
+                    eval_batch_size=1024) as probe:  # bench_train's fanouts and batch sizes: its x arrays
+
+        held = probe.backend.budget.held_bytes
+    assert held > 0 and row["status"] == "ok" and row["memory_budget"] == (16 << 20) + held
 
 
 def test_bench_train_runs_a_heterogeneous_store_with_rgcn(tmp_path):
