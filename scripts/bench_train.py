@@ -65,6 +65,9 @@ from gnnssd.models.builtin import store_model
 from gnnssd.sampler import ORDERS, named_order, node_order, seed_batches
 from gnnssd.storage_format import Store, write_store
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_feed import budget_beside_x  # noqa: E402  (a sibling script)
+
 FEATURES = {"memory": "memory", "mmap": "mmap", "per-row": "per-row", "gnnssd": "ssd"}  # system -> loader
 SYSTEMS = tuple(FEATURES)
 # on request (--systems): gnnssd without page checksums, to measure what they cost
@@ -191,9 +194,8 @@ def run_system(system: str, store: Store, budget: int, batches: int, regime: str
                           eval_batch_size=BATCH_SIZE, verify_checksums=verify, seed_order=seed_order,
                           seed_window=seed_window, reuse_epochs=reuse_epochs, first_epoch=1)
 
-    if beside_x and system != "memory":  # as bench_feed's --beside-x: the x arrays on top of the budget
-        with opened(budget) as probe:
-            budget += getattr(getattr(getattr(probe, "backend", None), "budget", None), "held_bytes", 0)
+    if beside_x and system != "memory":
+        budget = budget_beside_x(budget, opened)
     with opened(budget) as loader:
         setup_io = loader.io_stats()
         step = make_step(regime, store)

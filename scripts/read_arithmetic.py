@@ -39,6 +39,7 @@ import argparse
 import json
 import os
 import shutil
+import sys
 import tempfile
 import threading
 import time
@@ -54,6 +55,9 @@ from gnnssd.pipeline.calibration import measure_reads, measure_write
 from gnnssd.pipeline.packers import Packer, PackerSpec, WindowWork
 from gnnssd.sampler import Fanouts, Strategy, pages_plan
 from gnnssd.storage_format import Store
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_feed import budget_beside_x  # noqa: E402  (a sibling script)
 
 PAGE = 4096
 FANOUTS = [15, 10, 5]
@@ -83,8 +87,7 @@ def open_ssd(store: Store, budget: int, beside_x: bool, batch_size: int, block_b
                           device="cpu", eval_fanouts=FANOUTS, eval_batch_size=batch_size)
 
     if beside_x:
-        with opened(budget) as probe:
-            budget += probe.backend.budget.held_bytes
+        budget = budget_beside_x(budget, opened)
     with opened(budget) as loader:
         backend = loader.backend
         spec = backend._packer_spec(Fanouts.parse(FANOUTS).array(store.schema))
