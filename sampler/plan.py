@@ -96,6 +96,11 @@ class MegaBatchPlan:
     def read_rows(self) -> np.ndarray:
         return self.rows[: self.num_read]
 
+    @property
+    def ends_minibatch(self) -> bool:
+        """A whole plan, or the last piece of a mini-batch (the one that yields it)."""
+        return not self.pieces or self.piece == self.pieces - 1
+
     def spill(self, path: str | Path) -> "MegaBatchPlan":
         """Write the plan to `path` and return a stub without its mini-batches and gather
         indices (most of its memory) but with everything reads and repacking use.

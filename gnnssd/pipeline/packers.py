@@ -60,7 +60,10 @@ from gnnssd.storage_format import Store, write_error, writable_file
 #: `large` at 12%, read at ~7 bytes per useful byte (docs/BENCHMARKS.md, issue 46, fourth round).
 FIRST_WINDOW = 2
 #: The trainer's own window at most, in mini-batches (its page reads cover the packers' start;
-#: where a packer takes longer than that to start, the trainer waits for it).
+#: where a packer takes longer than that to start, the trainer waits for it). A stream of no
+#: more mini-batches than this is the trainer's alone: no packer starts (its start, scan and
+#: writes came after the trainer could have read them all in place: docs/BENCHMARKS.md,
+#: issue 46, ninth round).
 OWN_WINDOW_MOST = 4 * FIRST_WINDOW
 
 
@@ -194,7 +197,7 @@ class Packer:
             for plan in planner.plan_batches(work.batches, work.epoch, work.exclude, work.first):
                 check_stop()
                 plan.read = pages_plan(plan.read_rows, store.row_bytes, spec.cost_model)
-                if plan.pieces and plan.piece < plan.pieces - 1:
+                if not plan.ends_minibatch:
                     plan = replace(plan, minibatches=[])  # only the last piece yields the mini-batch
                 lists.add(plan.read_rows)
                 stub = plan.spill(work.directory / f"plan_e{plan.epoch}_m{plan.index}.spill")

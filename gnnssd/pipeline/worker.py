@@ -13,7 +13,7 @@ from __future__ import annotations
 import queue
 import threading
 from contextlib import contextmanager
-from typing import Generic, Iterable, Iterator, TypeVar
+from typing import Callable, Generic, Iterable, Iterator, TypeVar
 
 import numba
 
@@ -69,12 +69,21 @@ class PlanWorker(Generic[T]):
     At most `depth` items exist at once: the one the consumer holds (until it asks for the
     next), those queued and the one being made. With repack windows as items and depth 2,
     the next window is repacked while the current one trains, and no more.
+
+    `counted(item)` says which items count toward `depth` (default: all). The others pass
+    without a slot: with plans as items, the pieces of a mini-batch before its last (a few
+    rows each: Planner's piece plans) count as one plan with it, so the planner samples a
+    whole mini-batch ahead of the reads, not one piece (at 1/8 of `medium`, a mini-batch is
+    read in 11 pieces, and the next one's sampling began only as its last piece was read,
+    so the reads waited for it: docs/BENCHMARKS.md, issue 46, ninth round).
     """
 
-    def __init__(self, source: Iterable[T], depth: int = 2, name: str = "gnnssd-worker", threads: int | None = None):
+    def __init__(self, source: Iterable[T], depth: int = 2, name: str = "gnnssd-worker", threads: int | None = None,
+                 counted: Callable[[T], bool] | None = None):
         """`threads`: the numba threads of the kernels `source` runs (numba_threads;
         None: numba's default)."""
         self._numba_threads = threads
+        self._counted = counted or (lambda item: True)
         self._queue: queue.Queue = queue.Queue()
         self._slots = threading.Semaphore(depth)
         self._stop = threading.Event()
@@ -93,6 +102,8 @@ class PlanWorker(Generic[T]):
                     if self._stop.is_set():
                         return
                     item = next(source, _DONE)
+                    if item is not _DONE and not self._counted(item):
+                        self._slots.release()  # it passes without a slot
                     self._queue.put(item)
                     if item is _DONE:
                         return
@@ -112,9 +123,11 @@ class PlanWorker(Generic[T]):
                 return
             if isinstance(item, BaseException):
                 raise item
+            counted = self._counted(item)
             yield item
             del item  # the consumer is done with it: not held while the next one is made
-            self._slots.release()
+            if counted:
+                self._slots.release()
 
     def close(self) -> None:
         """Stop the worker and wait for it: the item in progress stops at its next

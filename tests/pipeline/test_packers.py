@@ -124,6 +124,21 @@ def test_the_trainers_own_window_is_a_few_minibatches_not_a_block_share(store, t
         np.testing.assert_array_equal(x, features[store.store_ids(nodes)])
 
 
+def test_a_stream_of_a_few_minibatches_is_the_trainers_own(store, tmp_path):
+    """At most OWN_WINDOW_MOST mini-batches: no packer starts (its start, scan and writes
+    would come after the trainer read them all in place); one more: a packer does."""
+    seeds = store.original_ids(np.asarray(store.train_store_ids))
+    size = OPTIONS["batch_size"]
+    for count in (OWN_WINDOW_MOST, OWN_WINDOW_MOST + 1):
+        with NodeLoader(store, seeds[: count * size], packers=1, scratch_dir=tmp_path / f"scratch{count}",
+                        **OPTIONS) as loader:
+            loader.set_epoch(1)
+            assert sum(1 for _ in loader) == count
+            packed = count > OWN_WINDOW_MOST
+            assert len(loader.backend.packer_start_cpu_s) == int(packed), count
+            assert (loader.backend.own_minibatches < count) == packed, (count, loader.backend.own_minibatches)
+
+
 def _block_bytes(directory: Path) -> int:
     """The compact blocks' bytes on disk under `directory` now (windows' folders and their
     files come and go meanwhile: one gone while looked at counts nothing)."""

@@ -270,6 +270,29 @@ def test_worker_bounds_items_alive():
     assert released == list(range(6))
 
 
+def test_worker_counts_only_the_items_it_is_told_to():
+    """With `counted`, items it says no to pass without a slot (a mini-batch's pieces before
+    its last): the worker runs ahead by `depth` counted items and the uncounted ones between
+    them, no further."""
+    made, released = [], []
+
+    def source():  # (mini-batch, piece): three pieces a mini-batch, the last one counted
+        for i in range(12):
+            made.append(i)
+            yield i // 3, i % 3
+
+    with PlanWorker(source(), depth=2, counted=lambda item: item[1] == 2) as worker:
+        for i, item in enumerate(worker):
+            time.sleep(0.05)  # give the worker time to run ahead if it could
+            ahead = len(made) - len(released)
+            # held and being made: at most 2 counted items, and the pieces before each of them
+            assert ahead <= 2 * 3, (item, ahead)
+            if i == 0:  # it ran past the first mini-batch's pieces into the next
+                assert ahead > 3, ahead
+            released.append(item)
+    assert released == [(i // 3, i % 3) for i in range(12)]
+
+
 def test_repacked_windows_pipeline(graph, tmp_path):
     feats, hot = graph[4], graph[3]
     path = _features_file(tmp_path, feats)

@@ -289,7 +289,7 @@ class SSDLoader:
         spill = directory if self.block_budget or reuse else None
         rest = None if exclude is None else exclude[first:]
         plans = PlanWorker(self._planned(planner.plan_batches(batches[first:], epoch, rest, first), spill),
-                           depth=2, name="gnnssd-plan", threads=self.threads)
+                           depth=2, name="gnnssd-plan", threads=self.threads, counted=_ends_minibatch)
         windows = self._repacked_windows(iter(plans), directory, reuse_epochs if reuse else 1)
         # repacking a window is long: its own thread, a window ahead; without blocks, plans
         # go from the planner to the read stage (no queue between: PLANS_ALIVE whole plans)
@@ -334,7 +334,8 @@ class SSDLoader:
         started and FIRST_WINDOW more are planned (OWN_WINDOW_MOST, and a full window, at
         most); then the packers plan and repack every later window (window_bounds: small
         first, then full: within half the block budget), `packers` of them given out ahead
-        of the one being read; the trainer reads, verifies and gathers."""
+        of the one being read; the trainer reads, verifies and gathers. A stream of at most
+        OWN_WINDOW_MOST mini-batches is the trainer's own: no packer starts."""
         directory = self.block_dir
         directory.mkdir(parents=True, exist_ok=True)
         count = len(batches) - first
@@ -349,13 +350,14 @@ class SSDLoader:
             """The trainer's plans; at their end, the packers' windows from there on."""
             # never more than a full window (where one holds a few mini-batches, as at 1/8 of
             # `medium`, the trainer's page reads would pass the packers' blocks)
-            most, planner = min(count, OWN_WINDOW_MOST, max(FIRST_WINDOW, full)), self._planner(fanouts)
+            most = count if pool is None else min(count, OWN_WINDOW_MOST, max(FIRST_WINDOW, full))
+            planner = self._planner(fanouts)
             plans = planner.plan_batches(batches[first : first + most], epoch,
                                          None if rest is None else rest[:most], first)
             stop = most
             for plan in plans:
                 yield plan
-                if plan.pieces and plan.piece < plan.pieces - 1:
+                if not plan.ends_minibatch:
                     continue  # a mini-batch in pieces ends with its last
                 self.own_minibatches += len(plan.minibatches)
                 if stop == most and pool is not None and pool.ready():
@@ -374,10 +376,11 @@ class SSDLoader:
         # windows from a thread of its own: nothing here waits for them)
         own_plans: PlanWorker | None = None
         try:
-            if count > FIRST_WINDOW:
+            if count > OWN_WINDOW_MOST:
                 pool = PackerPool(self._packer_spec(fanouts), min(self.packers, count - FIRST_WINDOW), self.packers,
                                   report=self._count_repack, started=self.packer_start_cpu_s.__setitem__)
-            own_plans = PlanWorker(self._planned(own(), None), depth=2, name="gnnssd-plan", threads=self.threads)
+            own_plans = PlanWorker(self._planned(own(), None), depth=2, name="gnnssd-plan", threads=self.threads,
+                                   counted=_ends_minibatch)
             windows = itertools.chain((([plan], directory) for plan in own_plans), pool.windows() if pool else ())
             yield from self._trained(self._loaded(windows, delete))
         finally:
@@ -411,7 +414,7 @@ class SSDLoader:
                     if plan.piece == 0:  # the first piece carries the mini-batch's input count
                         assembling = self.buffers.take_x(plan.stats["input_rows"])
                     self._gather(plan, 0, buffer, assembling)
-                if plan.piece == plan.pieces - 1:
+                if plan.ends_minibatch:
                     x, assembling = assembling, None
                     yield self._minibatch(plan.minibatches[0], x)
                     del x  # the next x is gathered while the caller holds only its own
@@ -435,7 +438,7 @@ class SSDLoader:
             with self.timer.stage("plan"):
                 plan.read = pages_plan(plan.read_rows, self.store.row_bytes, self.cost_model)
                 if spill is not None:
-                    if plan.pieces and plan.piece < plan.pieces - 1:
+                    if not plan.ends_minibatch:
                         # every piece plan holds its mini-batch's blocks; only the last one's
                         # are used (it yields the mini-batch): the others spill without them
                         plan = replace(plan, minibatches=[])
@@ -547,6 +550,12 @@ class SSDLoader:
         self._drop_kept()
         self.features.close()
         self.direct_io.shutdown()
+
+
+def _ends_minibatch(plan: MegaBatchPlan) -> bool:
+    """What counts toward a planner's depth (PlanWorker's `counted`): a mini-batch's pieces
+    count as one plan, their rows and slots one mini-batch's in all (Planner's pieces)."""
+    return plan.ends_minibatch
 
 
 def _timed(items: Iterator, timer: StageTimer, stage: str) -> Iterator:
