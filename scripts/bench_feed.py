@@ -22,7 +22,8 @@ caches first.
 --threads N... runs every system once per N, with NUMBA_NUM_THREADS, OMP_NUM_THREADS and
 torch's threads set to N (and the ssd loader's `threads` option where the tree has it).
 --packers N... runs this tree's ssd loader once per N (`ssd.packers`; 0: planning and
-repacking in the trainer's threads), and each row says `packers`, `trainer_cpu_s_per_batch`
+repacking in the trainer's threads), and each row says `packers` (those the loader ran with:
+a baseline tree's, and this tree's without --packers, are its default), `trainer_cpu_s_per_batch`
 (the trainer process's CPU less the touch: the consuming side when packers are processes),
 `cpu_s_per_batch` (the trainer's and its packer processes' CPU together, psutil's view of
 the children), `first_batch_s` (iterator creation to the first mini-batch),
@@ -180,6 +181,8 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         packer_start_cpu = sum(max(0.0, s - children0.get(pid, 0.0)) for pid, s in starts.items())
         # the mini-batches the trainer planned itself (page reads) before the packers' windows
         own_minibatches = getattr(getattr(loader, "backend", None), "own_minibatches", None)
+        # the packers the loader resolved (a baseline tree runs with its default: auto)
+        packers = getattr(getattr(loader, "backend", None), "packers", None)
         batches.close()
     per_thread: dict[str, float] = {}
     for tid, (label, s) in threads1.items():
@@ -189,12 +192,12 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     useful = io.get("useful_bytes", 0)
     return {
         "system": spec["system"], "threads": spec["threads"], "tree": spec["tree_label"],
-        "packers": spec.get("packers") if spec["system"] != "memory" else None,
+        "packers": packers if spec["system"] != "memory" else None,
         "first_batch_s": round(first_batch_s, 3),
         "trainer_cpu_s_per_batch": round((cpu - touch_s) / n, 4),
         "packers_cpu_s_per_batch": round(packers_cpu / n, 4),
         "packer_start_cpu_s": round(packer_start_cpu, 3),
-        "own_minibatches": own_minibatches if spec.get("packers") else None,
+        "own_minibatches": own_minibatches if packers else None,
         "cpu_s_per_batch_less_packer_start": round((cpu + packers_cpu - packer_start_cpu) / n, 4),
         "gnnssd_module": str(Path(gnnssd.__file__).parent), "batches": n, "seconds": round(seconds, 3),
         "batches_per_s": round(n / seconds, 3),

@@ -161,6 +161,10 @@ def test_bench_feed_profiles_every_system_and_writes_its_json(tiny_store, tmp_pa
     assert rows["memory"]["read_per_useful_byte"] is None
     # --beside-x: the ssd loader's x arrays on top of the 16 MiB
     assert rows["ssd"]["memory_budget"] > 16 << 20 and rows["memory"]["memory_budget"] == 16 << 20
+    # without --packers (as a baseline tree runs), the row says the packers the loader chose
+    from gnnssd.pipeline import default_packers
+
+    assert rows["ssd"]["packers"] == default_packers() and rows["memory"]["packers"] is None
 
 
 def test_bench_plan_stage_runs_a_baseline_beside_this_tree_with_the_same_plans(tiny_store, tmp_path):
