@@ -126,14 +126,20 @@ def test_the_trainers_own_window_is_a_few_minibatches_not_a_block_share(store, t
 
 def test_a_stream_of_a_few_minibatches_is_the_trainers_own(store, tmp_path):
     """At most OWN_WINDOW_MOST mini-batches: no packer starts (its start, scan and writes
-    would come after the trainer read them all in place); one more: a packer does."""
+    would come after the trainer read them all in place); one more: a packer does. Either
+    way every mini-batch has the store's rows."""
+    features = store.features_memmap()
     seeds = store.original_ids(np.asarray(store.train_store_ids))
     size = OPTIONS["batch_size"]
     for count in (OWN_WINDOW_MOST, OWN_WINDOW_MOST + 1):
         with NodeLoader(store, seeds[: count * size], packers=1, scratch_dir=tmp_path / f"scratch{count}",
                         **OPTIONS) as loader:
             loader.set_epoch(1)
-            assert sum(1 for _ in loader) == count
+            seen = 0
+            for batch in loader:
+                np.testing.assert_array_equal(batch.x.numpy(), features[store.store_ids(batch.input_nodes.numpy())])
+                seen += 1
+            assert seen == count
             packed = count > OWN_WINDOW_MOST
             assert len(loader.backend.packer_start_cpu_s) == int(packed), count
             assert (loader.backend.own_minibatches < count) == packed, (count, loader.backend.own_minibatches)
