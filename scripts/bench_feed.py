@@ -175,14 +175,15 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
                              "measured: lower --batch-size")
         cpu, threads1, io1, stages = process_cpu() - cpu0, thread_cpu(), loader.io_stats(), loader.timer.take()
         packers_cpu = sum(s - children0.get(pid, 0.0) for pid, s in children_cpu().items())
+        backend = getattr(loader, "backend", None)  # the ssd loader's (memory mode has none of these)
         # the packers' start-up (interpreter, imports, store) counted in packers_cpu: what of
         # each one's start came after the measurement began
-        starts = getattr(getattr(loader, "backend", None), "packer_start_cpu_s", {})
+        starts = getattr(backend, "packer_start_cpu_s", {})
         packer_start_cpu = sum(max(0.0, s - children0.get(pid, 0.0)) for pid, s in starts.items())
         # the mini-batches the trainer planned itself (page reads) before the packers' windows
-        own_minibatches = getattr(getattr(loader, "backend", None), "own_minibatches", None)
+        own_minibatches = getattr(backend, "own_minibatches", None)
         # the packers the loader resolved (a baseline tree runs with its default: auto)
-        packers = getattr(getattr(loader, "backend", None), "packers", None)
+        packers = getattr(backend, "packers", None)
         batches.close()
     per_thread: dict[str, float] = {}
     for tid, (label, s) in threads1.items():
