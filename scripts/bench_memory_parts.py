@@ -14,7 +14,8 @@ store is opened. The table is the look at the peak RSS, and each part's largest 
 over the run; `beyond` = RSS - memory_budget - topology (the issue's measure). A look
 every second can miss a training step's peak (a step's RSS rises by its activations and
 gradients), so the run's VmHWM is reported too, and in training each step's rise (see
-StepMemory).
+StepMemory). Only this process is looked at, not the packer processes (ssd.packers): with
+packers the planner's union is theirs; `--set ssd.packers=0` plans here.
 
     python scripts/bench_memory_parts.py --config datasets/configs/papers-mini.yaml \
         --set store=STORE --set run_dir=RUN [--epochs 1] [--loader-batches N]
@@ -309,7 +310,8 @@ def main() -> int:
         seeds = np.random.default_rng(0).permutation(np.asarray(store.train_idx))
         loader = NodeLoader(store, seeds[:args.loader_batches * config.sampler.batch_size],
                             fanouts=config.sampler.fanouts, batch_size=config.sampler.batch_size, features="ssd",
-                            memory_budget=config.ssd.memory_budget, seed=0, device="cpu")
+                            memory_budget=config.ssd.memory_budget, packers=config.ssd.packers, seed=0,
+                            device="cpu")
         watcher = Watcher(loader.source, made, args.interval)
         try:
             for mb in loader:

@@ -53,7 +53,7 @@ from gnnssd.core import format_bytes, parse_bytes
 from gnnssd.pipeline import DirectIO
 from gnnssd.pipeline.calibration import measure_reads, measure_write
 from gnnssd.pipeline.packers import Packer, PackerSpec, WindowWork
-from gnnssd.sampler import Fanouts, Strategy, pages_plan
+from gnnssd.sampler import Fanouts, PlanConfig, Strategy, pages_plan
 from gnnssd.storage_format import Store
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -76,11 +76,11 @@ def pages_of(rows: np.ndarray, row_bytes: int) -> np.ndarray:
 
 
 def open_ssd(store: Store, budget: int, beside_x: bool, batch_size: int, block_budget: int | str = "auto"
-             ) -> tuple[Any, Any, int, str, PackerSpec]:
+             ) -> tuple[Any, Any, int, str, tuple[PackerSpec, PlanConfig]]:
     """The ssd loader's hot rows, cost model and memory budget at `budget` (plus its x
     arrays with `beside_x`, as bench_feed's --beside-x), its budget's line, and what its
-    packers plan with: its default settings (block budget included) and one packer, as
-    bench_feed opens it."""
+    packers plan with (their spec, and a training stream's config): its default settings
+    (block budget included) and one packer, as bench_feed opens it."""
     def opened(total: int) -> NodeLoader:
         return NodeLoader(store, store.train_idx, fanouts=FANOUTS, batch_size=batch_size, features="ssd",
                           memory_budget=total, block_budget=block_budget, packers=1, shuffle=True, seed=0,
@@ -90,7 +90,7 @@ def open_ssd(store: Store, budget: int, beside_x: bool, batch_size: int, block_b
         budget = budget_beside_x(budget, opened)
     with opened(budget) as loader:
         backend = loader.backend
-        spec = backend._packer_spec(Fanouts.parse(FANOUTS).array(store.schema))
+        spec = backend._packer_spec(), backend._plan_config(Fanouts.parse(FANOUTS).array(store.schema))
         return backend.hot.members, backend.cost_model, budget, backend.budget.describe(), spec
 
 
@@ -137,14 +137,15 @@ def read_in_place(io: DirectIO, path: Path, offsets: np.ndarray, lengths: np.nda
         io.close(f)
 
 
-def packed_window(spec: PackerSpec, store: Store, count: int, batch_size: int, scratch: Path) -> dict[str, Any]:
+def packed_window(spec: PackerSpec, config: PlanConfig, store: Store, count: int, batch_size: int,
+                  scratch: Path) -> dict[str, Any]:
     """One packer window of `count` mini-batches (seeds: a shuffle of the training split),
     timed in this process: planned, its scan read alone, repacked (the scan again, with the
     block writer's writes), and each mini-batch's reads made back (its block, or its pages);
     its folder removed after."""
     seeds = np.random.default_rng(1).permutation(np.asarray(store.train_store_ids))
     batches = [np.sort(seeds[k * batch_size:(k + 1) * batch_size]) for k in range(count)]
-    work = WindowWork(1, 1, 0, [b for b in batches if len(b)], None, scratch / "window")
+    work = WindowWork(1, 1, 1, 0, [b for b in batches if len(b)], None, config, scratch / "window")
     packer = Packer(spec)
     try:
         cpu, start = time.process_time(), time.perf_counter()
@@ -255,7 +256,7 @@ def main() -> None:
         read = measure_reads(io, store.features_path, MIB, args.seconds)["bytes_per_s"]
         with tempfile.TemporaryDirectory(dir=scratch, prefix=".read_arithmetic.") as directory:
             mixed = reads_beside_writer(io, store.features_path, Path(directory), args.seconds)
-            window = packed_window(spec, store, args.window, args.batch_size, Path(directory))
+            window = packed_window(*spec, store, args.window, args.batch_size, Path(directory))
     finally:
         io.shutdown()
     steady = per[1:] or per  # the first is memory mode's first mini-batch: its own row below

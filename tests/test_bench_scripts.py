@@ -184,10 +184,11 @@ def test_bench_plan_stage_runs_a_baseline_beside_this_tree_with_the_same_plans(t
 
 def test_bench_memory_parts_trains_and_names_the_parts_in_its_json(tiny_store, tmp_path):
     config = tmp_path / "config.yaml"
+    # packers 0: the script looks at the trainer's process, where the planner then runs
     config.write_text(f"store: {tiny_store}\nrun_dir: {tmp_path / 'run'}\nfeatures: ssd\nseed: 0\n"
                       "model: {name: sage, hidden: 16, layers: 2}\n"
                       "sampler: {fanouts: [5, 5], batch_size: 512, eval_fanouts: [5, 5], eval_batch_size: 512}\n"
-                      "ssd: {memory_budget: 16MiB}\n")
+                      "ssd: {memory_budget: 16MiB, packers: 0}\n")
     for extra, name in (([], "train.json"), (["--loader-batches", "2"], "loader.json")):
         out = tmp_path / name
         result = subprocess.run([sys.executable, "scripts/bench_memory_parts.py", "--config", str(config),

@@ -214,10 +214,11 @@ class SSDConfig:
     #: process's NUMBA_NUM_THREADS (set that in the environment to go above numba's
     #: default, the core count); 0: all of them.
     threads: int = field(default=0, metadata=_check(lambda v: v >= 0, "0 (all) or a positive integer"))
-    #: Packer processes that plan and repack windows of mini-batches ahead of training
-    #: (gnnssd.pipeline.packers), when compact blocks are written (block_budget above 0) and
-    #: an epoch's samples are not kept for reuse: "auto" is the cores left beside the trainer
-    #: (at least 1); 0 plans and repacks in the trainer's own threads.
+    #: Packer processes that plan windows of mini-batches ahead of training, and repack
+    #: them where compact blocks are written (gnnssd.pipeline.packers), when an epoch's
+    #: samples are not kept for reuse; started by the first stream of more than a few
+    #: mini-batches and kept until the loader closes: "auto" is the cores left beside the
+    #: trainer (at least 1); 0 plans and repacks in the trainer's own threads.
     packers: int | Literal["auto"] = field(default=AUTO, metadata=_check(
         lambda v: v == AUTO or 0 <= v <= 256,
         "auto, or an integer from 0 to 256"))

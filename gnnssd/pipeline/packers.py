@@ -24,11 +24,18 @@ for that, planning its next window meanwhile. Each packer's first window is smal
 (window_bounds): packed bytes come early.
 A packer that dies (killed, out of memory) is an error naming it and its window, raised in
 the consumer within POLL_S: nothing waits on it. Packers ignore Ctrl-C (the trainer stops
-them) and are ended when the pool closes; the caller removes the scratch folder after.
+them) and are ended when the pool closes, which removes its scratch folder.
+
+The pool outlives a stream (an epoch; a training stream restarted after evaluation; an
+evaluation's): its packers start once (~3 CPU-s each, which a pool per stream paid at every
+restart: docs/BENCHMARKS.md, issue 46, ninth round) and take each stream's windows, planned
+with that stream's fanouts. A stream's end stops its windows in progress; the packers say
+when they have, and only then is its folder removed.
 """
 from __future__ import annotations
 
 import json
+import math
 import mmap
 import os
 import queue
@@ -40,6 +47,7 @@ import sys
 import threading
 import time
 import traceback
+import weakref
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from multiprocessing.connection import Connection
@@ -49,7 +57,7 @@ import numpy as np
 
 from gnnssd.pipeline.direct_io import DirectIO
 from gnnssd.pipeline.repack import RepackReport, repack_window
-from gnnssd.pipeline.worker import POLL_S, check_stop, numba_threads, stops_with
+from gnnssd.pipeline.worker import POLL_S, Stopped, check_stop, numba_threads, stops_with
 from gnnssd.sampler import CostModel, HotRows, MegaBatchPlan, PlanConfig, Planner, Scan, choose_window, pages_plan
 from gnnssd.storage_format import Store, write_error, writable_file
 
@@ -93,7 +101,6 @@ class PackerSpec:
     """What every packer needs, sent once when it starts (picklable: no mapped arrays)."""
 
     store_path: str
-    plan: PlanConfig
     hot: HotRows
     max_rows: int
     max_bytes: int
@@ -112,13 +119,16 @@ class PackerSpec:
 
 @dataclass(frozen=True)
 class WindowWork:
-    """One window: the seed batches of mini-batches first .. first+len(batches)-1 of an epoch."""
+    """One window of a stream: the seed batches of mini-batches first .. first+len(batches)-1
+    of an epoch, planned with `config` (a stream's fanouts: training's or evaluation's)."""
 
+    stream: int
     window: int
     epoch: int
     first: int
     batches: list[np.ndarray]
     exclude: list[np.ndarray] | None
+    config: PlanConfig
     directory: Path
 
 
@@ -178,7 +188,7 @@ class Packer:
         self.spec = spec
         self.store = store = Store.open(spec.store_path)
         options = {**spec.sampler_options, "etypes": store.etypes}
-        self._planner_args = (store.indptr, store.indices, spec.plan, spec.hot)
+        self._graph = (store.indptr, store.indices)
         self._planner_options = {"max_rows": spec.max_rows, "max_bytes": spec.max_bytes, **options}
         self.io = DirectIO(queue_depth=spec.queue_depth, backend=spec.io_backend,
                            checksums={store.features_path: store.page_checksums()} if spec.verify_checksums else None)
@@ -191,7 +201,7 @@ class Packer:
         rows are found in, whatever the window's size."""
         spec, store = self.spec, self.store
         work.directory.mkdir(parents=True, exist_ok=True)
-        planner = Planner(*self._planner_args, **self._planner_options)
+        planner = Planner(*self._graph, work.config, spec.hot, **self._planner_options)
         stubs = []
         with RowsFile(work.directory / "rows.bin") as lists:
             for plan in planner.plan_batches(work.batches, work.epoch, work.exclude, work.first):
@@ -229,51 +239,72 @@ _PROGRAM = ("import json, sys; sys.path[:] = json.loads(sys.argv[2]); "
             "from gnnssd.pipeline.packers import serve; serve(int(sys.argv[1]))")
 
 
-class _Told(Exception):
-    """The pool told the packer to stop (or is gone)."""
-
-
 class _Inbox:
     """A packer's side of the socket, read by a thread of its own: windows queue for the
-    planner, ("room", window) messages are kept until a window's scan asks for them, and
-    None (or the pool gone) tells every wait to stop."""
+    planner, each stream's ("end", stream) marker after its windows; ("room", stream, window)
+    messages are kept until that window's scan asks for them. A stream's end sets its stop
+    flag (check_stop's, for its windows in progress); None (or the pool gone) sets every flag."""
 
     def __init__(self, conn: Connection):
         self._conn = conn
-        self.works: queue.Queue[WindowWork | None] = queue.Queue()
-        self._rooms: set[int] = set()
-        self._changed = threading.Condition()
-        self.told = threading.Event()  # check_stop's flag in the planning thread
+        self.works: queue.Queue[WindowWork | tuple | None] = queue.Queue()
+        self._rooms: set[tuple[int, int]] = set()
+        self._stops: dict[int, threading.Event] = {}
+        self._changed = threading.Condition()  # an RLock's: stop_flag is called holding it
+        self.told = threading.Event()
         threading.Thread(target=self._receive, daemon=True, name="gnnssd-packer-inbox").start()
 
     def _receive(self) -> None:
         try:
             while (message := self._conn.recv()) is not None:
-                if isinstance(message, tuple):
-                    with self._changed:
-                        self._rooms.add(message[1])
-                        self._changed.notify_all()
-                else:
+                if isinstance(message, WindowWork):
+                    self.works.put(message)
+                    continue
+                with self._changed:
+                    if message[0] == "room":
+                        self._rooms.add(message[1:])
+                    else:  # ("end", stream)
+                        self.stop_flag(message[1]).set()
+                        self._rooms = {room for room in self._rooms if room[0] != message[1]}
+                    self._changed.notify_all()
+                if message[0] == "end":
                     self.works.put(message)
         except (EOFError, ConnectionError, OSError):
             pass
         with self._changed:
             self.told.set()
+            for flag in self._stops.values():
+                flag.set()
             self._changed.notify_all()
         self.works.put(None)
 
-    def room(self, window: int) -> None:
-        """Return once `window` may write its blocks; _Told if told to stop first."""
+    def stop_flag(self, stream: int) -> threading.Event:
+        """Set once `stream` has ended, or the packer is told to stop."""
         with self._changed:
-            while window not in self._rooms and not self.told.is_set():
+            if stream not in self._stops:
+                self._stops[stream] = threading.Event()
+                if self.told.is_set():
+                    self._stops[stream].set()
+            return self._stops[stream]
+
+    def forget(self, stream: int) -> None:
+        """`stream` has ended and its end is answered: its flag is no longer asked for."""
+        with self._changed:
+            self._stops.pop(stream, None)
+
+    def room(self, work: WindowWork) -> bool:
+        """Wait until `work` may write its blocks: True; False once its stream has ended first."""
+        stop = self.stop_flag(work.stream)
+        with self._changed:
+            while (work.stream, work.window) not in self._rooms and not stop.is_set():
                 self._changed.wait()
-            if window not in self._rooms:
-                raise _Told
-            self._rooms.discard(window)
+            self._rooms.discard((work.stream, work.window))
+            return not stop.is_set()
 
 
-def _failure(exc: BaseException) -> tuple[str, str, str]:
-    return "error", f"{type(exc).__name__}: {exc}", traceback.format_exc()
+def _failure(stream: int | None, exc: BaseException) -> tuple[str, int | None, str, str]:
+    """A window's error (or the packer's own, `stream` None), as its reply."""
+    return "error", stream, f"{type(exc).__name__}: {exc}", traceback.format_exc()
 
 
 #: Windows a packer holds at once: the one it scans (or whose room it waits for) and the next,
@@ -282,10 +313,10 @@ def _failure(exc: BaseException) -> tuple[str, str, str]:
 PACKER_WINDOWS = 2
 
 
-def _free_slot(slots: threading.Semaphore, told: threading.Event) -> bool:
-    """Take one of `slots` once free; False if told to stop first."""
+def _free_slot(slots: threading.Semaphore, stop: threading.Event) -> bool:
+    """Take one of `slots` once free; False if `stop` is set first."""
     while not slots.acquire(timeout=POLL_S):
-        if told.is_set():
+        if stop.is_set():
             return False
     return True
 
@@ -293,22 +324,49 @@ def _free_slot(slots: threading.Semaphore, told: threading.Event) -> bool:
 def _plan_ahead(packer: Packer, inbox: _Inbox, planned: queue.Queue, slots: threading.Semaphore) -> None:
     """The packer's planning thread: each window's stubs and scan (or its error) in order,
     a window begun only once one of PACKER_WINDOWS `slots` is free (the scan releases it);
-    None at the end, or once told to stop."""
+    a window of an ended stream is skipped (or stopped at its next check_stop); a stream's
+    end marker passed on after its windows; None at the end."""
     numba_threads(packer.spec.numba_threads)
-    with stops_with(inbox.told):  # a plan in progress stops at its next check_stop once told
-        while (work := inbox.works.get()) is not None and _free_slot(slots, inbox.told):
-            try:
+    while (work := inbox.works.get()) is not None:
+        if not isinstance(work, WindowWork):  # ("end", stream)
+            planned.put(work)
+            continue
+        stop = inbox.stop_flag(work.stream)
+        if not _free_slot(slots, stop):
+            continue
+        try:
+            with stops_with(stop):
                 planned.put(("ok", work, *packer.plan(work)))
-            except Exception as exc:  # the window's error, raised in the consumer
-                planned.put(_failure(exc))
+        except Stopped:
+            slots.release()
+        except Exception as exc:  # the window's error, raised in the consumer
+            planned.put(_failure(work.stream, exc))
     planned.put(None)
 
 
+def _repacked(packer: Packer, inbox: _Inbox, work: WindowWork, stubs: list[MegaBatchPlan], scan: Scan,
+              rows: np.ndarray) -> tuple | None:
+    """A planned window's reply once its blocks are written (after its room), or None if
+    its stream ended first."""
+    stop = inbox.stop_flag(work.stream)
+    try:
+        with stops_with(stop):
+            if len(scan.rows) and not inbox.room(work):
+                return None
+            return "ok", work.stream, packer.repack(work, stubs, scan, rows)
+    except Stopped:
+        return None
+    except Exception as exc:  # the window's error, raised in the consumer
+        return _failure(work.stream, exc)
+
+
 def serve(fd: int) -> None:
-    """A packer process: its PackerSpec, then windows in and (stubs, reports) or the error's
-    text out over the socket `fd`, until told to stop or the pool is gone; ("room", window)
-    lets a window write its blocks. Once ready it says ("started", its process ID, the CPU
-    seconds its start took: interpreter, imports, store).
+    """A packer process: its PackerSpec, then windows in and replies out over the socket `fd`
+    (("ok", stream, (stubs, reports)), or ("error", stream, text, traceback)), until told to
+    stop or the pool is gone; ("room", stream, window) lets a window write its blocks;
+    ("end", stream) stops a stream's windows, answered ("ended", stream) once none is in
+    progress (the pool then removes their folders). Once ready it says ("started", its
+    process ID, the CPU seconds its start took: interpreter, imports, store).
 
     A thread plans the next window while this one scans the current (a window's scan is
     mostly waiting on the drive and the pool's room; planning is mostly CPU: one packer
@@ -329,25 +387,23 @@ def serve(fd: int) -> None:
         slots = threading.Semaphore(PACKER_WINDOWS)
         threading.Thread(target=_plan_ahead, args=(packer, inbox, planned, slots), daemon=True,
                          name="gnnssd-packer-plan").start()
-        while (item := planned.get()) is not None and not inbox.told.is_set():
+        while (item := planned.get()) is not None:
+            if item[0] == "end":  # every window of that stream before it is done with
+                conn.send(("ended", item[1]))
+                inbox.forget(item[1])
+                continue
             if item[0] == "ok":
                 _, work, stubs, scan, rows = item
                 del item
-                try:
-                    if len(scan.rows):
-                        inbox.room(work.window)
-                    item = ("ok", packer.repack(work, stubs, scan, rows))
-                except _Told:
-                    raise
-                except Exception as exc:  # the window's error, raised in the consumer
-                    item = _failure(exc)
+                item = _repacked(packer, inbox, work, stubs, scan, rows)
                 del stubs, scan, rows
-            conn.send(item)
+            if item is not None and not inbox.stop_flag(item[1]).is_set():
+                conn.send(item)
             slots.release()
-    except (EOFError, ConnectionError, _Told):  # the pool is gone, or told to stop
+    except (EOFError, ConnectionError):  # the pool is gone
         return
     except Exception as exc:
-        conn.send(_failure(exc))
+        conn.send(_failure(None, exc))
     finally:
         if packer is not None:
             packer.close()
@@ -358,30 +414,86 @@ class PackerError(RuntimeError):
     """A packer failed or died; the message names it and its window."""
 
 
+def _ended_how(code: int | None) -> str:
+    """How a packer process ended, from its exit status."""
+    return (f"was killed by {signal.Signals(-code).name}" if code is not None and code < 0
+            else f"exited with status {code}")
+
+
+#: Seconds a stream's end waits for the packers to stop its windows (a started packer stops
+#: at its next check: a plan, or a chunk of a scan; one still starting answers once started).
+END_WAIT_S = 5.0
+#: _reply's answer when a packer said nothing about the current stream in time.
+_QUIET = ("quiet",)
+
+
+def _send_all(outbox: queue.Queue, conn: Connection) -> None:
+    """A sender thread: `outbox`'s messages to one packer, in order, until None (a message
+    left unsent to a packer that is gone: waiting for its window says so)."""
+    while (message := outbox.get()) is not None:
+        try:
+            conn.send(message[0])
+        except OSError:
+            pass
+
+
+def _shut_down(procs: list[subprocess.Popen], outboxes: list[queue.Queue], senders: list[threading.Thread],
+               conns: list[Connection], root: Path) -> None:
+    """Tell every packer to stop, kill those still running after 2 POLL_S (one still
+    starting, or stalled: that also ends a send to it), wait for them, remove the pool's folder."""
+    for outbox in outboxes:
+        outbox.put((None,))  # the packer's "stop"
+        outbox.put(None)  # the sender's
+    deadline = time.monotonic() + 2 * POLL_S
+    for proc in procs:
+        try:
+            proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    for sender in senders:
+        sender.join()
+    for conn in conns:
+        conn.close()
+    shutil.rmtree(root, ignore_errors=True)
+
+
 class PackerPool:
-    """`count` packer processes, started at once, packing the windows `assign` gives them (in
-    window order) ahead of the consumer; `ready()` says whether the first has started.
+    """`count` packer processes, started at once, that live until `close()` and pack the
+    windows of one stream at a time: `assign` gives a stream's windows (in window order) and
+    `windows()` yields them as they are packed, `ahead` of the consumer; `end()` stops the
+    stream. `ready()` says whether the first packer has started.
 
-    Iterate `windows()` for (stubs, folder) of each window in order; `close()` ends the
-    packers (whatever they are doing) and removes nothing: the caller owns the folders."""
+    The pool owns `root`: each stream's windows have folders under it, removed as the
+    consumer moves on, and what an ended stream left once every packer has stopped its
+    windows; `close()` (or the pool's collection, or the interpreter's exit) ends the
+    packers and removes it. Messages go out through a sender thread per packer, so no
+    caller waits on a packer's socket (a packer's spec, larger than a socket's buffer, is
+    read only once its imports are done, ~3 s)."""
 
-    def __init__(self, spec: PackerSpec, count: int, ahead: int,
+    def __init__(self, spec: PackerSpec, count: int, ahead: int, root: Path,
                  report: Callable[[RepackReport], None] | None = None,
                  started: Callable[[int, float], None] | None = None):
         """`report` hears each window's repack costs as its stubs arrive; `started` each
         packer's process ID and the CPU seconds its start took, when next waited for."""
         if count < 1:
             raise ValueError(f"ssd.packers: {count}; expected at least 1")
+        self.root = root
         self.works: list[WindowWork] = []
         self.ahead, self._report, self._started = max(1, ahead), report, started
-        self._assigned = threading.Event()  # the works are known (or the pool is closing)
-        self._closing = False
-        self._early: dict[int, tuple | None] = {}  # a reply ready() read that was not "started"
+        self._stream = 0  # the latest stream's number
+        self._current: int | None = None  # the stream being packed
+        self._ending: dict[int, set[int]] = {}  # streams ended, and the packers yet to say so
+        self._early: dict[int, list[tuple | None]] = {}  # replies read before they were asked for
+        self._up = False  # the first packer said it started
         self._procs: list[subprocess.Popen] = []
         self._conns: list[Connection] = []
-        self._spec, self._given, self._roomed = spec, 0, 0
-        self._sending = threading.Lock()  # one sender at a time on the packers' sockets
-        self._starter: threading.Thread | None = None
+        self._outboxes: list[queue.Queue] = []
+        self._senders: list[threading.Thread] = []
+        self._given = self._roomed = 0
+        self._handing = threading.Lock()  # the counts above, between the planner's and the reader's threads
+        self._close = weakref.finalize(self, _shut_down, self._procs, self._outboxes, self._senders, self._conns,
+                                       root)
         # A fresh interpreter each (fork is unsafe beside OpenMP and the engine's threads;
         # multiprocessing's spawn would run the user's main script again). SIGINT blocked
         # while they start (the mask crosses exec): a Ctrl-C during a packer's imports is the
@@ -397,159 +509,185 @@ class PackerPool:
                     theirs.close()
                 self._procs.append(proc)
                 self._conns.append(Connection(ours.detach()))
+                self._outboxes.append(queue.Queue())
+                self._outboxes[-1].put((spec,))
+                self._senders.append(threading.Thread(target=_send_all, args=(self._outboxes[-1], self._conns[-1]),
+                                                      daemon=True, name="gnnssd-packers-send"))
+                self._senders[-1].start()
         except BaseException:
             self.close()
             raise
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-        # The specs and the first windows go out from a thread of their own: the spec is larger
-        # than a socket's buffer (the hot rows' bitset), so its send waits for the packer's
-        # imports (~3 s), which the caller (handing out the first mini-batch) waited for
-        self._starter = threading.Thread(target=self._start, daemon=True, name="gnnssd-packers-start")
-        self._starter.start()
 
     @property
     def count(self) -> int:
         return len(self._procs)
 
-    def _start(self) -> None:
-        """Every packer's spec; once assigned, the first windows and room for the first two
-        (no packer's blocks are on disk yet)."""
-        with self._sending:
-            for conn in self._conns:
-                try:
-                    conn.send(self._spec)
-                except OSError:  # the packer is gone: waiting for its window says so (_result)
-                    pass
-        self._assigned.wait()
-        if self._closing:
-            return
-        self._give(1 + self.ahead)
-        self._make_room(2)
+    def dead(self) -> list[str]:
+        """The packers that have ended (a dead one fails every stream after it), each named
+        with how it ended."""
+        return [f"packer {i} (process {proc.pid}) {_ended_how(proc.returncode)}"
+                for i, proc in enumerate(self._procs) if proc.poll() is not None]
 
-    def assign(self, works: list[WindowWork]) -> None:
-        """The windows to pack, in order (once; the starter hands out the first ones)."""
-        self.works = works
-        self._assigned.set()
+    def _post(self, i: int, message: object) -> None:
+        self._outboxes[i].put((message,))
+
+    def assign(self, config: PlanConfig, epoch: int,
+               windows: list[tuple[int, list[np.ndarray], list[np.ndarray] | None]]) -> None:
+        """A new stream: windows of (first mini-batch, seed batches, excluded edges or
+        None) of `epoch`, planned with `config`; the first `ahead` + 1 are given out now, and
+        room for the first two once the stream before has stopped (end) writing blocks."""
+        self.end()
+        self._stream += 1
+        self._current = self._stream
+        folder = self.root / f"s{self._stream}"
+        self.works = [WindowWork(self._stream, k, epoch, first, batches, exclude, config, folder / f"w{k}")
+                      for k, (first, batches, exclude) in enumerate(windows, start=1)]
+        with self._handing:
+            self._given = self._roomed = 0
+        self._give(1 + self.ahead)
+        self._make_room(2, wait=False)
+
+    def end(self) -> None:
+        """Stop the current stream (if any): its windows in progress stop at their next
+        check, and their folders are removed once every packer says so, waited for here up
+        to END_WAIT_S (a packer still starting answers once started; one that does not
+        answer in time has its stream's folder removed later, or with the pool)."""
+        if self._current is None:
+            return
+        stream, self._current, self.works = self._current, None, []
+        self._ending[stream] = set(range(self.count))
+        for i in range(self.count):
+            self._post(i, ("end", stream))
+        self._settle(time.monotonic() + END_WAIT_S)
 
     def ready(self) -> bool:
         """Whether the first packer has started (or failed: waiting for its window says so)."""
-        if 0 in self._early:
-            return True
-        try:
-            if not self._conns[0].poll(0):
-                return False
-            reply = self._conns[0].recv()
-        except (EOFError, ConnectionError, OSError):
-            reply = None
-        if reply is not None and reply[0] == "started":
-            if self._started is not None:
-                self._started(*reply[1:])
-            return True
-        self._early[0] = reply
-        return True
+        if not self._up and (reply := self._reply(0, 0)) is not _QUIET:
+            self._early.setdefault(0, []).append(reply)
+            self._up = True
+        return self._up
+
+    def _reply(self, i: int, timeout: float) -> tuple | None:
+        """Packer i's next reply about the current stream (or its own failure) within
+        `timeout` s: _QUIET if none came, None if the packer is gone. Its start and replies
+        about ended streams are taken in here."""
+        if self._early.get(i):
+            return self._early[i].pop(0)
+        conn = self._conns[i]
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if not conn.poll(max(0.0, deadline - time.monotonic())):
+                    return _QUIET
+                reply = conn.recv()
+            except (EOFError, ConnectionError, OSError):
+                return None
+            if reply[0] == "started":
+                self._up = self._up or i == 0
+                if self._started is not None:
+                    self._started(*reply[1:])
+            elif reply[0] == "ended":
+                self._stopped(reply[1], i)
+            elif reply[1] is None or reply[1] == self._current:
+                return reply
+            # else: a window of an ended stream, whose folder goes with the stream's
+
+    def _stopped(self, stream: int, i: int) -> None:
+        """Packer i has stopped `stream`'s windows: once all have, its folder goes (and the
+        pool's, if no other stream has one: a pool between streams leaves no scratch)."""
+        waiting = self._ending.get(stream, set())
+        waiting.discard(i)
+        if not waiting and stream in self._ending:
+            del self._ending[stream]
+            shutil.rmtree(self.root / f"s{stream}", ignore_errors=True)
+            try:
+                self.root.rmdir()
+            except OSError:  # another stream's folder is in it, or it was never made
+                pass
+
+    def _settle(self, until: float) -> None:
+        """Take in the packers' answers to ended streams, waiting for them until the
+        monotonic time `until` (a packer that is gone writes nothing more)."""
+        for stream, waiting in list(self._ending.items()):
+            for i in list(waiting):
+                while stream in self._ending and i in waiting:
+                    check_stop()
+                    reply = self._reply(i, min(POLL_S, max(0.0, until - time.monotonic())))
+                    if reply is _QUIET and self._procs[i].poll() is None:
+                        if time.monotonic() >= until:
+                            break
+                        continue
+                    if reply is not None and reply is not _QUIET:  # its own failure: said at its next window
+                        self._early.setdefault(i, []).append(reply)
+                    self._stopped(stream, i)  # gone, or failed: it writes nothing more
 
     def _give(self, upto: int) -> None:
         """Hand out the windows before `upto` not yet given."""
-        with self._sending:
+        with self._handing:
             while self._given < min(upto, len(self.works)):
                 k = self._given
-                try:
-                    self._conns[k % self.count].send(self.works[k])
-                except OSError:  # the packer is gone: waiting for this window says so (_result)
-                    pass
+                self._post(k % self.count, self.works[k])
                 self._given += 1
 
-    def _make_room(self, upto: int) -> None:
-        """Room to write blocks for the windows before `upto` (after they are given out)."""
-        with self._sending:
+    def _make_room(self, upto: int, wait: bool) -> None:
+        """Room to write blocks for the windows before `upto` (after they are given out),
+        once no ended stream's windows may still write theirs (waiting for that with `wait`):
+        the disk then holds two windows' blocks at most."""
+        self._settle(math.inf if wait else 0.0)
+        if self._ending:
+            return
+        with self._handing:
             while self._roomed < min(upto, self._given):
                 k = self._roomed
-                try:
-                    self._conns[k % self.count].send(("room", self.works[k].window))
-                except OSError:  # the packer is gone: waiting for this window says so (_result)
-                    pass
+                self._post(k % self.count, ("room", self._current, self.works[k].window))
                 self._roomed += 1
 
     def _result(self, k: int) -> list[MegaBatchPlan]:
         """Window k's stubs, waiting for its packer; a dead packer or a failed window raises."""
         i = k % self.count
-        proc, conn = self._procs[i], self._conns[i]
+        proc = self._procs[i]
         where = f"packer {i} (process {proc.pid}), packing window {k} (mini-batches from {self.works[k].first})"
         while True:
             check_stop()
-            if i in self._early:
-                reply = self._early.pop(i)
+            reply = self._reply(i, POLL_S)
+            if reply is not _QUIET or proc.poll() is not None:
                 break
-            try:
-                if conn.poll(POLL_S):
-                    reply = conn.recv()
-                    if reply[0] != "started":
-                        break
-                    if self._started is not None:
-                        self._started(*reply[1:])
-                    continue
-            except (EOFError, ConnectionError):
-                reply = None
-                break
-            if proc.poll() is not None:
-                reply = None
-                break
-        if reply is None:
+        if reply is None or reply is _QUIET:
             try:
                 code = proc.wait(POLL_S)
             except subprocess.TimeoutExpired:
                 code = None
-            how = (f"was killed by {signal.Signals(-code).name}" if code is not None and code < 0
-                   else f"exited with status {code}")
-            raise PackerError(f"{where}: the packer {how}; training stopped (its window's scratch is removed)")
+            raise PackerError(f"{where}: the packer {_ended_how(code)}; training stopped (its window's scratch is "
+                              "removed)")
         if reply[0] == "error":
-            raise PackerError(f"{where}: {reply[1]}")
-        stubs, reports = reply[1]
+            raise PackerError(f"{where}: {reply[2]}")
+        stubs, reports = reply[2]
         for each in reports if self._report is not None else ():
             self._report(each)
         return stubs
 
     def windows(self) -> Iterator[tuple[list[MegaBatchPlan], Path]]:
-        """Each window's stubs and folder, in order; the previous window's folder is removed
-        when the next is asked for (its plans are loaded by then, their blocks deleted), and
-        the window after the one asked for gets room for its blocks."""
-        previous: Path | None = None
-        for k, work in enumerate(self.works):
+        """The current stream's windows: stubs and folder of each, in order; the previous
+        window's folder is removed when the next is asked for (its plans are loaded by then,
+        their blocks deleted), the last one's at the end, and the window after the one asked
+        for gets room for its blocks."""
+        works, previous = self.works, None
+        for k, work in enumerate(works):
             self._give(k + 1 + self.ahead)
-            self._make_room(k + 2)
+            self._make_room(k + 2, wait=True)
             stubs = self._result(k)
             if previous is not None:
                 shutil.rmtree(previous, ignore_errors=True)
             previous = work.directory
             yield stubs, work.directory
             del stubs
+        if previous is not None:
+            shutil.rmtree(previous, ignore_errors=True)
 
     def close(self) -> None:
-        """End every packer now (a window in progress is abandoned: the caller removes the
-        scratch) and wait for them."""
-        self._closing = True
-        self._assigned.set()  # the starter, if still waiting for the works, gives none
-        # told to stop after the starter's sends, unless a packer has not read them by now (one
-        # still starting, or stalled): that one is killed below, which ends the send
-        if self._sending.acquire(timeout=POLL_S):
-            try:
-                for conn in self._conns:
-                    try:
-                        conn.send(None)
-                    except OSError:
-                        pass
-            finally:
-                self._sending.release()
-        deadline = time.monotonic() + 2 * POLL_S
-        for proc in self._procs:
-            try:
-                proc.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        if self._starter is not None:
-            self._starter.join()
-        for conn in self._conns:
-            conn.close()
-        self._procs, self._conns = [], []
+        """End every packer now (a window in progress is abandoned) and wait for them; the
+        pool's folder is removed."""
+        self._current, self.works = None, []
+        self._close()

@@ -84,6 +84,46 @@ def test_a_killed_packer_stops_training_with_an_error_naming_it(store, tmp_path)
     assert "left [] packers alive []" in out, out
 
 
+def test_a_packer_killed_between_epochs_is_replaced_by_the_next(store, tmp_path, caplog):
+    """kill -9 of the packer while it waits for the next epoch (packers outlive a stream):
+    the next epoch starts a new one, with a warning naming the dead one and how it died, and
+    gives the store's rows; closing the loader leaves no scratch and no packer."""
+    import numpy as np
+    import psutil
+
+    from gnnssd import NodeLoader
+    from gnnssd.storage_format import Store
+
+    opened = Store.open(store)
+    features = opened.features_memmap()
+    with NodeLoader(opened, opened.original_ids(np.asarray(opened.train_store_ids)), fanouts=[5, 5],
+                    batch_size=200, features="ssd", memory_budget="24MiB", block_budget="8MiB", packers=1,
+                    mega_batch=4, hot_fraction=0.3, seed=3, shuffle=True, device="cpu",
+                    scratch_dir=tmp_path / "scratch") as loader:
+        starts = loader.backend.packer_start_cpu_s
+        for epoch in (1, 2):
+            if epoch == 2:
+                (killed,) = starts
+                os.kill(killed, signal.SIGKILL)
+                # dead (its leader a zombie, its other threads gone: only then can it be
+                # waited for) and not reaped: the pool reads how it ended
+                deadline = time.monotonic() + 30
+                while (psutil.Process(killed).status() != psutil.STATUS_ZOMBIE
+                       or len(os.listdir(f"/proc/{killed}/task")) > 1) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+            loader.set_epoch(epoch)
+            seen = 0
+            for batch in loader:
+                np.testing.assert_array_equal(batch.x.numpy(), features[opened.store_ids(batch.input_nodes.numpy())])
+                seen += 1
+            assert seen == len(loader)
+        assert len(starts) == 2 and killed in starts  # a new packer for epoch 2
+        packers = psutil.Process().children()
+    assert f"packer 0 (process {killed}) was killed by SIGKILL since the last stream; starting new" in caplog.text
+    assert not [p for p in packers if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert os.listdir(tmp_path / "scratch") == []
+
+
 def test_ctrl_c_with_packers_stops_cleanly(store, tmp_path):
     """Ctrl-C (SIGINT to the whole process group, as a terminal sends it): the packers ignore
     it and keep their windows; the trainer gets KeyboardInterrupt, and closing the loader
@@ -156,7 +196,7 @@ loader = NodeLoader(store, store.original_ids(np.asarray(store.train_store_ids))
                     eval_fanouts=[5, 5], eval_batch_size=200, features="ssd", memory_budget="32MiB",
                     block_budget="256KiB", packers=1, mega_batch=4, hot_fraction=0.3, seed=3, shuffle=True,
                     device="cpu", scratch_dir=sys.argv[2])
-spec = len(pickle.dumps(loader.backend._packer_spec(np.array([[5], [5]]))))
+spec = len(pickle.dumps(loader.backend._packer_spec()))
 print("spec over the socket buffer", spec > socket.socketpair()[0].getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF))
 sys.executable = {str(stalled)!r}
 batches = iter(loader)

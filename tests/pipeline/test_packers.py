@@ -3,7 +3,6 @@ the trainer's own planner gives, with the store's rows, and every window's scrat
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -31,12 +30,12 @@ def store(tmp_path_factory) -> Store:
     return Store.open(write_store(tmp_path_factory.mktemp("packers") / "store", source, order=node_order("degree")))
 
 
-def _epoch(store: Store, packers: int, tmp_path) -> tuple[list[tuple[np.ndarray, np.ndarray]], dict[str, int],
-                                                          dict[int, float]]:
+def _epoch(store: Store, packers: int, tmp_path, **options) -> tuple[list[tuple[np.ndarray, np.ndarray]],
+                                                                     dict[str, int], dict[int, float]]:
     """(input nodes, x) of every mini-batch of epoch 1, the loader's io_stats, and the CPU
-    seconds of each packer process's start, by process ID."""
+    seconds of each packer process's start, by process ID (`options` beside OPTIONS)."""
     with NodeLoader(store, store.original_ids(np.asarray(store.train_store_ids)), packers=packers,
-                    scratch_dir=tmp_path / f"scratch{packers}", **OPTIONS) as loader:
+                    scratch_dir=tmp_path / f"scratch{packers}", **{**OPTIONS, **options}) as loader:
         loader.io_stats()  # the set-up's reads
         loader.set_epoch(1)
         batches = [(batch.input_nodes.numpy().copy(), batch.x.numpy().copy()) for batch in loader]
@@ -66,6 +65,53 @@ def test_packers_give_the_trainers_minibatches_with_the_stores_rows(store, tmp_p
         assert stats["bytes_written"] > 0
         # each packer said what its start took (an interpreter and its imports: not nothing)
         assert len(starts) == packers and os.getpid() not in starts and all(s > 0.1 for s in starts.values())
+
+
+def test_without_a_block_budget_packers_plan_the_page_reads(store, tmp_path):
+    """Block budget 0 (a budget where blocks do not pay: 1/2 of `medium`): the packers plan
+    the windows after the trainer's own, every one read as page extents, nothing written;
+    the mini-batches are the trainer's own planner's, with the store's rows."""
+    features = store.features_memmap()
+    reference, _, _ = _epoch(store, 0, tmp_path, block_budget=0)
+    batches, stats, starts = _epoch(store, 1, tmp_path / "packed", block_budget=0)
+    assert len(batches) == len(reference) > OWN_WINDOW_MOST
+    for (nodes, x), (want_nodes, _) in zip(batches, reference):
+        np.testing.assert_array_equal(nodes, want_nodes)
+        np.testing.assert_array_equal(x, features[store.store_ids(nodes)])
+    assert len(starts) == 1  # a packer planned
+    assert stats["extents_read_bytes"] > 0 and stats.get("packed_read_bytes", 0) == 0 == stats["bytes_written"]
+
+
+def test_the_packers_outlive_a_stream_and_serve_the_next(store, tmp_path):
+    """One loader, one pool: epoch 1 whole, epoch 2 left after a few mini-batches (its
+    windows in progress stopped), epoch 3 whole, all from the packer started for epoch 1,
+    every x the store's rows, epochs 1 and 3 the trainer's own planner's mini-batches (the
+    packers' windows of a new stream are planned with its epoch). Each stream's folder goes
+    once its packer has stopped it, the stopped one's too: none is left between streams."""
+    features = store.features_memmap()
+    with NodeLoader(store, store.original_ids(np.asarray(store.train_store_ids)), packers=0,
+                    scratch_dir=tmp_path / "reference", **OPTIONS) as loader:
+        reference = {}
+        for epoch in (1, 3):
+            loader.set_epoch(epoch)
+            reference[epoch] = [batch.input_nodes.numpy().copy() for batch in loader]
+    with NodeLoader(store, store.original_ids(np.asarray(store.train_store_ids)), packers=1,
+                    scratch_dir=tmp_path / "scratch", **OPTIONS) as loader:
+        backend = loader.backend
+        folder = backend.block_dir
+        for epoch in (1, 2, 3):
+            loader.set_epoch(epoch)
+            nodes = []
+            for batch in loader:
+                nodes.append(batch.input_nodes.numpy().copy())
+                np.testing.assert_array_equal(batch.x.numpy(), features[store.store_ids(nodes[-1])])
+                if epoch == 2 and len(nodes) == OWN_WINDOW_MOST + 2:  # the packer's windows under way
+                    break
+            if epoch != 2:
+                assert len(nodes) == len(loader) and all(map(np.array_equal, nodes, reference[epoch]))
+            assert len(backend.packer_start_cpu_s) == 1, backend.packer_start_cpu_s  # the same packer
+            assert not folder.exists()
+        assert backend.own_minibatches < len(loader)
 
 
 def test_a_bad_packers_value_names_the_key(store, tmp_path):
@@ -146,24 +192,16 @@ def test_a_stream_of_a_few_minibatches_is_the_trainers_own(store, tmp_path):
 
 
 def _block_bytes(directory: Path) -> int:
-    """The compact blocks' bytes on disk under `directory` now (windows' folders and their
-    files come and go meanwhile: one gone while looked at counts nothing)."""
+    """The compact blocks' bytes on disk under `directory` now (streams' and windows'
+    folders and their files come and go meanwhile: one gone while looked at counts nothing)."""
     total = 0
-    try:
-        folders = [entry.path for entry in os.scandir(directory) if entry.is_dir()]
-    except FileNotFoundError:
-        return 0
-    for folder in folders:
-        try:
-            with os.scandir(folder) as entries:
-                for entry in entries:
-                    if entry.name.startswith("block_") and entry.name.endswith(".bin"):
-                        try:
-                            total += entry.stat().st_size
-                        except FileNotFoundError:
-                            pass
-        except FileNotFoundError:
-            pass
+    for folder, _, names in os.walk(directory):  # a folder gone while walked is skipped
+        for name in names:
+            if name.startswith("block_") and name.endswith(".bin"):
+                try:
+                    total += os.stat(os.path.join(folder, name)).st_size
+                except FileNotFoundError:
+                    pass
     return total
 
 
@@ -202,7 +240,7 @@ def test_two_packers_windows_choose_blocks_within_the_block_budget(store, tmp_pa
 
 def test_a_packer_plans_its_next_window_while_the_one_before_waits_for_room(store, tmp_path):
     """One packer, four windows given out and room for the first two only (no consumer asks
-    for more): window 3 is planned (its plans spilled) while window 2, which chose blocks,
+    for more): window 4 is planned (its plans spilled) while window 3, which chose blocks,
     waits for room with none written. A packer that planned a window only once the one
     before was scanned left the trainer waiting on both in turn."""
     with NodeLoader(store, store.original_ids(np.asarray(store.train_store_ids)), packers=1,
@@ -212,20 +250,21 @@ def test_a_packer_plans_its_next_window_while_the_one_before_waits_for_room(stor
         full = max(1, -(-(backend.block_budget // 2) // backend._cold_bytes))
         bounds = window_bounds(len(batches), full, 1)[:4]
         assert len(bounds) == 4 and bounds[2][1] - bounds[2][0] == full
-        folder = backend.block_dir
-        works = [WindowWork(k, 1, lo, batches[lo:hi], None, folder / f"w{k}") for k, (lo, hi) in enumerate(bounds)]
-        pool = PackerPool(backend._packer_spec(Fanouts.parse(loader.fanouts).array(store.schema)), 1, ahead=3)
+        folder = tmp_path / "pool"
+        pool = PackerPool(backend._packer_spec(), 1, ahead=3, root=folder)
         try:
-            pool.assign(works)  # windows 0-3 given out at once, room for 0 and 1
+            # windows 1-4 given out at once, room for 1 and 2
+            pool.assign(backend._plan_config(Fanouts.parse(loader.fanouts).array(store.schema)), 1,
+                        [(lo, batches[lo:hi], None) for lo, hi in bounds])
             deadline = time.monotonic() + 60
-            while not list((folder / "w3").glob("*.spill")) and time.monotonic() < deadline:
+            while not list((folder / "s1" / "w4").glob("*.spill")) and time.monotonic() < deadline:
                 time.sleep(0.05)
-            planned_ahead = list((folder / "w3").glob("*.spill"))
-            blocks_waiting = list((folder / "w2").glob("block_*"))
+            planned_ahead = list((folder / "s1" / "w4").glob("*.spill"))
+            blocks_waiting = list((folder / "s1" / "w3").glob("block_*"))
             stubs = [window for window, _ in pool.windows()]  # room for the rest as each is asked for
         finally:
             pool.close()
-            shutil.rmtree(folder, ignore_errors=True)
+        assert not folder.exists()  # the pool's folder goes with it
     assert any(p.read.strategy is Strategy.BLOCK for p in stubs[2])  # window 2 needed room
     assert planned_ahead and not blocks_waiting
     assert len(stubs) == 4 and all(stubs)  # every window came, in order, once given room
@@ -246,14 +285,15 @@ def test_a_planned_window_keeps_its_rows_in_mapped_files_not_the_packers_memory(
     with NodeLoader(store, store.original_ids(np.asarray(store.train_store_ids)), packers=1,
                     scratch_dir=tmp_path / "scratch",
                     **{**OPTIONS, "block_budget": "64MiB", "mega_batch": 1}) as loader:
-        spec = loader.backend._packer_spec(Fanouts.parse(loader.fanouts).array(store.schema))
+        spec = loader.backend._packer_spec()
+        config = loader.backend._plan_config(Fanouts.parse(loader.fanouts).array(store.schema))
         batches = loader.seed_batches()
     packer = Packer(spec)
     try:
         # the process's first plan makes allocations of its own: not measured
-        packer.plan(WindowWork(0, 1, 0, batches[:4], None, tmp_path / "w0"))
+        packer.plan(WindowWork(1, 0, 1, 0, batches[:4], None, config, tmp_path / "w0"))
         tracemalloc.start()
-        stubs, scan, rows = packer.plan(WindowWork(1, 1, 4, batches[4:20], None, tmp_path / "w1"))
+        stubs, scan, rows = packer.plan(WindowWork(1, 1, 1, 4, batches[4:20], None, config, tmp_path / "w1"))
         held = tracemalloc.get_traced_memory()[0]
         tracemalloc.stop()
     finally:

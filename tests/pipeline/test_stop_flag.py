@@ -130,9 +130,14 @@ def test_ssd_loader_closed_in_the_middle_of_an_epoch_leaves_no_scratch(tmp_path)
     loader = trainer.loader
     loader.set_epoch(1)
     batches = iter(loader)
-    next(batches)
-    assert loader.backend.block_dir.exists()  # the epoch's scratch, blocks being repacked
+    for _ in batches:  # until the packers' windows are under way
+        if loader.backend.block_dir.exists():  # the epoch's scratch, blocks being repacked
+            break
+    assert loader.backend.block_dir.exists()
     batches.close()  # what a Ctrl-C in the training loop does to the loader
     assert not loader.backend.block_dir.exists()
-    assert not [t.name for t in threading.enumerate() if t.name.startswith("gnnssd-") and t.is_alive()]
+    # the packers wait for the loader's next epoch: only the threads that send them windows are left
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("gnnssd-") and t.is_alive()
+                and t.name != "gnnssd-packers-send"]
     trainer.close()
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("gnnssd-") and t.is_alive()]

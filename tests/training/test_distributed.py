@@ -322,6 +322,7 @@ def test_a_hung_rank_is_named_by_the_other_within_the_timeout(cora_store, tmp_pa
     launcher = subprocess.Popen([sys.executable, "-m", "gnnssd", "train", "--config", str(config),
                                  "--nproc", "2"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, env={**os.environ, "GNNSSD_DIST_TIMEOUT": "10"})
+    victim = None
     try:
         deadline = time.monotonic() + 300
         while len(_metrics(run)) < 2:
@@ -338,6 +339,8 @@ def test_a_hung_rank_is_named_by_the_other_within_the_timeout(cora_store, tmp_pa
         os.kill(victim, signal.SIGKILL)
         _, stderr = launcher.communicate(timeout=120)
     finally:
+        if victim is not None and _running(victim):  # a stopped rank left behind holds its memory
+            os.kill(victim, signal.SIGKILL)
         launcher.kill()
         launcher.wait()
     assert "rank 1 (at collective" in stderr or "lost contact with rank 0" in stderr, stderr[-3000:]

@@ -4,10 +4,11 @@ Four stages overlap, three threads with bounded hand-offs and the caller:
   plan    sample the given seed batches, group them into mega-batches, plan each one's
           reads;
   repack  (with a block budget) write compact blocks for a window of plans;
-With a block budget and `ssd.packers`, plan and repack run in packer processes instead
+With `ssd.packers`, plan (and repack, with a block budget) run in packer processes instead
 (gnnssd.pipeline.packers), a window of mini-batches each, and the trainer's process only
 reads, verifies and gathers; the first window (a few mini-batches) is planned here with page
-reads, so the first mini-batch does not wait for a packer to start and repack.
+reads, so the first mini-batch does not wait for a packer to start and repack. The packers
+live as long as the loader: every stream after the first finds them running.
   read    fill the next mega-batch buffer through the io_engine while the current one
           trains (pipeline.buffers.BUFFERS buffers: the one trained on, the one being
           filled);
@@ -37,7 +38,7 @@ from gnnssd.core import (AUTO_FEATURE_SHARE, PACKED_FEATURE_SHARE, ConfigError, 
                          disk_share, format_bytes, resolve_block_budget, ssd_split)
 from gnnssd.pipeline import (BUFFERS, FIRST_WINDOW, OWN_WINDOW_MOST, DirectIO, FeatureFile, HotCache,
                              HotRanking, KeptSamples, MegaBatchBuffers, PackerPool, PackerSpec, PlanWorker, Recycler,
-                             RepackReport, WindowWork, check_numba_threads, default_packers, delete, load_cost_model,
+                             RepackReport, check_numba_threads, default_packers, delete, load_cost_model,
                              numba_threads, repacked_windows, samples_key, window_bounds, x_dtype, x_pool_bytes)
 from gnnssd.sampler import (Fanouts, HotRows, MegaBatchPlan, MFGs, NeighborSampler, PlanConfig, Planner, Strategy,
                             pages_plan, sampling_method)
@@ -61,6 +62,9 @@ PLAN_SHARE, MIN_PLAN_BYTES = 8, 8 << 20
 #: waiting for a repack window or kept for a replay waits spilled to disk, as a stub).
 #: Each plan gets 1/PLANS_ALIVE of the bytes.
 PLANS_ALIVE = 2 + BUFFERS
+#: Mini-batches of a packer's window of page reads (no block budget): its plans carry rows
+#: from one to the next, as the trainer's do (a window's first plan carries nothing).
+PAGE_WINDOW = 4
 #: The seed of the few mini-batches the buffers and x arrays are sized for (SSDLoader._sampled_inputs).
 SIZING_SEED = 0
 
@@ -105,6 +109,8 @@ class SSDLoader:
         """The registry's uniform constructor: compact blocks under `scratch_dir`."""
         if scratch_dir is None:
             raise ValueError("features: ssd needs a scratch directory for its compact blocks")
+        # made now, not by the first window's folder: a run's scratch says its loader is open
+        scratch_dir.mkdir(parents=True, exist_ok=True)
         return cls(store, ssd, sampling, seed, device, timer, scratch_dir / "blocks")
 
     def __init__(self, store: Store, ssd: SSDConfig, sampling: SamplerConfig, seed: int,
@@ -201,6 +207,7 @@ class SSDLoader:
         self.packer_start_cpu_s: dict[int, float] = {}
         #: Mini-batches the trainer planned itself (page reads) in its latest stream with packers
         self.own_minibatches = 0
+        self._pool: PackerPool | None = None  # the packers, once a stream needs them (_packer_pool)
 
     def _sampled_inputs(self) -> dict[str, list[np.ndarray]]:
         """The input rows of a few sampled mini-batches (one per split) with the training
@@ -276,7 +283,7 @@ class SSDLoader:
         if reuse and self._kept is not None and self._kept.complete and self._kept.key == key:
             yield from self._trained(self._replayed(self._kept))
             return
-        if self.packers and self.block_budget and not reuse:
+        if self.packers and not reuse:
             yield from self._packed_stream(batches, fanouts, epoch, exclude, first)
             return
         kept = None
@@ -316,79 +323,102 @@ class SSDLoader:
                        max_rows=self.budget.buffer_rows, max_bytes=self.plan_bytes // PLANS_ALIVE,
                        **sampler_options(self.store, self.store.etypes))
 
-    def _packer_spec(self, fanouts: np.ndarray) -> PackerSpec:
-        """What the packers plan with: this loader's planner, cost model and queues."""
+    def _packer_spec(self) -> PackerSpec:
+        """What the packers plan with: this loader's planner (less a stream's fanouts, given
+        with its windows), cost model and queues."""
         options = sampler_options(self.store, self.store.etypes)
         del options["etypes"]  # mapped by each packer from the store, not sent
         cores = len(os.sched_getaffinity(0))
-        return PackerSpec(str(self.store.path), self._plan_config(fanouts), self.hot.members, self.budget.buffer_rows,
+        return PackerSpec(str(self.store.path), self.hot.members, self.budget.buffer_rows,
                           self.packer_plan_bytes, self.cost_model, self.block_budget // 2,
                           self.repack_staging, self.writer_bytes, self._ssd.queue_depth, self._ssd.io_backend,
                           self._ssd.verify_checksums, self.threads or max(1, cores // self.packers),
                           options)
 
+    def _packer_pool(self) -> PackerPool:
+        """The loader's packers: started by the first stream that needs them, kept for the
+        streams after it (evaluation in the middle of an epoch restarts the training stream;
+        each epoch is a stream), until the loader closes or a packer dies."""
+        if self._pool is not None and (dead := self._pool.dead()):
+            log.warning("ssd.packers: %s since the last stream; starting new packers", ", ".join(dead))
+            self._pool.close()
+            self._pool = None
+        if self._pool is None:
+            # the blocks' folder is the pool's (with packers, the trainer writes none)
+            self._pool = PackerPool(self._packer_spec(), self.packers, self.packers, self.block_dir,
+                                    report=self._count_repack, started=self.packer_start_cpu_s.__setitem__)
+        return self._pool
+
     def _packed_stream(self, batches: list[np.ndarray], fanouts: np.ndarray, epoch: int,
                        exclude: list[np.ndarray] | None, first: int) -> Iterator[MiniBatch]:
         """_stream with packers: the trainer plans its own first mini-batches with page reads
-        (no packer to wait for before the first mini-batch) until the first packer has
-        started and FIRST_WINDOW more are planned (OWN_WINDOW_MOST, and a full window, at
-        most); then the packers plan and repack every later window (window_bounds: small
-        first, then full: within half the block budget), `packers` of them given out ahead
-        of the one being read; the trainer reads, verifies and gathers. A stream of at most
-        OWN_WINDOW_MOST mini-batches is the trainer's own: no packer starts."""
-        directory = self.block_dir
-        directory.mkdir(parents=True, exist_ok=True)
+        (no packer to wait for before the first mini-batch); then the packers plan (and,
+        with a block budget, repack) every later window (window_bounds: small first, then
+        full: within half the block budget, or PAGE_WINDOW mini-batches of page reads),
+        `packers` of them given out ahead of the one being read; the trainer reads, verifies
+        and gathers. The trainer's own window: FIRST_WINDOW mini-batches where the packers
+        are running; where they are starting, until the first has started and FIRST_WINDOW
+        more are planned (OWN_WINDOW_MOST, and a full window, at most). A stream of at most
+        OWN_WINDOW_MOST mini-batches is the trainer's own: no packer takes part."""
         count = len(batches) - first
         rest = None if exclude is None else exclude[first:]
         # a full window: the mini-batches whose cold rows fill half the block budget (a packer
         # cuts a window whose blocks pass it in two; one with too few rows gets no blocks at all)
-        full = max(1, -(-(self.block_budget // 2) // max(1, self._cold_bytes)))
+        full = max(1, -(-(self.block_budget // 2) // max(1, self._cold_bytes))) if self.block_budget else PAGE_WINDOW
         self.own_minibatches = 0
-        pool: PackerPool | None = None
+        # A starting pool's interpreters (~3 CPU-s each) overlap the trainer's own window
+        # (the pool sends their specs and windows from threads of its own: nothing here waits)
+        pool = self._packer_pool() if count > OWN_WINDOW_MOST else None
+        config = self._plan_config(fanouts)
+
+        def give(done: int) -> None:
+            """The packers' windows: every mini-batch after the trainer's first `done`."""
+            pool.assign(config, epoch, [(first + done + lo, batches[first + done + lo : first + done + hi],
+                                         None if rest is None else rest[done + lo : done + hi])
+                                        for lo, hi in window_bounds(count - done, full, pool.count)])
 
         def own() -> Iterator[MegaBatchPlan]:
-            """The trainer's plans; at their end, the packers' windows from there on."""
+            """The trainer's plans (the packers given theirs once the first mini-batch is
+            sampled where they are running, at the end of these where they are starting)."""
+            running = pool is not None and pool.ready()
             # never more than a full window (where one holds a few mini-batches, as at 1/8 of
             # `medium`, the trainer's page reads would pass the packers' blocks)
-            most = count if pool is None else min(count, OWN_WINDOW_MOST, max(FIRST_WINDOW, full))
+            most = (count if pool is None else min(count, FIRST_WINDOW) if running
+                    else min(count, OWN_WINDOW_MOST, max(FIRST_WINDOW, full)))
             planner = self._planner(fanouts)
             plans = planner.plan_batches(batches[first : first + most], epoch,
                                          None if rest is None else rest[:most], first)
-            stop = most
+            stop, given = most, False
             for plan in plans:
                 yield plan
                 if not plan.ends_minibatch:
                     continue  # a mini-batch in pieces ends with its last
                 self.own_minibatches += len(plan.minibatches)
-                if stop == most and pool is not None and pool.ready():
+                if running and not given:  # not before: they would sample beside its sampling
+                    give(most)
+                    given = True
+                if stop == most and not running and pool is not None and pool.ready():
                     stop = min(most, self.own_minibatches + FIRST_WINDOW)
                 if self.own_minibatches >= stop:
                     break
             plans.close()
-            done = self.own_minibatches
-            if pool is not None:
-                pool.assign([WindowWork(k, epoch, first + done + lo, batches[first + done + lo : first + done + hi],
-                                        None if rest is None else rest[done + lo : done + hi], directory / f"w{k}")
-                             for k, (lo, hi) in enumerate(window_bounds(count - done, full, self.packers), start=1)])
+            if pool is not None and not given:
+                give(self.own_minibatches)
 
-        # The packers start now, beside the trainer's own window: their interpreters' start
-        # (~3 CPU-s each) overlaps its mini-batches (the pool sends their specs and first
-        # windows from a thread of its own: nothing here waits for them)
         own_plans: PlanWorker | None = None
         try:
-            if count > OWN_WINDOW_MOST:
-                pool = PackerPool(self._packer_spec(fanouts), min(self.packers, count - FIRST_WINDOW), self.packers,
-                                  report=self._count_repack, started=self.packer_start_cpu_s.__setitem__)
             own_plans = PlanWorker(self._planned(own(), None), depth=2, name="gnnssd-plan", threads=self.threads,
                                    counted=_ends_minibatch)
-            windows = itertools.chain((([plan], directory) for plan in own_plans), pool.windows() if pool else ())
+            windows = itertools.chain((([plan], None) for plan in own_plans), pool.windows() if pool else ())
             yield from self._trained(self._loaded(windows, delete))
         finally:
             if own_plans is not None:
                 own_plans.close()
             if pool is not None:
-                pool.close()
-            shutil.rmtree(directory, ignore_errors=True)
+                pool.end()  # its folders go once the packers have stopped writing them
+                if pool.dead():  # its error was this stream's
+                    self._pool = None
+                    pool.close()
 
     def _trained(self, loading: Iterator[tuple[MegaBatchPlan, np.ndarray]]) -> Iterator[MiniBatch]:
         """The mini-batches of loaded plans, the read stage kept BUFFERS plans ahead in its
@@ -461,8 +491,8 @@ class SSDLoader:
         self.timer.add("repack", report.seconds)
         self.io.add(report.bytes_read, report.bytes_written, report.requests, part="packing")
 
-    def _loaded(self, windows: Iterable[tuple[list[MegaBatchPlan], Path]],
-                done: Callable[[MegaBatchPlan, Path], object]) -> Iterator[tuple[MegaBatchPlan, np.ndarray]]:
+    def _loaded(self, windows: Iterable[tuple[list[MegaBatchPlan], Path | None]],
+                done: Callable[[MegaBatchPlan, Path | None], object]) -> Iterator[tuple[MegaBatchPlan, np.ndarray]]:
         """Read stage: each plan's buffer filled (blocks from its window's folder); then
         `done(plan, folder)` deletes its spill file and block, or keeps them for a replay."""
         for window, directory in windows:
@@ -548,6 +578,9 @@ class SSDLoader:
         if self._holder is not None:
             self._holder.close()
         self._drop_kept()
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
         self.features.close()
         self.direct_io.shutdown()
 
