@@ -200,6 +200,9 @@ class TaskTrainer(abc.ABC):
         self._unlock()  # a reader's lock of our own (after load_best) gives way to the writer's
         self.lock = RunLock(self.run_dir, exclusive=True)
         self.scratch.clear_stale()
+        # made here, under the lock, not by the first folder a stream needs (with packers,
+        # a short stream needs none): a run's own scratch says its training has begun
+        self.scratch.path.mkdir(parents=True, exist_ok=True)
 
     def _fit(self, resume: bool) -> list[dict[str, Any]]:
         cfg = self.config

@@ -15,7 +15,8 @@ import pytest
 from gnnssd import NodeLoader
 from gnnssd.core import ConfigError
 from gnnssd.datasets import synthetic_source
-from gnnssd.pipeline import FIRST_WINDOW, OWN_WINDOW_MOST, PackerPool, WindowWork, window_bounds
+from gnnssd.pipeline import FIRST_WINDOW, OWN_WINDOW_MOST, PackerPool, window_bounds
+from gnnssd.pipeline.packers import WindowWork
 from gnnssd.sampler import Fanouts, Strategy, node_order
 from gnnssd.storage_format import Store, write_store
 

@@ -109,8 +109,6 @@ class SSDLoader:
         """The registry's uniform constructor: compact blocks under `scratch_dir`."""
         if scratch_dir is None:
             raise ValueError("features: ssd needs a scratch directory for its compact blocks")
-        # made now, not by the first window's folder: a run's scratch says its loader is open
-        scratch_dir.mkdir(parents=True, exist_ok=True)
         return cls(store, ssd, sampling, seed, device, timer, scratch_dir / "blocks")
 
     def __init__(self, store: Store, ssd: SSDConfig, sampling: SamplerConfig, seed: int,
