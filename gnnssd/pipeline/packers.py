@@ -251,7 +251,7 @@ class _Inbox:
         self._rooms: set[tuple[int, int]] = set()
         self._stops: dict[int, threading.Event] = {}
         self._changed = threading.Condition()  # an RLock's: stop_flag is called holding it
-        self.told = threading.Event()
+        self._gone = threading.Event()  # the pool said stop, or went: every flag is set
         threading.Thread(target=self._receive, daemon=True, name="gnnssd-packer-inbox").start()
 
     def _receive(self) -> None:
@@ -272,7 +272,7 @@ class _Inbox:
         except (EOFError, ConnectionError, OSError):
             pass
         with self._changed:
-            self.told.set()
+            self._gone.set()
             for flag in self._stops.values():
                 flag.set()
             self._changed.notify_all()
@@ -283,7 +283,7 @@ class _Inbox:
         with self._changed:
             if stream not in self._stops:
                 self._stops[stream] = threading.Event()
-                if self.told.is_set():
+                if self._gone.is_set():
                     self._stops[stream].set()
             return self._stops[stream]
 
@@ -689,5 +689,4 @@ class PackerPool:
     def close(self) -> None:
         """End every packer now (a window in progress is abandoned) and wait for them; the
         pool's folder is removed."""
-        self._current, self.works = None, []
         self._close()

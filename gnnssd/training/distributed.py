@@ -340,9 +340,11 @@ def check_same_config(config: Config, ranks: Ranks) -> None:
                               "train.progress may differ)")
 
 
-def from_rank0(load: Callable[[], Any], ranks: Ranks) -> Any:
+def from_rank0(load: Callable[[], Any], ranks: Ranks, training: bool = False) -> Any:
     """`load()` run on rank 0 and its result (or its error) shared with every rank: the
-    checkpoint is read once, and a bad one fails every rank the same way."""
+    checkpoint is read once, and a bad one fails every rank the same way. `training`: a
+    call between epochs, under the training collectives' short timeout (a rank that hangs
+    there is named as one in a step is, not after the set-up's ten minutes)."""
     if not ranks.active:
         return load()
     box: list[Any] = [None]
@@ -351,7 +353,7 @@ def from_rank0(load: Callable[[], Any], ranks: Ranks) -> Any:
             box[0] = ("ok", load())
         except Exception as exc:  # re-raised below on every rank
             box[0] = ("error", exc)
-    dist.broadcast_object_list(box, src=0)
+    dist.broadcast_object_list(box, src=0, group=_training_group if training else None)
     status, value = box[0]
     if status == "error":
         raise value

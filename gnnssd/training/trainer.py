@@ -224,11 +224,11 @@ class TaskTrainer(abc.ABC):
                 log.info("the %s split of %s is empty: its evaluation is skipped", split, cfg.store)
         history = []
         for epoch in range(self.epochs_done + 1, cfg.train.epochs + 1):
-            distributed.from_rank0(lambda: check_store_in_place(self.store, self.epochs_done), self.ranks)
+            self._check_store()
             record = self._train_epoch(epoch)
             if epoch % cfg.train.eval_every == 0 or epoch == cfg.train.epochs:
                 record.update(self._evaluate_epoch(epoch))
-            distributed.from_rank0(lambda: check_store_in_place(self.store, self.epochs_done), self.ranks)
+            self._check_store()
             self.epochs_done = epoch
             if main:
                 self.metrics.append(record)
@@ -238,6 +238,13 @@ class TaskTrainer(abc.ABC):
         if self.best["state"] is not None:
             self.model.load_state_dict(self.best["state"])
         return history
+
+    def _check_store(self) -> None:
+        """Rank 0 checks that the store was not rewritten under the run; a collective of
+        the training loop, counted like a step's."""
+        self.progress.enter()
+        distributed.from_rank0(lambda: check_store_in_place(self.store, self.epochs_done), self.ranks,
+                               training=True)
 
     def _train_epoch(self, epoch: int) -> dict[str, Any]:
         """One epoch over the loader, a `_batch_loss` step per mini-batch."""

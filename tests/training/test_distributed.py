@@ -315,6 +315,39 @@ def test_a_rank_whose_job_fails_stops_its_heartbeat_before_exiting():
     assert "gnnssd-heartbeat" not in done.stdout, done.stdout
 
 
+def test_the_store_check_between_epochs_times_out_like_a_step():
+    """The CI flake of the hung-rank test: its victim stopped at an epoch's end, while the
+    survivor waited in the per-epoch store check, a broadcast under the set-up's ten-minute
+    timeout. Between epochs it is a training collective: rank 1 never joins, rank 0 fails
+    after GNNSSD_DIST_TIMEOUT (2 s here)."""
+    script = ("import time\n"
+              "from gnnssd.core import current\n"
+              "from gnnssd.training import distributed\n"
+              "def job():\n"
+              "    ranks = current()\n"
+              "    if ranks.rank == 1:\n"
+              "        time.sleep(300)\n"
+              "    start = time.monotonic()\n"
+              "    try:\n"
+              "        distributed.from_rank0(lambda: 'checked', ranks, training=True)\n"
+              "    except RuntimeError as exc:\n"
+              "        print(f'failed after {time.monotonic() - start:.1f} s: {exc}')\n"
+              "distributed.run_rank(job)\n")
+    env = {**os.environ, "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(_free_port()), "GNNSSD_DIST_TIMEOUT": "2"}
+    ranks = [subprocess.Popen([sys.executable, "-c", script], cwd=REPO, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True,
+                              env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)}) for rank in (0, 1)]
+    try:
+        out, err = ranks[0].communicate(timeout=120)
+    finally:
+        for rank in ranks:
+            rank.kill()
+            rank.wait()
+    assert "failed after" in out, err[-3000:]
+    assert float(out.split("failed after ")[1].split(" s")[0]) < 30, out
+
+
 def test_a_hung_rank_is_named_by_the_other_within_the_timeout(cora_store, tmp_path):
     config = _write_config(tmp_path / "hang" / "config.yaml", cora_store,
                            sampler={"fanouts": [10, 10], "batch_size": 70}, train={"epochs": 10_000})
