@@ -171,34 +171,6 @@ def test_the_trainers_own_window_is_a_few_minibatches_not_a_block_share(store, t
         np.testing.assert_array_equal(x, features[store.store_ids(nodes)])
 
 
-def test_the_packers_start_once_the_trainers_first_minibatch_is_planned(store, tmp_path, monkeypatch):
-    """A packer's start (~3 CPU-s) beside the first mini-batch's sampling made that
-    mini-batch wait on 2 cores: the loader's first stream starts its pool once the trainer
-    has planned its first plan (a mega-batch of `mega_batch` mini-batches here), and every
-    mini-batch still has the store's rows."""
-    from gnnssd.loading.backends import ssd
-
-    planned_when_started = []
-
-    class Recorded(PackerPool):
-        def __init__(self, *args, **kwargs):
-            planned_when_started.append(backend.own_minibatches)
-            super().__init__(*args, **kwargs)
-
-    monkeypatch.setattr(ssd, "PackerPool", Recorded)
-    features = store.features_memmap()
-    with NodeLoader(store, store.original_ids(np.asarray(store.train_store_ids)), packers=1,
-                    scratch_dir=tmp_path / "scratch", **OPTIONS) as loader:
-        backend = loader.backend
-        loader.set_epoch(1)
-        seen = 0
-        for batch in loader:
-            np.testing.assert_array_equal(batch.x.numpy(), features[store.store_ids(batch.input_nodes.numpy())])
-            seen += 1
-        assert seen == len(loader) and backend.own_minibatches < seen
-    assert planned_when_started == [OPTIONS["mega_batch"]]
-
-
 def test_a_stream_of_a_few_minibatches_is_the_trainers_own(store, tmp_path):
     """At most OWN_WINDOW_MOST mini-batches: no packer starts (its start, scan and writes
     would come after the trainer read them all in place); one more: a packer does. Either
