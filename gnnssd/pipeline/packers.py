@@ -34,6 +34,7 @@ when they have, and only then is its folder removed.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import mmap
@@ -481,7 +482,7 @@ class PackerPool:
         self.root = root
         self.works: list[WindowWork] = []
         self.ahead, self._report, self._started = max(1, ahead), report, started
-        self._stream = 0  # the latest stream's number
+        self._numbers = itertools.count(1)  # streams' numbers, in order
         self._current: int | None = None  # the stream being packed
         self._ending: dict[int, set[int]] = {}  # streams ended, and the packers yet to say so
         self._early: dict[int, list[tuple | None]] = {}  # replies read before they were asked for
@@ -539,10 +540,9 @@ class PackerPool:
         None) of `epoch`, planned with `config`; the first `ahead` + 1 are given out now, and
         room for the first two once the stream before has stopped (end) writing blocks."""
         self.end()
-        self._stream += 1
-        self._current = self._stream
-        folder = self.root / f"s{self._stream}"
-        self.works = [WindowWork(self._stream, k, epoch, first, batches, exclude, config, folder / f"w{k}")
+        self._current = next(self._numbers)
+        folder = self.root / f"s{self._current}"
+        self.works = [WindowWork(self._current, k, epoch, first, batches, exclude, config, folder / f"w{k}")
                       for k, (first, batches, exclude) in enumerate(windows, start=1)]
         with self._handing:
             self._given = self._roomed = 0
