@@ -224,11 +224,11 @@ class TaskTrainer(abc.ABC):
                 log.info("the %s split of %s is empty: its evaluation is skipped", split, cfg.store)
         history = []
         for epoch in range(self.epochs_done + 1, cfg.train.epochs + 1):
-            self._check_store()
+            self._check_store_unchanged()
             record = self._train_epoch(epoch)
             if epoch % cfg.train.eval_every == 0 or epoch == cfg.train.epochs:
                 record.update(self._evaluate_epoch(epoch))
-            self._check_store()
+            self._check_store_unchanged()
             self.epochs_done = epoch
             if main:
                 self.metrics.append(record)
@@ -239,7 +239,7 @@ class TaskTrainer(abc.ABC):
             self.model.load_state_dict(self.best["state"])
         return history
 
-    def _check_store(self) -> None:
+    def _check_store_unchanged(self) -> None:
         """Rank 0 checks that the store was not rewritten under the run; a collective of
         the training loop, counted like a step's."""
         self.progress.enter()
