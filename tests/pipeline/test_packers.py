@@ -171,40 +171,6 @@ def test_the_trainers_own_window_is_a_few_minibatches_not_a_block_share(store, t
         np.testing.assert_array_equal(x, features[store.store_ids(nodes)])
 
 
-def test_a_first_streams_packers_start_once_the_caller_has_its_first_minibatch(store, tmp_path, monkeypatch):
-    """A packer's start (an interpreter and its imports) beside the first mini-batch's reads
-    made that mini-batch wait on 2 cores: the loader's first stream starts its pool once the
-    caller has its first mini-batch, or once the trainer's own window is all planned if that
-    comes first. A later stream keeps the running pool. Every mini-batch has the store's rows."""
-    from gnnssd.loading.backends import ssd
-
-    handed = 0
-    started: list[tuple[int, int]] = []  # (mini-batches handed to the caller, the trainer's planned)
-
-    class Recorded(PackerPool):
-        def __init__(self, *args, **kwargs):
-            started.append((handed, backend.own_minibatches))
-            super().__init__(*args, **kwargs)
-
-    monkeypatch.setattr(ssd, "PackerPool", Recorded)
-    features = store.features_memmap()
-    with NodeLoader(store, store.original_ids(np.asarray(store.train_store_ids)), packers=1,
-                    scratch_dir=tmp_path / "scratch", **OPTIONS) as loader:
-        backend = loader.backend
-        for epoch in (1, 2):
-            loader.set_epoch(epoch)
-            handed = 0
-            for batch in loader:
-                np.testing.assert_array_equal(batch.x.numpy(), features[store.store_ids(batch.input_nodes.numpy())])
-                handed += 1
-            assert handed == len(loader) and backend.own_minibatches < handed
-            if epoch == 1:
-                own_window = backend.own_minibatches
-    assert len(started) == 1, started
-    handed_then, planned_then = started[0]
-    assert handed_then >= 1 or planned_then == own_window, (started, own_window)
-
-
 def test_a_stream_of_a_few_minibatches_is_the_trainers_own(store, tmp_path):
     """At most OWN_WINDOW_MOST mini-batches: no packer starts (its start, scan and writes
     would come after the trainer read them all in place); one more: a packer does. Either

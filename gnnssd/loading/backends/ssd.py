@@ -25,7 +25,6 @@ import itertools
 import logging
 import os
 import shutil
-import threading
 import time
 import warnings
 from dataclasses import replace
@@ -356,23 +355,18 @@ class SSDLoader:
         full: within half the block budget, or PAGE_WINDOW mini-batches of page reads),
         `packers` of them given out ahead of the one being read; the trainer reads, verifies
         and gathers. The trainer's own window: FIRST_WINDOW mini-batches where the packers
-        are running; else they start once the caller has the first mini-batch (or the
-        trainer's window is planned), and it runs until the first has started and
-        FIRST_WINDOW more are planned (OWN_WINDOW_MOST, and a full window, at most). A stream
-        of at most OWN_WINDOW_MOST mini-batches is the trainer's own: no packer takes part."""
+        are running; where they are starting, until the first has started and FIRST_WINDOW
+        more are planned (OWN_WINDOW_MOST, and a full window, at most). A stream of at most
+        OWN_WINDOW_MOST mini-batches is the trainer's own: no packer takes part."""
         count = len(batches) - first
         rest = None if exclude is None else exclude[first:]
         # a full window: the mini-batches whose cold rows fill half the block budget (a packer
         # cuts a window whose blocks pass it in two; one with too few rows gets no blocks at all)
         full = max(1, -(-(self.block_budget // 2) // max(1, self._cold_bytes))) if self.block_budget else PAGE_WINDOW
         self.own_minibatches = 0
-        wants_pool = count > OWN_WINDOW_MOST
-        # A running pool now. A pool to start is started by own() once the caller has the
-        # first mini-batch: a packer's start (an interpreter and its imports, ~2-3 CPU-s)
-        # beside the first mini-batch's reads made it wait ~0.35 s on 2 cores (the pool then
-        # sends its specs and windows from threads of its own: nothing waits on it)
-        pool = self._packer_pool() if wants_pool and self._pool is not None else None
-        first_out = threading.Event()
+        # A starting pool's interpreters (~3 CPU-s each) overlap the trainer's own window
+        # (the pool sends their specs and windows from threads of its own: nothing here waits)
+        pool = self._packer_pool() if count > OWN_WINDOW_MOST else None
         config = self._plan_config(fanouts)
 
         def give(done: int) -> None:
@@ -384,11 +378,10 @@ class SSDLoader:
         def own() -> Iterator[MegaBatchPlan]:
             """The trainer's plans (the packers given theirs once the first mini-batch is
             sampled where they are running, at the end of these where they are starting)."""
-            nonlocal pool
             running = pool is not None and pool.ready()
             # never more than a full window (where one holds a few mini-batches, as at 1/8 of
             # `medium`, the trainer's page reads would pass the packers' blocks)
-            most = (count if not wants_pool else min(count, FIRST_WINDOW) if running
+            most = (count if pool is None else min(count, FIRST_WINDOW) if running
                     else min(count, OWN_WINDOW_MOST, max(FIRST_WINDOW, full)))
             planner = self._planner(fanouts)
             plans = planner.plan_batches(batches[first : first + most], epoch,
@@ -399,8 +392,6 @@ class SSDLoader:
                 if not plan.ends_minibatch:
                     continue  # a mini-batch in pieces ends with its last
                 self.own_minibatches += len(plan.minibatches)
-                if wants_pool and pool is None and first_out.is_set():
-                    pool = self._packer_pool()
                 if running and not given:  # not before: they would sample beside its sampling
                     give(most)
                     given = True
@@ -409,25 +400,15 @@ class SSDLoader:
                 if self.own_minibatches >= stop:
                     break
             plans.close()
-            if wants_pool and pool is None:  # the window planned before the caller had its first
-                pool = self._packer_pool()
             if pool is not None and not given:
                 give(self.own_minibatches)
-
-        def packed() -> Iterator[tuple[list[MegaBatchPlan], Path]]:
-            """The packers' windows, after the trainer's own (the pool started by then)."""
-            if pool is not None:
-                yield from pool.windows()
 
         own_plans: PlanWorker | None = None
         try:
             own_plans = PlanWorker(self._planned(own(), None), depth=2, name="gnnssd-plan", threads=self.threads,
                                    counted=_ends_minibatch)
-            windows = itertools.chain((([plan], None) for plan in own_plans), packed())
-            for batch in self._trained(self._loaded(windows, delete)):
-                first_out.set()
-                yield batch
-                del batch  # not held while the next one is made
+            windows = itertools.chain((([plan], None) for plan in own_plans), pool.windows() if pool else ())
+            yield from self._trained(self._loaded(windows, delete))
         finally:
             if own_plans is not None:
                 own_plans.close()
