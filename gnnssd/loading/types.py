@@ -57,8 +57,9 @@ class MiniBatch:
     typed: bool = field(default=False, kw_only=True)
 
     def __post_init__(self) -> None:
-        if not self.blocks or self.blocks[0].device != self.y.device:  # CPU blocks of a GPU batch
-            return
+        xs = self.x.values() if isinstance(self.x, dict) else [self.x]
+        if not self.blocks or any(t.device != self.blocks[0].device for t in (self.y, *xs)):
+            return  # CPU blocks of a GPU batch, or of an x gathered on the GPU (csc_blocks carry the graph)
         if self.typed:  # per type (DGL's dict assignment to a block's dstdata is off)
             for name, x in self.x.items():
                 self.blocks[0].srcnodes[name].data["feat"] = x

@@ -259,15 +259,17 @@ class MegaBatchBuffers:
         self.level_rows.update(places.counts())
         if self.device is not None:
             return self._gather_on_device(places, buffer, out)
-        self._copy_rows(places, buffer, out, widen=self.x_dtype != self.dtype)
+        device = self.hot.data[:0] if self.hot.device_data is None else self.hot.device_data.numpy()
+        self._copy_rows(places, (device, self.hot.data, buffer), out, widen=self.x_dtype != self.dtype)
         return out
 
-    def _copy_rows(self, places: RowPlaces, buffer: np.ndarray, out: np.ndarray, widen: bool) -> None:
-        """The host gather: out's rows from every level `places` names (a device slice on
-        the CPU included), in one pass on this thread's numba thread count (the loader's
-        ssd.threads); float16 widened to float32 with `widen`."""
-        device = self.hot.data[:0] if self.hot.device_data is None else self.hot.device_data.numpy()
-        sources = (device, self.hot.data, buffer)
+    @staticmethod
+    def _copy_rows(places: RowPlaces, sources: tuple[np.ndarray, np.ndarray, np.ndarray], out: np.ndarray,
+                   widen: bool) -> None:
+        """The host gather: out's rows from the arrays of the levels `places` names (device
+        slice, host cache, mega-batch buffer: a slice on the CPU is read here too), in one
+        pass on this thread's numba thread count (the loader's ssd.threads); float16 widened
+        to float32 with `widen`."""
         if widen:
             _gather_widened(*(a.view(np.uint16) for a in sources), places.level, places.slot, places.at,
                             out.view(np.uint32))
@@ -281,8 +283,9 @@ class MegaBatchBuffers:
 
         cold_rows = places.of(COLD)[1]
         cold = self.outputs.take(len(cold_rows), self.feat_dim, self.dtype)
-        self._copy_rows(RowPlaces(NO_ROWS, np.full(len(cold_rows), COLD, np.int8), cold_rows), buffer, cold,
-                        widen=False)
+        no_rows = self.hot.data[:0]  # the cold rows are all in the buffer; the slice may be in GPU memory
+        self._copy_rows(RowPlaces(NO_ROWS, np.full(len(cold_rows), COLD, np.int8), cold_rows),
+                        (no_rows, no_rows, buffer), cold, widen=False)
         gather_on_device(places, self.hot, cold, out)
         if out.device.type == "cuda":
             import torch

@@ -76,6 +76,21 @@ def test_dgl_habits_work(store, store_path) -> None:
         assert bool(batch.labelled.all())  # training nodes carry labels
 
 
+def test_an_x_gathered_on_another_device_than_the_blocks_is_not_put_in_them(store) -> None:
+    """The device gather gives x on the GPU while DGL's blocks (a CPU build) and y are on the
+    host: the batch is made, x stays in `x` (csc_blocks carry the graph). The meta device
+    stands in for the GPU: DGL refuses its tensors in a CPU graph as it does CUDA ones."""
+    with _loader(store, np.asarray(store.train_idx)) as loader:
+        batch = next(iter(loader))
+
+    def bare(block: dgl.DGLGraph) -> dgl.DGLGraph:
+        return dgl.create_block(block.edges(), num_src_nodes=block.num_src_nodes(), num_dst_nodes=block.num_dst_nodes())
+
+    for x, put in ((batch.x, True), (batch.x.to("meta"), False)):
+        made = gnnssd.MiniBatch(batch.input_nodes, batch.output_nodes, [bare(b) for b in batch.blocks], x, batch.y)
+        assert ("feat" in made.blocks[0].srcdata) is put and made.x is x
+
+
 def test_edge_loader_drop_last(store) -> None:
     edges = np.stack([np.arange(10), np.arange(1, 11)], axis=1)
     with gnnssd.EdgeLoader(store, edges, fanouts=[2], batch_size=4, device="cpu", drop_last=True) as loader:
