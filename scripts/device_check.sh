@@ -95,10 +95,11 @@ step "gather where x is consumed: host vs device gather, and ssd.device_budget a
 timeout ${GATHER_TIMEOUT:-120} $PY scripts/bench_gpu.py --store "$STORE" --quick --e2e-batches ${E2E_BATCHES:-40} --parts gather --device $DEVICE --json "$OUT/bench_gpu_gather.json" 2>&1 | tee "$OUT/bench_gpu_gather.txt"; check gather
 fi
 if want packers; then
-step "ssd loader with packers (issue 46): loader-only on medium at 1/8 of the features beside memory mode"
-# one row per packer count; on the CPU the same command runs with PACKERS="1 2" (no GPU needed)
+step "ssd loader with packers (issue 46): loader-only on medium at 1/8 of the features beside memory mode and in-place reads"
+# one row per packer count, and one of in-place reads (ssd-extents: no repack, no packers): which moves fewer bytes
+# there; on the CPU the same command runs with PACKERS="1 2" (no GPU needed)
 timeout ${PACKERS_TIMEOUT:-240} $PY scripts/bench_feed.py --store "$STORE" --quick --beside-x --batches ${FEED_BATCHES:-12} \
-  --threads $(nproc) --packers ${PACKERS:-1 2 4 8 14} --systems memory ssd --no-warmup --json "$OUT/bench_feed_packers.json" \
+  --threads $(nproc) --packers ${PACKERS:-1 2 4 8 14} --systems memory ssd ssd-extents --no-warmup --json "$OUT/bench_feed_packers.json" \
   2>&1 | tee "$OUT/bench_feed_packers.txt"; check packers
 fi
 if [ -n "$FAILED" ]; then step "failed:$FAILED"; exit 1; fi
