@@ -17,14 +17,14 @@ from gnnssd.pipeline.direct_io import DirectIO
 from gnnssd.pipeline.feature_file import FeatureFile
 from gnnssd.pipeline.hot_cache import HotCache, HotRanking
 from gnnssd.pipeline.kept import KeptSamples, samples_key
-from gnnssd.pipeline.packers import (FIRST_WINDOW, OWN_WINDOW_MOST, PackerPool, PackerSpec, default_packers,
-                                     window_bounds)
+from gnnssd.pipeline.packers import (FIRST_WINDOW, OWN_WINDOW_MOST, SCANS_AT_ONCE, PackerPool, PackerSpec,
+                                     default_packers, window_bounds)
 from gnnssd.pipeline.repack import RepackReport, delete, repack, repacked_windows
 from gnnssd.pipeline.row_source import RowSource
 from gnnssd.pipeline.worker import PlanWorker, check_numba_threads, numba_threads
 
 __all__ = ["BUFFERS", "BlockWriter", "FIRST_WINDOW", "OWN_WINDOW_MOST", "DirectIO", "FeatureFile", "HotCache",
            "HotRanking", "KeptSamples",
-           "MegaBatchBuffers", "PackerPool", "PackerSpec", "PlanWorker", "Recycler", "RepackReport", "RowSource", "calibrate", "check_numba_threads",
+           "MegaBatchBuffers", "PackerPool", "PackerSpec", "PlanWorker", "Recycler", "RepackReport", "RowSource", "SCANS_AT_ONCE", "calibrate", "check_numba_threads",
            "default_packers", "delete", "load_cost_model", "numba_threads", "repack", "repacked_windows",
            "samples_key", "window_bounds", "x_dtype", "x_pool_bytes"]

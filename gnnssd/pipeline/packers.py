@@ -20,8 +20,9 @@ packers too few blocks to pay for their scans: docs/BENCHMARKS.md, issue 46, thi
 The disk holds the budget because a window writes its blocks only once given room: window k
 once the consumer asks for window k - 1 (whose blocks, and no other window's, are on disk
 then: each plan's block is deleted as it is loaded); a packer whose window chose blocks waits
-for that, planning its next window meanwhile. Each packer's first window is small
-(window_bounds): packed bytes come early.
+for that, planning its next window meanwhile. So at most SCANS_AT_ONCE windows scan at once,
+whatever the number of packers. The stream's first window is small (window_bounds): packed
+bytes come early.
 A packer that dies (killed, out of memory) is an error naming it and its window, raised in
 the consumer within POLL_S: nothing waits on it. Packers ignore Ctrl-C (the trainer stops
 them) and are ended when the pool closes, which removes its scratch folder.
@@ -68,6 +69,10 @@ from gnnssd.storage_format import Store, write_error, writable_file
 #: packed bytes come early. A first window sized for a block share held 12 mini-batches of
 #: `large` at 12%, read at ~7 bytes per useful byte (docs/BENCHMARKS.md, issue 46, fourth round).
 FIRST_WINDOW = 2
+#: Windows scanning (reading rows, writing blocks) at once at most, whatever the number of
+#: packers: window k + 1 gets room to write when the consumer asks for window k, whose scan
+#: may not have ended yet; no later window has room before k's stubs are read.
+SCANS_AT_ONCE = 2
 #: The trainer's own window at most, in mini-batches (its page reads cover the packers' start;
 #: where a packer takes longer than that to start, the trainer waits for it). A stream of no
 #: more mini-batches than this is the trainer's alone: no packer starts (its start, scan and
@@ -76,17 +81,20 @@ FIRST_WINDOW = 2
 OWN_WINDOW_MOST = 4 * FIRST_WINDOW
 
 
-def window_bounds(count: int, full: int, packers: int) -> list[tuple[int, int]]:
-    """[lo, hi) of each packer window of `count` mini-batches, in order: each packer's first
-    of FIRST_WINDOW (packed bytes arrive early), every later one `full` (the mini-batches whose
+def window_bounds(count: int, full: int) -> list[tuple[int, int]]:
+    """[lo, hi) of each packer window of `count` mini-batches, in order: the first of
+    FIRST_WINDOW (packed bytes arrive early), every later one `full` (the mini-batches whose
     cold rows fill a window's blocks: a window's scan reads most of the features file, so
-    windows between the two paid for theirs less often: none did in the packers' tests)."""
-    if full < 1 or packers < 1:
-        raise ValueError(f"window_bounds: full {full}, packers {packers}; expected both at least 1")
+    windows between the two paid for theirs less often: none did in the packers' tests).
+    Only the first is small, whatever the number of packers: the others plan their full
+    windows beside it, and with a small first window each, 14 packers read 2.8x the bytes of
+    one per mini-batch packed (docs/BENCHMARKS.md, issue 46, thirteenth round)."""
+    if full < 1:
+        raise ValueError(f"window_bounds: full {full}; expected at least 1")
     bounds: list[tuple[int, int]] = []
     lo = 0
     while lo < count:
-        size = min(full, FIRST_WINDOW) if len(bounds) < packers else full
+        size = min(full, FIRST_WINDOW) if not bounds else full
         bounds.append((lo, min(count, lo + size)))
         lo += size
     return bounds

@@ -136,19 +136,18 @@ def test_openmp_workers_wait_passively_in_the_trainer_and_its_packers(users, exp
     assert shown.stdout.split() == [expected, expected]
 
 
-@pytest.mark.parametrize("count, full, packers", [(30, 18, 1), (30, 18, 2), (5, 1, 3), (1, 7, 1), (0, 3, 1),
-                                                  (100, 2, 2), (41, 12, 1)])
-def test_window_bounds_cover_every_minibatch_once_in_order_with_each_packers_first_window_small(count, full,
-                                                                                                packers):
-    """The packers' windows: consecutive, every mini-batch once, each packer's first at most
-    FIRST_WINDOW (packed bytes early), every later one full (their scans pay)."""
-    bounds = window_bounds(count, full, packers)
+@pytest.mark.parametrize("count, full", [(30, 18), (5, 1), (1, 7), (0, 3), (100, 2), (41, 12)])
+def test_window_bounds_cover_every_minibatch_once_in_order_with_only_the_first_window_small(count, full):
+    """The packers' windows: consecutive, every mini-batch once, the first at most
+    FIRST_WINDOW (packed bytes early), every later one full (their scans pay), whatever
+    the number of packers."""
+    bounds = window_bounds(count, full)
     assert [lo for lo, _ in bounds] == [0, *(hi for _, hi in bounds[:-1])][: len(bounds)]
     assert (bounds[-1][1] if bounds else 0) == count
     sizes = [hi - lo for lo, hi in bounds]
     assert all(1 <= size <= full for size in sizes)
-    assert all(size <= FIRST_WINDOW for size in sizes[:packers])
-    assert all(size == full for size in sizes[packers:-1])
+    assert sizes[:1] == [min(full, FIRST_WINDOW, count)][: len(sizes)]
+    assert all(size == full for size in sizes[1:-1])
 
 
 def test_the_trainers_own_window_is_a_few_minibatches_not_a_block_share(store, tmp_path):
@@ -249,7 +248,7 @@ def test_a_packer_plans_its_next_window_while_the_one_before_waits_for_room(stor
         backend = loader.backend
         batches = loader.seed_batches()
         full = max(1, -(-(backend.block_budget // 2) // backend._cold_bytes))
-        bounds = window_bounds(len(batches), full, 1)[:4]
+        bounds = window_bounds(len(batches), full)[:4]
         assert len(bounds) == 4 and bounds[2][1] - bounds[2][0] == full
         folder = tmp_path / "pool"
         pool = PackerPool(backend._packer_spec(), 1, ahead=3, root=folder)

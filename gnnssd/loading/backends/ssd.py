@@ -36,7 +36,7 @@ import torch
 
 from gnnssd.core import (AUTO_FEATURE_SHARE, PACKED_FEATURE_SHARE, ConfigError, SamplerConfig, SSDConfig, StageTimer,
                          disk_share, format_bytes, resolve_block_budget, ssd_split)
-from gnnssd.pipeline import (BUFFERS, FIRST_WINDOW, OWN_WINDOW_MOST, DirectIO, FeatureFile, HotCache,
+from gnnssd.pipeline import (BUFFERS, FIRST_WINDOW, OWN_WINDOW_MOST, SCANS_AT_ONCE, DirectIO, FeatureFile, HotCache,
                              HotRanking, KeptSamples, MegaBatchBuffers, PackerPool, PackerSpec, PlanWorker, Recycler,
                              RepackReport, check_numba_threads, default_packers, delete, load_cost_model,
                              numba_threads, repacked_windows, samples_key, window_bounds, x_dtype, x_pool_bytes)
@@ -150,10 +150,12 @@ class SSDLoader:
         self.plan_bytes = plan_bytes_in_flight(sizing)
         queue_bytes = self.staging_bytes + self.plan_bytes
         # each packer's share of the repack scan's staging and the block writer's chunks: the
-        # packers together take what one repack thread does; they plan within the plans'
-        # share (the planner's two plans, split between them; the trainer's planner plans
-        # only its own first mini-batches)
-        share = max(1, self.packers)
+        # scans that run at once (SCANS_AT_ONCE at most, whatever the packers: a share per
+        # packer left 14 packers chunks of a fourteenth) together take what one repack thread
+        # does; the packers plan within the plans' share (the planner's two plans, split
+        # between them: all of them plan at once; the trainer's planner plans only its own
+        # first mini-batches)
+        share = max(1, min(self.packers, SCANS_AT_ONCE))
         self.repack_staging = max(MIN_STAGING, self.staging_bytes // share)
         # about as much for the block writer's chunks: a window's blocks fill at once (about
         # one a mini-batch of the window: pieces are cut in row order), each holding a chunk;
@@ -162,7 +164,7 @@ class SSDLoader:
         # round). The smallest staging keeps the 1 MiB it had (a small budget's queues as
         # before); the writer takes no more than its blocks' chunks (BlockWriter).
         self.writer_bytes = max(MIN_STAGING // 4, self.repack_staging - 3 * MIN_STAGING // 4)
-        self.packer_plan_bytes = max(1, self.plan_bytes // PLANS_ALIVE // share)
+        self.packer_plan_bytes = max(1, self.plan_bytes // PLANS_ALIVE // max(1, self.packers))
         if self.block_budget:
             # those, and the rows of the windows' blocks: with packers, the bitset each one
             # finds a window's scan rows in (a bit a row of the features: a window's rows are
@@ -373,7 +375,7 @@ class SSDLoader:
             """The packers' windows: every mini-batch after the trainer's first `done`."""
             pool.assign(config, epoch, [(first + done + lo, batches[first + done + lo : first + done + hi],
                                          None if rest is None else rest[done + lo : done + hi])
-                                        for lo, hi in window_bounds(count - done, full, pool.count)])
+                                        for lo, hi in window_bounds(count - done, full)])
 
         def own() -> Iterator[MegaBatchPlan]:
             """The trainer's plans (the packers given theirs once the first mini-batch is
