@@ -22,8 +22,8 @@ caches first.
 --threads N... runs every system once per N, with NUMBA_NUM_THREADS, OMP_NUM_THREADS and
 torch's threads set to N (and the ssd loader's `threads` option where the tree has it).
 --packers N... runs this tree's ssd loader once per N (`ssd.packers`; 0: planning and
-repacking in the trainer's threads; ssd-extents, which repacks nothing, runs once), and each row says `packers` (those the loader ran with:
-a baseline tree's, and this tree's without --packers, are its default), `trainer_cpu_s_per_batch`
+repacking in the trainer's threads; with ssd-extents the packers plan page reads), and each
+row says `packers` (those the loader ran with: a baseline tree's, and this tree's without --packers, are its default), `trainer_cpu_s_per_batch`
 (the trainer process's CPU less the touch: the consuming side when packers are processes),
 `cpu_s_per_batch` (the trainer's and its packer processes' CPU together, psutil's view of
 the children), `first_batch_s` (iterator creation to the first mini-batch),
@@ -414,7 +414,7 @@ def main() -> int:
     print(HEADER, flush=True)
     for threads in args.threads:
         for system, tree, label in systems:
-            for packers in args.packers if system == "ssd" else [None]:  # (no repack, no packers: EXTENTS once)
+            for packers in args.packers if system in ("ssd", EXTENTS) else [None]:
                 row = run_child({**base, "system": system, "tree": tree, "tree_label": label, "threads": threads,
                                  "packers": packers})
                 rows.append(row)

@@ -40,6 +40,7 @@ import os
 import subprocess
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Any, Callable
 
@@ -313,17 +314,24 @@ def bench_gather(store: Store, quick: bool, budget_share: float, batches: int | 
     for system, options in (("ssd, host gather", {"gather": "host"}), ("ssd, device gather", {"gather": "device"}),
                             (f"ssd, device gather, device_budget {budget_share:g} of features",
                              {"gather": "device", "device_budget": slice_bytes})):
-        with NodeLoader(store, store.train_idx, fanouts=FANOUTS, batch_size=BATCH, shuffle=True, seed=0,
-                        device=DEVICE, features="ssd", memory_budget=budget, **options) as loader:
-            loader.io_stats()  # not the set-up
-            loader.stage_times()
-            result = _train(_model(store), loader, n, warmup)
-            io = loader.io_stats()
-            stages = {f"{k} s/mb": v / max(result["batches"] + warmup, 1) for k, v in loader.stage_times().items()}
+        try:
+            with NodeLoader(store, store.train_idx, fanouts=FANOUTS, batch_size=BATCH, shuffle=True, seed=0,
+                            device=DEVICE, features="ssd", memory_budget=budget, **options) as loader:
+                loader.io_stats()  # not the set-up
+                loader.stage_times()
+                result = _train(_model(store), loader, n, warmup)
+                io = loader.io_stats()
+                stages = {f"{k} s/mb": v / max(result["batches"] + warmup, 1) for k, v in loader.stage_times().items()}
+        except Exception as err:  # noqa: BLE001 - a device run is rare: the other ways' rows still come
+            traceback.print_exc()
+            rows.append({"system": system, "error": f"{type(err).__name__}: {err}"})
+            continue
         served = max(sum(io[k] for k in LEVELS), 1)
         rows.append({"system": system, **result, **{f"{k} share": io[k] / served for k in LEVELS}, **stages})
+    host = rows[0].get("batches/s")
     for row in rows:
-        row["vs host gather"] = row["batches/s"] / rows[0]["batches/s"]
+        if host and "batches/s" in row:
+            row["vs host gather"] = row["batches/s"] / host
     table(f"(e) x gathered where it is consumed, 3-layer GraphSAGE, batch {BATCH}, fanouts {FANOUTS}", rows)
     return rows
 
@@ -407,6 +415,7 @@ def main() -> None:
         except Exception as err:  # noqa: BLE001 - one part failing must not lose the others' figures
             figures[part] = {"error": f"{type(err).__name__}: {err}"}
             print(f"{part} failed: {type(err).__name__}: {err}")
+            traceback.print_exc()
         if args.json:
             Path(args.json).write_text(json.dumps(figures, indent=1, default=float))
 

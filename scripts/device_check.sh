@@ -8,8 +8,8 @@
 # torch (scripts/device_patch_dgl.py), liburing unpacked, gnnssd built (io_uring or the
 # thread fallback, said), the CUDA tests, then scripts/bench_gpu.py on a `medium` store and a typed `mag-small` store made
 # there, then the device tier (bench_gpu.py's part (d): `features: device` on medium), then the
-# ssd loader timed with packers 1/2/4/8/14 beside memory mode (bench_feed.py --packers; PACKERS
-# and FEED_BATCHES change them). Every step's output goes to $OUT (default bench_out); a failing step is reported
+# ssd loader timed with packers 1/2/4/8/14 beside memory mode, then in-place reads with packers 1/14
+# (bench_feed.py --packers; PACKERS, EXTENTS_PACKERS and FEED_BATCHES change them). Every step's output goes to $OUT (default bench_out); a failing step is reported
 # and the next one still runs. With GNNSSD_PY set (a ready interpreter) the install is skipped;
 # TESTS_K selects tests (pytest -k), PARTS the benchmark's parts, E2E_BATCHES its (b) length.
 # Then the gather step: the ssd loader with x gathered on the host vs on the device, and with
@@ -96,11 +96,14 @@ timeout ${GATHER_TIMEOUT:-120} $PY scripts/bench_gpu.py --store "$STORE" --quick
 fi
 if want packers; then
 step "ssd loader with packers (issue 46): loader-only on medium at 1/8 of the features beside memory mode and in-place reads"
-# one row per packer count, and one of in-place reads (ssd-extents: no repack, no packers): which moves fewer bytes
-# there; on the CPU the same command runs with PACKERS="1 2" (no GPU needed)
+# one row per packer count; then in-place reads (ssd-extents: no repack, the packers plan page reads) with
+# EXTENTS_PACKERS: which moves fewer bytes there; on the CPU the same commands run with PACKERS="1 2" (no GPU needed)
 timeout ${PACKERS_TIMEOUT:-240} $PY scripts/bench_feed.py --store "$STORE" --quick --beside-x --batches ${FEED_BATCHES:-12} \
-  --threads $(nproc) --packers ${PACKERS:-1 2 4 8 14} --systems memory ssd ssd-extents --no-warmup --json "$OUT/bench_feed_packers.json" \
+  --threads $(nproc) --packers ${PACKERS:-1 2 4 8 14} --systems memory ssd --no-warmup --json "$OUT/bench_feed_packers.json" \
   2>&1 | tee "$OUT/bench_feed_packers.txt"; check packers
+timeout ${EXTENTS_TIMEOUT:-150} $PY scripts/bench_feed.py --store "$STORE" --quick --beside-x --batches ${FEED_BATCHES:-12} \
+  --threads $(nproc) --packers ${EXTENTS_PACKERS:-1 14} --systems ssd-extents --no-warmup --json "$OUT/bench_feed_extents.json" \
+  2>&1 | tee "$OUT/bench_feed_extents.txt"; check extents
 fi
 if [ -n "$FAILED" ]; then step "failed:$FAILED"; exit 1; fi
 step "done"

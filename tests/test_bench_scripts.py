@@ -167,20 +167,6 @@ def test_bench_feed_profiles_every_system_and_writes_its_json(tiny_store, tmp_pa
     assert rows["ssd"]["packers"] == default_packers() and rows["memory"]["packers"] is None
 
 
-def test_bench_feed_runs_in_place_reads_once_whatever_the_packer_counts(tiny_store, tmp_path):
-    """ssd-extents repacks nothing, so --packers does not multiply its runs (the device check
-    asks for five packer counts beside it)."""
-    out = tmp_path / "feed.json"
-    result = subprocess.run(
-        [sys.executable, "scripts/bench_feed.py", "--store", str(tiny_store), "--budget", "16MiB", "--batches", "2",
-         "--batch-size", "16", "--threads", "1", "--systems", "ssd-extents", "--packers", "0", "1", "--no-warmup",
-         "--json", str(out)],
-        cwd=REPO, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    rows = json.loads(out.read_text())["rows"]
-    assert [(r["system"], r["status"], r["batches"]) for r in rows] == [("ssd-extents", "ok", 2)]
-
-
 def test_bench_plan_stage_runs_a_baseline_beside_this_tree_with_the_same_plans(tiny_store, tmp_path):
     out = tmp_path / "plan_stage.json"
     result = subprocess.run(
