@@ -23,8 +23,9 @@ caches first.
 torch's threads set to N (and the ssd loader's `threads` option where the tree has it).
 --packers N... runs this tree's ssd loader once per N (`ssd.packers`; 0: planning and
 repacking in the trainer's threads; with ssd-extents the packers plan page reads), and each
-row says `packers` (those the loader ran with: a baseline tree's, and this tree's without --packers, are its default), `trainer_cpu_s_per_batch`
-(the trainer process's CPU less the touch: the consuming side when packers are processes),
+row says `packers` (those the loader ran with: a baseline tree's, and this tree's without
+--packers, are its default), `trainer_cpu_s_per_batch` (the trainer process's CPU less the
+touch: the consuming side when packers are processes),
 `cpu_s_per_batch` (the trainer's and its packer processes' CPU together, psutil's view of
 the children), `first_batch_s` (iterator creation to the first mini-batch),
 `packer_start_cpu_s` (the packers' start-up, an interpreter, imports and the store each,

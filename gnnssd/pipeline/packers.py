@@ -87,8 +87,8 @@ def window_bounds(count: int, full: int) -> list[tuple[int, int]]:
     cold rows fill a window's blocks: a window's scan reads most of the features file, so
     windows between the two paid for theirs less often: none did in the packers' tests).
     Only the first is small, whatever the number of packers: the others plan their full
-    windows beside it, and with a small first window each, 14 packers read 2.8x the bytes of
-    one per mini-batch packed (docs/BENCHMARKS.md, issue 46, thirteenth round)."""
+    windows beside it (with a small first window each, 14 packers' scans read 2.8x one
+    packer's bytes per useful byte: docs/BENCHMARKS.md, issue 46, thirteenth round)."""
     if full < 1:
         raise ValueError(f"window_bounds: full {full}; expected at least 1")
     bounds: list[tuple[int, int]] = []

@@ -36,9 +36,9 @@ import torch
 
 from gnnssd.core import (AUTO_FEATURE_SHARE, PACKED_FEATURE_SHARE, ConfigError, SamplerConfig, SSDConfig, StageTimer,
                          disk_share, format_bytes, resolve_block_budget, ssd_split)
-from gnnssd.pipeline import (BUFFERS, FIRST_WINDOW, OWN_WINDOW_MOST, SCANS_AT_ONCE, DirectIO, FeatureFile, HotCache,
-                             HotRanking, KeptSamples, MegaBatchBuffers, PackerPool, PackerSpec, PlanWorker, Recycler,
-                             RepackReport, check_numba_threads, default_packers, delete, load_cost_model,
+from gnnssd.pipeline import (BUFFERS, FIRST_WINDOW, OWN_WINDOW_MOST, SCANS_AT_ONCE, DirectIO, FeatureFile,
+                             HotCache, HotRanking, KeptSamples, MegaBatchBuffers, PackerPool, PackerSpec, PlanWorker,
+                             Recycler, RepackReport, check_numba_threads, default_packers, delete, load_cost_model,
                              numba_threads, repacked_windows, samples_key, window_bounds, x_dtype, x_pool_bytes)
 from gnnssd.sampler import (Fanouts, HotRows, MegaBatchPlan, MFGs, NeighborSampler, PlanConfig, Planner, Strategy,
                             pages_plan, sampling_method)
