@@ -126,6 +126,23 @@ def test_pieces_assembled_on_the_host_and_on_the_device_are_the_stored_rows(stor
             np.testing.assert_array_equal(xs[1].numpy(), expected)
 
 
+def test_the_device_gather_reads_the_device_slice_only_where_it_lies(store, features):
+    """On a GPU the slice is device memory, which the host cannot view: the device gather's
+    host side (its copy of the cold rows into one array) must not touch it. Here a slice that
+    NumPy refuses to view (a tensor that requires grad) stands in for one in GPU memory."""
+    plain, sliced = _caches(store, features)
+    sliced.device_data.requires_grad_(True)
+    stored = store.features_memmap()
+    plans = _plans(store, plain)
+    gather = MegaBatchBuffers(sliced, max(len(p.rows) for p in plans), device=CPU)
+    for plan in plans:
+        buffer = gather.load(plan)
+        for i, mfgs in enumerate(plan.minibatches):
+            x = gather.gather(plan, i, buffer)
+            np.testing.assert_array_equal(x.detach().numpy(), np.asarray(stored[mfgs.input_rows]))
+    assert gather.level_rows["rows_device"] > 0 and gather.level_rows["rows_read"] > 0
+
+
 def test_layerwise_reads_through_the_levels(store, features):
     """HotCache.read (layer-wise inference's row source) serves both levels and the rest."""
     _, sliced = _caches(store, features)
