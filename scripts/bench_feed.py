@@ -28,6 +28,8 @@ row says `packers` (those the loader ran with: a baseline tree's, and this tree'
 touch: the consuming side when packers are processes),
 `cpu_s_per_batch` (the trainer's and its packer processes' CPU together, psutil's view of
 the children), `first_batch_s` (iterator creation to the first mini-batch),
+`second_half_batches_per_s` (the rate over the second half of the measured mini-batches:
+past the stream's start, its own and first windows),
 `packer_start_cpu_s` (the packers' start-up, an interpreter, imports and the store each,
 counted in those CPU seconds; `cpu_s_per_batch_less_packer_start` without it) and where the
 bytes read went per useful byte (`read_parts_per_useful_byte`: repack scans "packing",
@@ -164,13 +166,17 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         loader.io_stats()
         threads0, cpu0, children0 = thread_cpu(), process_cpu(), children_cpu()
         start, n = time.perf_counter(), 0
+        half_at = start  # when the first half of the measured mini-batches had come
         for batch in batches:
             touch(batch)
             del batch
             n += 1
+            if n == spec["batches"] // 2:
+                half_at = time.perf_counter()
             if n == spec["batches"]:
                 break
         seconds = time.perf_counter() - start
+        second_half = (n - spec["batches"] // 2) / (start + seconds - half_at) if n == spec["batches"] else None
         if n == 0:
             raise SystemExit(f"epoch 1 has one mini-batch of {spec['batch_size']} seeds, and the first is not "
                              "measured: lower --batch-size")
@@ -203,6 +209,8 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         "cpu_s_per_batch_less_packer_start": round((cpu + packers_cpu - packer_start_cpu) / n, 4),
         "gnnssd_module": str(Path(gnnssd.__file__).parent), "batches": n, "seconds": round(seconds, 3),
         "batches_per_s": round(n / seconds, 3),
+        # the rate past the stream's start (its first windows): the second half of the measured ones
+        "second_half_batches_per_s": None if second_half is None else round(second_half, 3),
         "cpu_s_per_batch": round((cpu + packers_cpu) / n, 4),
         "loader_cpu_s_per_batch": round((cpu + packers_cpu - touch_s) / n, 4),
         "touch_cpu_s_per_batch": round(touch_s / n, 4),
@@ -354,9 +362,14 @@ def fmt(row: dict[str, Any], memory: dict[str, Any] | None, drive: float | None)
     moved = row.get("moved_mb_per_batch")
     through = (f": the drive at {moved * row['batches_per_s']:.0f} MB/s"
                + (f" (its read rate before the runs: {drive:.0f})" if drive else "")) if moved else ""
+    half = row.get("second_half_batches_per_s")
+    half_ratio = f" ({half / memory['second_half_batches_per_s']:.2f}x memory's)" if (
+        half and memory and memory.get("second_half_batches_per_s")) else ""
     return (f"{head} {row['batches_per_s']:>7.3f} {ratio:>6} {row['cpu_s_per_batch']:>8.3f} "
             f"{row['loader_cpu_s_per_batch']:>8.3f} {row['trainer_cpu_s_per_batch']:>8.3f} "
-            f"{row['first_batch_s']:>7.2f} {amp:>6}\n      threads (CPU s/mb): {threads}\n"
+            f"{row['first_batch_s']:>7.2f} {amp:>6}\n"
+            + (f"      the second half of the measured mini-batches: {half:.3f} mb/s{half_ratio}\n" if half else "")
+            + f"      threads (CPU s/mb): {threads}\n"
             f"      stages (wall s/mb): {stages}\n      read per useful byte: {parts}"
             + (f"\n      moved (read + written) per mini-batch: {moved:.0f} MB{through}" if moved else ""))
 

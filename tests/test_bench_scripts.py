@@ -156,6 +156,7 @@ def test_bench_feed_profiles_every_system_and_writes_its_json(tiny_store, tmp_pa
     assert set(rows) == {"memory", "ssd"}
     for row in rows.values():
         assert row["status"] == "ok" and row["batches"] == 2 and row["threads"] == 1, row
+        assert 0 < row["second_half_batches_per_s"], row
         assert row["loader_cpu_s_per_batch"] > 0 and "MainThread" in row["thread_cpu_s_per_batch"]
     assert "gather" in rows["ssd"]["stage_s_per_batch"] and rows["ssd"]["read_per_useful_byte"] > 0
     assert rows["memory"]["read_per_useful_byte"] is None
