@@ -57,17 +57,20 @@ class MiniBatch:
     typed: bool = field(default=False, kw_only=True)
 
     def __post_init__(self) -> None:
-        xs = self.x.values() if isinstance(self.x, dict) else [self.x]
-        if not self.blocks or any(t.device != self.blocks[0].device for t in (self.y, *xs)):
-            return  # CPU blocks of a GPU batch, or of an x gathered on the GPU (csc_blocks carry the graph)
+        if not self.blocks or self.blocks[0].device != self.y.device:  # CPU blocks of a GPU batch
+            return
+        # an x gathered on the GPU beside CPU blocks (the device gather) stays out of them
+        # (csc_blocks carry the graph there)
         if self.typed:  # per type (DGL's dict assignment to a block's dstdata is off)
             for name, x in self.x.items():
-                self.blocks[0].srcnodes[name].data["feat"] = x
+                if x.device == self.y.device:
+                    self.blocks[0].srcnodes[name].data["feat"] = x
             seeded = [name for name, ids in self.output_nodes.items() if len(ids)]
             if len(seeded) == 1:  # seeds of several types (an edge batch's ends): y has no one type
                 self.blocks[-1].dstnodes[seeded[0]].data["label"] = self.y
         else:
-            self.blocks[0].srcdata["feat"] = self.x
+            if self.x.device == self.y.device:
+                self.blocks[0].srcdata["feat"] = self.x
             self.blocks[-1].dstdata["label"] = self.y
 
     def __iter__(self) -> Iterator[Any]:
