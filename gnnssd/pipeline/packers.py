@@ -243,13 +243,8 @@ class Packer:
         self.io.shutdown()
 
 
-#: How far below the trainer a packer runs (its nice value, from its start: its imports, ~2 CPU-s,
-#: came beside the trainer's first mini-batch). Where processes outnumber the cores, the
-#: consumer's work comes first; where the consumer waits for a window, the packers have the cores.
-PACKER_NICE = 10
-#: The packer process's program: its priority, the parent's import path, then `serve` on the
-#: inherited socket.
-_PROGRAM = (f"import json, os, sys; os.nice({PACKER_NICE}); sys.path[:] = json.loads(sys.argv[2]); "
+#: The packer process's program: the parent's import path, then `serve` on the inherited socket.
+_PROGRAM = ("import json, sys; sys.path[:] = json.loads(sys.argv[2]); "
             "from gnnssd.pipeline.packers import serve; serve(int(sys.argv[1]))")
 
 

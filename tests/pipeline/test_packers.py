@@ -16,7 +16,7 @@ from gnnssd import NodeLoader
 from gnnssd.core import ConfigError
 from gnnssd.datasets import synthetic_source
 from gnnssd.pipeline import FIRST_WINDOW, OWN_WINDOW_MOST, PackerPool, window_bounds
-from gnnssd.pipeline.packers import PACKER_NICE, WindowWork
+from gnnssd.pipeline.packers import WindowWork
 from gnnssd.sampler import Fanouts, Strategy, node_order
 from gnnssd.storage_format import Store, write_store
 
@@ -111,8 +111,6 @@ def test_the_packers_outlive_a_stream_and_serve_the_next(store, tmp_path):
             if epoch != 2:
                 assert len(nodes) == len(loader) and all(map(np.array_equal, nodes, reference[epoch]))
             assert len(backend.packer_start_cpu_s) == 1, backend.packer_start_cpu_s  # the same packer
-            for pid in backend.packer_start_cpu_s:  # below the trainer (a nice value is at most 19)
-                assert os.getpriority(os.PRIO_PROCESS, pid) == min(19, os.getpriority(os.PRIO_PROCESS, 0) + PACKER_NICE)
             assert not folder.exists()
         assert backend.own_minibatches < len(loader)
 
