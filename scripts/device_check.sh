@@ -98,12 +98,15 @@ if want packers; then
 step "ssd loader with packers (issue 46): loader-only on medium at 1/8 of the features beside memory mode and in-place reads"
 # one row per packer count; then in-place reads (ssd-extents: no repack, the packers plan page reads) with
 # EXTENTS_PACKERS: which moves fewer bytes there; on the CPU the same commands run with PACKERS="1 2" (no GPU needed)
-timeout ${PACKERS_TIMEOUT:-240} $PY scripts/bench_feed.py --store "$STORE" --quick --beside-x --batches ${FEED_BATCHES:-12} \
-  --threads $(nproc) --packers ${PACKERS:-1 2 4 8 14} --systems memory ssd --no-warmup --json "$OUT/bench_feed_packers.json" \
-  2>&1 | tee "$OUT/bench_feed_packers.txt"; check packers
-timeout ${EXTENTS_TIMEOUT:-150} $PY scripts/bench_feed.py --store "$STORE" --quick --beside-x --batches ${FEED_BATCHES:-12} \
-  --threads $(nproc) --packers ${EXTENTS_PACKERS:-1 14} --systems ssd-extents --no-warmup --json "$OUT/bench_feed_extents.json" \
-  2>&1 | tee "$OUT/bench_feed_extents.txt"; check extents
+# feed NAME TIMEOUT "PACKERS" SYSTEMS...: one bench_feed run into $OUT/bench_feed_NAME.{json,txt}
+feed() {
+  local name=$1 limit=$2 packers=$3; shift 3
+  timeout "$limit" $PY scripts/bench_feed.py --store "$STORE" --quick --beside-x --batches ${FEED_BATCHES:-12} \
+    --threads $(nproc) --packers $packers --systems "$@" --no-warmup --json "$OUT/bench_feed_$name.json" \
+    2>&1 | tee "$OUT/bench_feed_$name.txt"; check "$name"
+}
+feed packers ${PACKERS_TIMEOUT:-240} "${PACKERS:-1 2 4 8 14}" memory ssd
+feed extents ${EXTENTS_TIMEOUT:-150} "${EXTENTS_PACKERS:-1 14}" ssd-extents
 fi
 if [ -n "$FAILED" ]; then step "failed:$FAILED"; exit 1; fi
 step "done"
