@@ -34,6 +34,12 @@ past the stream's start, its own and first windows),
 counted in those CPU seconds; `cpu_s_per_batch_less_packer_start` without it) and where the
 bytes read went per useful byte (`read_parts_per_useful_byte`: repack scans "packing",
 compact blocks "packed", page extents "extents").
+--rounds N repeats the whole set of runs N times, the runs after memory's in reverse order in
+every second round (base, this; this, base; ...): a run's place in an invocation biases it
+(the second ssd run of one was the faster in all of 4 invocations, whatever its code:
+docs/BENCHMARKS.md, issue 46, thirteenth round), so a comparison takes an even number of
+rounds. Each row says its `round`, its ratio is to that round's memory row, and the JSON's
+`summary` (and a table at the end) gives each run's figures over the rounds.
 Before and after the runs, the drive's O_DIRECT read rate over the features file (1 MiB
 requests, the cost model's calibration measure) is taken (`drive_read_mb_s`,
 `drive_read_mb_s_after` in the JSON's meta); each row says what the drive moved per
@@ -42,7 +48,8 @@ the MB/s that makes at the row's rate: a loader bound by the drive moves about w
 reader gets.
 
     python scripts/bench_feed.py --store DIR [--quick] [--budget SIZE] [--batches N]
-        [--threads 1 2 ...] [--packers 1 2 ...] [--baseline 4c691b2 ...] [--systems memory ssd] [--json PATH]
+        [--threads 1 2 ...] [--packers 1 2 ...] [--baseline 4c691b2 ...] [--systems memory ssd] [--rounds N]
+        [--json PATH]
 """
 from __future__ import annotations
 
@@ -374,6 +381,52 @@ def fmt(row: dict[str, Any], memory: dict[str, Any] | None, drive: float | None)
             + (f"\n      moved (read + written) per mini-batch: {moved:.0f} MB{through}" if moved else ""))
 
 
+def run_order(runs: list[Any], rounds: int, threads: list[int]) -> list[tuple[int, Any, int]]:
+    """(round, run, threads) in the order to run them: per round and thread count, memory's
+    run first (each round's reference), then the others, reversed in every second round."""
+    order = []
+    for round_ in range(rounds):
+        for count in threads:
+            first, rest = [r for r in runs if r[0] == "memory"], [r for r in runs if r[0] != "memory"]
+            order += [(round_, run, count) for run in first + (rest[::-1] if round_ % 2 else rest)]
+    return order
+
+
+#: The figures `summarize` gives over a run's rounds.
+SUMMED = ("batches_per_s", "x_memory", "second_half_batches_per_s", "first_batch_s", "trainer_cpu_s_per_batch",
+          "cpu_s_per_batch", "moved_mb_per_batch")
+
+
+def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each run's (system, tree, threads, packers) figures over its rounds: mean, min, max,
+    its ratio to memory taken within each round."""
+    memory = {(r["round"], r["threads"]): r for r in rows if r["system"] == "memory" and r["status"] == "ok"}
+    runs: dict[tuple, list[dict[str, Any]]] = {}
+    for row in rows:
+        if row["status"] != "ok":
+            continue
+        ref = memory.get((row["round"], row["threads"]))
+        ratio = row["batches_per_s"] / ref["batches_per_s"] if ref else None
+        runs.setdefault((row["system"], row["tree"], row["threads"], row.get("packers")), []).append(
+            {**row, "x_memory": ratio})
+    summary = []
+    for (system, tree, threads, packers), got in runs.items():
+        entry = {"system": system, "tree": tree, "threads": threads, "packers": packers, "rounds": len(got)}
+        for key in SUMMED:
+            values = [r[key] for r in got if r.get(key) is not None]
+            if values:
+                entry[key] = {"mean": sum(values) / len(values), "min": min(values), "max": max(values)}
+        summary.append(entry)
+    return summary
+
+
+def fmt_summary(entry: dict[str, Any]) -> str:
+    figures = " ".join(f"{key} {v['mean']:.3f} ({v['min']:.3f}-{v['max']:.3f})" for key, v in entry.items()
+                       if isinstance(v, dict))
+    return (f"{entry['system']:<16} {entry['tree']:<12} {entry['threads']:>3} "
+            f"{'-' if entry['packers'] is None else entry['packers']:>4} x{entry['rounds']}: {figures}")
+
+
 HEADER = (f"{'system':<16} {'thr':>3} {'pack':>4} {'mb/s':>7} {'x mem':>6} {'CPU/mb':>8} {'ldr/mb':>8} "
           f"{'trn/mb':>8} {'first s':>7} {'rd/use':>6}")
 
@@ -397,6 +450,9 @@ def main() -> int:
                         "commits run either way (none: only they)")
     p.add_argument("--ssd", nargs="+", default=[], metavar="KEY=VALUE",
                    help="options of the ssd runs (SSDConfig's fields, e.g. block_budget=0 verify_checksums=false)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="times the whole set of runs is made, the runs after memory's reversed in every second "
+                        "round (default 1; take an even number to compare trees or packer counts)")
     p.add_argument("--no-warmup", action="store_true", help="skip the warm-up run per source tree")
     tree_arguments(p, "bench_feed")  # --baseline: ssd@COMMIT, that commit's ssd loader
     args = parse_or_run_child(p, child)
@@ -426,15 +482,18 @@ def main() -> int:
                        "batches": 2})
     rows = []
     print(HEADER, flush=True)
-    for threads in args.threads:
-        for system, tree, label in systems:
-            for packers in args.packers if system in ("ssd", EXTENTS) else [None]:
-                row = run_child({**base, "system": system, "tree": tree, "tree_label": label, "threads": threads,
-                                 "packers": packers})
-                rows.append(row)
-                memory = next((r for r in rows if r["system"] == "memory" and r["threads"] == threads
-                               and r["status"] == "ok"), None)
-                print(fmt(row, memory, drive), flush=True)
+    runs = [(system, tree, label, packers) for system, tree, label in systems
+            for packers in (args.packers if system in ("ssd", EXTENTS) else [None])]
+    for round_, (system, tree, label, packers), threads in run_order(runs, args.rounds, args.threads):
+        row = {**run_child({**base, "system": system, "tree": tree, "tree_label": label, "threads": threads,
+                            "packers": packers}), "round": round_}
+        rows.append(row)
+        memory = next((r for r in rows if r["system"] == "memory" and r["threads"] == threads
+                       and r["round"] == round_ and r["status"] == "ok"), None)
+        print(fmt(row, memory, drive), flush=True)
+    summary = summarize(rows)
+    if args.rounds > 1:
+        print(f"over {args.rounds} rounds (mean, min-max):\n" + "\n".join(fmt_summary(s) for s in summary), flush=True)
     after = drive_read_rate(store.features_path) if trees else None
     if after:
         print(f"drive: {after:.0f} MB/s after the runs", flush=True)
@@ -443,7 +502,7 @@ def main() -> int:
             "cpus": os.cpu_count(), "load_average": os.getloadavg(),
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({"rows": rows, "meta": meta}, indent=2))
+    args.json.write_text(json.dumps({"rows": rows, "summary": summary, "meta": meta}, indent=2))
     print(f"wrote {args.json}")
     return 0
 

@@ -332,3 +332,32 @@ def test_read_arithmetic_bounds_each_way_and_writes_its_json(tiny_store, tmp_pat
     assert report["memory"]["batches_per_s"] > 0
     for way in ways.values():
         assert way["x_memory"] == pytest.approx(way["batches_per_s_most"] / report["memory"]["batches_per_s"])
+
+
+def _script(name: str):
+    """A script of scripts/ as a module (its functions; main is not run)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bench_feed_rounds_alternate_the_runs_after_memory_and_are_summarized_per_round():
+    feed = _script("bench_feed")
+    runs = [("memory",), ("ssd@base",), ("ssd",)]
+    order = feed.run_order(runs, 3, [2])
+    # memory leads every round (its reference); the others swap places every second round
+    assert [(r, run[0]) for r, run, _ in order] == [
+        (0, "memory"), (0, "ssd@base"), (0, "ssd"), (1, "memory"), (1, "ssd"), (1, "ssd@base"),
+        (2, "memory"), (2, "ssd@base"), (2, "ssd")]
+    rows = [{"system": run[0], "tree": "t", "threads": 2, "packers": None, "round": r, "status": "ok",
+             "batches_per_s": rate} for (r, run, _), rate in zip(order, [2.0, 1.0, 0.5, 4.0, 1.0, 2.0, 1.0, 1.0, 1.0])]
+    rows.append({**rows[-1], "status": "failed (exit 1)", "batches_per_s": None})  # a failed run: left out
+    summary = {s["system"]: s for s in feed.summarize(rows)}
+    assert summary["ssd"]["rounds"] == 3 and summary["memory"]["rounds"] == 3
+    # the ratio is to its own round's memory: 0.25, 0.25, 1.0 (not the mean rate over a mean)
+    assert summary["ssd"]["x_memory"] == {"mean": 0.5, "min": 0.25, "max": 1.0}
+    assert summary["ssd@base"]["batches_per_s"] == {"mean": 4 / 3, "min": 1.0, "max": 2.0}
+    assert "ssd" in feed.fmt_summary(summary["ssd"]) and "x3" in feed.fmt_summary(summary["ssd"])
