@@ -12,7 +12,7 @@ model).
 """
 from gnnssd.pipeline.block_writer import BlockWriter
 from gnnssd.pipeline.buffers import BUFFERS, MegaBatchBuffers, Recycler, x_dtype, x_pool_bytes
-from gnnssd.pipeline.calibration import calibrate, load_cost_model
+from gnnssd.pipeline.calibration import calibrate, describe_model, load_cost_model
 from gnnssd.pipeline.direct_io import DirectIO
 from gnnssd.pipeline.feature_file import FeatureFile
 from gnnssd.pipeline.hot_cache import HotCache, HotRanking
@@ -25,6 +25,6 @@ from gnnssd.pipeline.worker import PlanWorker, check_numba_threads, numba_thread
 
 __all__ = ["BUFFERS", "BlockWriter", "FIRST_WINDOW", "OWN_WINDOW_MOST", "DirectIO", "FeatureFile", "HotCache",
            "HotRanking", "KeptSamples",
-           "MegaBatchBuffers", "PackerPool", "PackerSpec", "PlanWorker", "Recycler", "RepackReport", "RowSource", "SCANS_AT_ONCE", "calibrate", "check_numba_threads",
+           "MegaBatchBuffers", "PackerPool", "PackerSpec", "PlanWorker", "Recycler", "RepackReport", "RowSource", "SCANS_AT_ONCE", "calibrate", "check_numba_threads", "describe_model",
            "default_packers", "delete", "load_cost_model", "numba_threads", "repack", "repacked_windows",
            "samples_key", "window_bounds", "x_dtype", "x_pool_bytes"]

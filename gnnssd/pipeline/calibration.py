@@ -97,6 +97,17 @@ def load_cost_model(store_dir: str | Path) -> CostModel:
     return _read_model(path) if os.path.lexists(path) else CostModel.default()
 
 
+def describe_model(store_dir: str | Path, model: CostModel) -> str:
+    """What the read planner prices the drive with, for the loader's log: a default model
+    misjudges a drive whose writes are slower than its reads, and packs too much (measured:
+    docs/BENCHMARKS.md, issue 46, fourteenth round)."""
+    rates = f"reads {model.read_bw / 1e9:.2f} GB/s, writes {model.write_bw / 1e9:.2f} GB/s"
+    if os.path.lexists(Path(store_dir) / CALIBRATION_FILE):
+        return f"reads planned with the drive's calibration ({rates})"
+    return (f"reads planned with a default model of the drive ({rates}): `gnnssd calibrate {store_dir}` "
+            "measures this one")
+
+
 def _read_model(path: Path) -> CostModel:
     """calibration.json's model, every field checked against MODEL_RANGES: the file is
     not part of the store's checksummed manifest, so it is validated like user input."""

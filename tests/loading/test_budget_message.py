@@ -40,3 +40,27 @@ def test_x_arrays_sized_for_training_name_the_training_keys(tmp_path, caplog) ->
     line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("memory_budget"))
     assert "the x arrays are sized for the largest sampled mini-batch, training's (sampler.fanouts [5, 5], " \
            "sampler.batch_size 200)" in line
+
+
+def test_the_loader_says_whether_its_read_planner_knows_the_drive(tmp_path, caplog) -> None:
+    """An uncalibrated store's planner prices writes like reads (CostModel.default); the
+    loader's log says so and names the command that measures the drive."""
+    from gnnssd import NodeLoader
+    from gnnssd.sampler.readplan import CostModel
+    from gnnssd.storage_format import Store
+
+    store = Store.open(write_store(tmp_path / "store", synthetic_source("tiny")))
+
+    def features_line() -> str:
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="gnnssd.ssd"):
+            NodeLoader(store, store.original_ids(store.train_store_ids[:64]), fanouts=[2, 2], batch_size=32,
+                       features="ssd", memory_budget="16MiB").close()
+        return next(r.getMessage() for r in caplog.records if r.getMessage().startswith("features from"))
+
+    line = features_line()
+    assert line.endswith(f"reads planned with a default model of the drive (reads 1.10 GB/s, writes 1.00 GB/s): "
+                         f"`gnnssd calibrate {store.path}` measures this one"), line
+    CostModel(request_s=1e-5, read_bw=2.9e9, write_bw=4.1e8).save(store.path / "calibration.json")
+    line = features_line()
+    assert line.endswith("reads planned with the drive's calibration (reads 2.90 GB/s, writes 0.41 GB/s)"), line

@@ -38,8 +38,9 @@ from gnnssd.core import (AUTO_FEATURE_SHARE, PACKED_FEATURE_SHARE, ConfigError, 
                          disk_share, format_bytes, resolve_block_budget, ssd_split)
 from gnnssd.pipeline import (BUFFERS, FIRST_WINDOW, OWN_WINDOW_MOST, SCANS_AT_ONCE, DirectIO, FeatureFile,
                              HotCache, HotRanking, KeptSamples, MegaBatchBuffers, PackerPool, PackerSpec, PlanWorker,
-                             Recycler, RepackReport, check_numba_threads, default_packers, delete, load_cost_model,
-                             numba_threads, repacked_windows, samples_key, window_bounds, x_dtype, x_pool_bytes)
+                             Recycler, RepackReport, check_numba_threads, default_packers, delete, describe_model,
+                             load_cost_model, numba_threads, repacked_windows, samples_key, window_bounds, x_dtype,
+                             x_pool_bytes)
 from gnnssd.sampler import (Fanouts, HotRows, MegaBatchPlan, MFGs, NeighborSampler, PlanConfig, Planner, Strategy,
                             pages_plan, sampling_method)
 from gnnssd.storage_format import Store
@@ -193,9 +194,9 @@ class SSDLoader:
                                 device_rows=ranking.top(device_rows), device=device,
                                 pinned=pinned and gather_device is not None)
         log.info("features from %s through the %s backend; %s of hot rows loaded, %s of them on %s; x gathered "
-                 "on %s", store.features_path, self.direct_io.backend,
+                 "on %s; %s", store.features_path, self.direct_io.backend,
                  format_bytes(self.hot.nbytes + self.hot.device_nbytes), format_bytes(self.hot.device_nbytes),
-                 device, gather_device or "the host")
+                 device, gather_device or "the host", describe_model(store.path, self.cost_model))
         self.buffers = MegaBatchBuffers(self.hot, self.budget.buffer_rows, pinned=pinned,
                                         widen=not ssd.widen_on_device, device=gather_device)
         # for training's mini-batches (an evaluation's far larger x would be replaced by the first of them)
