@@ -15,8 +15,9 @@ test: setup
 
 # Bytecode is written at install, not left to the first import: where PYTHONDONTWRITEBYTECODE
 # is set (as on the CI machines) every process otherwise compiled torch, DGL and numba from
-# source: a packer's start took 2.0-2.5 CPU-s instead of 0.9-1.0, one importing torch and DGL (a
-# rank's, a CLI test's) 11-12 instead of 6 (docs/BENCHMARKS.md, issue 46, fourteenth round). The project's own folders are compiled at every setup (only what changed).
+# source: a packer's imports took 2.0-2.5 CPU-s instead of 0.9-1.0, those of torch and DGL (a
+# rank's, a CLI test's) 11-12 instead of 6 (docs/BENCHMARKS.md, issue 46, fourteenth round).
+# The project's own folders are compiled at every setup (only what changed).
 setup: system-deps $(STAMP)
 	@$(VENV)/bin/python -m compileall -q -j 0 $(PROJECT_DIRS)
 

@@ -384,12 +384,9 @@ def fmt(row: dict[str, Any], memory: dict[str, Any] | None, drive: float | None)
 def run_order(runs: list[Any], rounds: int, threads: list[int]) -> list[tuple[int, Any, int]]:
     """(round, run, threads) in the order to run them: per round and thread count, memory's
     run first (each round's reference), then the others, reversed in every second round."""
-    order = []
-    for round_ in range(rounds):
-        for count in threads:
-            first, rest = [r for r in runs if r[0] == "memory"], [r for r in runs if r[0] != "memory"]
-            order += [(round_, run, count) for run in first + (rest[::-1] if round_ % 2 else rest)]
-    return order
+    first, rest = [r for r in runs if r[0] == "memory"], [r for r in runs if r[0] != "memory"]
+    return [(round_, run, count) for round_ in range(rounds) for count in threads
+            for run in first + (rest[::-1] if round_ % 2 else rest)]
 
 
 #: The figures `summarize` gives over a run's rounds.
@@ -458,6 +455,8 @@ def main() -> int:
     args = parse_or_run_child(p, child)
     if args is None:
         return 0
+    if args.rounds < 1:
+        p.error(f"--rounds {args.rounds}: expected 1 or more")
     from gnnssd.core.budget import format_bytes, parse_bytes
     from gnnssd.storage_format import Store
 
