@@ -93,8 +93,14 @@ def calibrate(store_dir: str | Path, seconds: float = 1.0, queue_depth: int = 64
 
 def load_cost_model(store_dir: str | Path) -> CostModel:
     """The store's calibrated model, or `CostModel.default()` when not calibrated."""
+    path = _calibration(store_dir)
+    return CostModel.default() if path is None else _read_model(path)
+
+
+def _calibration(store_dir: str | Path) -> Path | None:
+    """The store's calibration.json, or None where `gnnssd calibrate` has not written one."""
     path = Path(store_dir) / CALIBRATION_FILE
-    return _read_model(path) if os.path.lexists(path) else CostModel.default()
+    return path if os.path.lexists(path) else None
 
 
 def describe_model(store_dir: str | Path, model: CostModel) -> str:
@@ -102,7 +108,7 @@ def describe_model(store_dir: str | Path, model: CostModel) -> str:
     misjudges a drive whose writes are slower than its reads, and packs too much (measured:
     docs/BENCHMARKS.md, issue 46, fourteenth round)."""
     rates = f"reads {model.read_bw / 1e9:.2f} GB/s, writes {model.write_bw / 1e9:.2f} GB/s"
-    if os.path.lexists(Path(store_dir) / CALIBRATION_FILE):
+    if _calibration(store_dir) is not None:
         return f"reads planned with the drive's calibration ({rates})"
     return (f"reads planned with a default model of the drive ({rates}): `gnnssd calibrate {store_dir}` "
             "measures this one")
